@@ -1,0 +1,8 @@
+//! `adf`: run and manage AI agents that each live in one `.adf` file.
+//!
+//! The crate is one binary with a library behind it so that integration
+//! tests and benchmarks drive the same code the binary runs. Seams:
+//! `store` (the file), `cli` (argument parsing and printing).
+
+pub mod cli;
+pub mod store;

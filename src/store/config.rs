@@ -1,0 +1,894 @@
+//! The agent's config document (`adf_config.config_json`). The stored JSON
+//! stays the source of truth, so fields this version does not know round-trip
+//! untouched and key order is kept; `AgentConfig` is the typed view the rest of
+//! the program reads. Writes are validated, rejecting only violations that the
+//! write introduces (format.md §7.1), and mirror name/handle into meta.
+
+use std::collections::BTreeSet;
+
+use rusqlite::{OptionalExtension, params};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Map, Value};
+
+use super::access::{Caller, Denial, DenialKind};
+use super::error::{Ctx, Result, StoreError};
+use super::meta::MetaProtection;
+use super::{Store, now_iso};
+
+// ---------------------------------------------------------------------------
+// The typed view. Every struct keeps unknown keys in `extra`.
+
+fn nullable<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> std::result::Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AgentConfig {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub adf_version: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub icon: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handle: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_in_state: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub autonomous: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loop_mode: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub autostart: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelConfig>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub include_base_prompt: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<ToolDeclaration>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limits: Option<Limits>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code_execution: Option<CodeExecution>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub locked_fields: Option<Vec<String>>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ModelConfig {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_id: Option<String>,
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<Option<f64>>,
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<Option<u64>>,
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<Option<f64>>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ToolDeclaration {
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub visible: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restricted: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub locked: Option<bool>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl ToolDeclaration {
+    pub fn is_enabled(&self) -> bool {
+        self.enabled.unwrap_or(false)
+    }
+    pub fn is_visible(&self) -> bool {
+        self.visible.unwrap_or(false)
+    }
+    pub fn is_restricted(&self) -> bool {
+        self.restricted.unwrap_or(false)
+    }
+    pub fn is_locked(&self) -> bool {
+        self.locked.unwrap_or(false)
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Limits {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub execution_timeout_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_file_read_tokens: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_file_write_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tool_result_tokens: Option<u64>,
+    #[serde(default, deserialize_with = "nullable", skip_serializing_if = "Option::is_none")]
+    pub max_active_turns: Option<Option<u64>>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CodeExecution {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restricted_methods: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<bool>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl AgentConfig {
+    pub fn from_value(v: &Value) -> std::result::Result<Self, String> {
+        AgentConfig::deserialize(v).map_err(|e| e.to_string())
+    }
+
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+
+    /// `limits.max_file_write_bytes` (default 5 000 000).
+    pub fn max_file_write_bytes(&self) -> u64 {
+        self.limits
+            .as_ref()
+            .and_then(|l| l.max_file_write_bytes)
+            .unwrap_or(super::files::DEFAULT_MAX_WRITE)
+    }
+
+    /// `code_execution.restricted_methods`: absent ⇒ `["attestation_issue"]`,
+    /// an explicit list replaces the default.
+    pub fn restricted_methods(&self) -> Vec<String> {
+        self.code_execution
+            .as_ref()
+            .and_then(|c| c.restricted_methods.clone())
+            .unwrap_or_else(|| vec!["attestation_issue".to_string()])
+    }
+
+    /// Tool declarations with duplicates collapsed: first wins, `restricted`
+    /// and `locked` are sticky-true. Also returns the duplicated names.
+    pub fn effective_tools(&self) -> (Vec<ToolDeclaration>, Vec<String>) {
+        let mut out: Vec<ToolDeclaration> = Vec::new();
+        let mut dups = Vec::new();
+        for t in self.tools.iter().flatten() {
+            match out.iter_mut().find(|o| o.name == t.name) {
+                Some(first) => {
+                    dups.push(t.name.clone());
+                    if t.is_restricted() {
+                        first.restricted = Some(true);
+                    }
+                    if t.is_locked() {
+                        first.locked = Some(true);
+                    }
+                }
+                None => out.push(t.clone()),
+            }
+        }
+        (out, dups)
+    }
+
+    /// The effective declaration of one tool, if declared.
+    pub fn tool(&self, name: &str) -> Option<ToolDeclaration> {
+        self.effective_tools().0.into_iter().find(|t| t.name == name)
+    }
+}
+
+/// Whether an audit category is on (`context.audit.X` or top-level `audit.X`).
+pub fn audit_enabled(cfg: &Value, what: &str) -> bool {
+    let at = |p: String| cfg.pointer(&p).and_then(Value::as_bool).unwrap_or(false);
+    at(format!("/context/audit/{what}")) || at(format!("/audit/{what}"))
+}
+
+// ---------------------------------------------------------------------------
+// Validation.
+
+/// One validation problem: a dotted path and what is wrong there.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Issue {
+    pub path: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for Issue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path, self.message)
+    }
+}
+
+/// The top-level sections a config may have.
+pub const TOP_LEVEL: &[&str] = &[
+    "adf_version", "id", "name", "description", "icon", "handle", "reply_to", "card", "state", "start_in_state",
+    "autonomous", "loop_mode", "autostart", "model", "instructions", "include_base_prompt", "context", "tools",
+    "triggers", "security", "limits", "recovery", "messaging", "audit", "code_execution", "sandbox", "compute",
+    "logging", "adapters", "serving", "ws_connections", "stream_bind", "stream_bindings", "umbilical_taps",
+    "umbilical", "providers", "mcp", "locked_fields", "metadata", "loops",
+];
+
+pub const TRIGGER_TYPES: &[&str] = &[
+    "on_inbox", "on_outbox", "on_file_change", "on_chat", "on_timer", "on_tool_call", "on_task_create",
+    "on_task_complete", "on_logs", "on_llm_call", "on_startup",
+];
+
+const FILTER_KEYS: &[&str] = &[
+    "source", "sender", "to", "watch", "include_self", "tools", "status", "level", "origin", "event", "provider",
+];
+const LEVELS: &[&str] = &["debug", "info", "warn", "error"];
+
+struct V {
+    issues: Vec<Issue>,
+}
+
+impl V {
+    fn push(&mut self, path: &str, msg: impl Into<String>) {
+        self.issues.push(Issue { path: path.to_string(), message: msg.into() });
+    }
+    fn string(&mut self, cfg: &Value, ptr: &str, min: usize, max: usize) {
+        if let Some(v) = cfg.pointer(ptr) {
+            match v.as_str() {
+                Some(s) if s.chars().count() < min => self.push(&dotted(ptr), format!("must be at least {min} character(s)")),
+                Some(s) if s.chars().count() > max => self.push(&dotted(ptr), format!("must be at most {max} characters")),
+                Some(_) => {}
+                None => self.push(&dotted(ptr), "must be a string"),
+            }
+        }
+    }
+    fn boolean(&mut self, cfg: &Value, ptr: &str) {
+        if let Some(v) = cfg.pointer(ptr) {
+            if !v.is_boolean() {
+                self.push(&dotted(ptr), "must be true or false");
+            }
+        }
+    }
+    fn one_of(&mut self, cfg: &Value, ptr: &str, allowed: &[&str]) {
+        if let Some(v) = cfg.pointer(ptr) {
+            if !v.as_str().is_some_and(|s| allowed.contains(&s)) {
+                self.push(&dotted(ptr), format!("must be one of {}", allowed.join(", ")));
+            }
+        }
+    }
+    fn number(&mut self, cfg: &Value, ptr: &str, min: f64, max: f64, nullable: bool, integer: bool) {
+        if let Some(v) = cfg.pointer(ptr) {
+            if v.is_null() && nullable {
+                return;
+            }
+            let ok = match v.as_f64() {
+                Some(n) => n >= min && n <= max && (!integer || v.is_i64() || v.is_u64()),
+                None => false,
+            };
+            if !ok {
+                let kind = if integer { "an integer" } else { "a number" };
+                let null = if nullable { " or null" } else { "" };
+                self.push(&dotted(ptr), format!("must be {kind} between {min} and {max}{null}"));
+            }
+        }
+    }
+    fn object(&mut self, cfg: &Value, ptr: &str, required: bool) -> bool {
+        match cfg.pointer(ptr) {
+            Some(Value::Object(_)) => true,
+            Some(_) => {
+                self.push(&dotted(ptr), "must be an object");
+                false
+            }
+            None => {
+                if required {
+                    self.push(&dotted(ptr), "is required");
+                }
+                false
+            }
+        }
+    }
+    fn string_list(&mut self, cfg: &Value, ptr: &str) {
+        if let Some(v) = cfg.pointer(ptr) {
+            if !v.as_array().is_some_and(|a| a.iter().all(Value::is_string)) {
+                self.push(&dotted(ptr), "must be a list of strings");
+            }
+        }
+    }
+}
+
+fn dotted(ptr: &str) -> String {
+    ptr.trim_start_matches('/').replace('/', ".")
+}
+
+/// Every schema issue of a config document.
+pub fn validate(cfg: &Value) -> Vec<Issue> {
+    let mut v = V { issues: Vec::new() };
+    if !cfg.is_object() {
+        v.push("", "config must be a JSON object");
+        return v.issues;
+    }
+    if cfg.get("adf_version").and_then(Value::as_str) != Some("0.2") {
+        v.push("adf_version", "must be \"0.2\"");
+    }
+    v.string(cfg, "/name", 1, 100);
+    if cfg.get("name").is_none() {
+        v.push("name", "is required");
+    }
+    v.string(cfg, "/description", 0, 2000);
+    v.string(cfg, "/id", 1, 200);
+    if let Some(h) = cfg.get("handle") {
+        let ok = h.as_str().is_some_and(|s| {
+            s.len() <= 64
+                && s.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+                && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        });
+        if !ok {
+            v.push("handle", "must match ^[a-z0-9][a-z0-9-]*$ and be at most 64 characters");
+        }
+    }
+    v.one_of(cfg, "/state", &["active", "idle", "hibernate", "suspended", "off"]);
+    v.one_of(cfg, "/start_in_state", &["active", "idle", "hibernate"]);
+    v.one_of(cfg, "/loop_mode", &["interactive", "autonomous"]);
+    v.boolean(cfg, "/autonomous");
+    v.boolean(cfg, "/autostart");
+    v.boolean(cfg, "/include_base_prompt");
+    v.string(cfg, "/instructions", 1, usize::MAX);
+    if cfg.get("instructions").is_none() {
+        v.push("instructions", "is required");
+    }
+    if v.object(cfg, "/model", true) {
+        v.string(cfg, "/model/provider", 1, 200);
+        if cfg.pointer("/model/provider").is_none() {
+            v.push("model.provider", "is required");
+        }
+        v.string(cfg, "/model/model_id", 0, 500);
+        v.number(cfg, "/model/temperature", 0.0, 2.0, true, false);
+        v.number(cfg, "/model/max_tokens", 1.0, 1e12, true, true);
+        v.number(cfg, "/model/top_p", 0.0, 1.0, true, false);
+        v.boolean(cfg, "/model/vision");
+        v.one_of(cfg, "/model/reasoning/effort", &["minimal", "low", "medium", "high", "xhigh"]);
+        v.one_of(cfg, "/model/reasoning/summary", &["auto", "concise", "detailed"]);
+    }
+    if v.object(cfg, "/context", true) {
+        v.number(cfg, "/context/compact_threshold", 0.0, 1e12, true, true);
+    }
+    validate_tools(&mut v, cfg);
+    validate_triggers(&mut v, cfg);
+    if v.object(cfg, "/security", true) {
+        v.boolean(cfg, "/security/allow_unsigned");
+        v.number(cfg, "/security/level", 0.0, 3.0, false, true);
+        v.boolean(cfg, "/security/allow_local_fetch");
+        v.boolean(cfg, "/security/require_middleware_authorization");
+        if let Some(Value::Object(tp)) = cfg.pointer("/security/table_protections") {
+            for (t, p) in tp {
+                if !p.as_str().is_some_and(|s| ["none", "append_only", "authorized"].contains(&s)) {
+                    v.push(&format!("security.table_protections.{t}"), "must be one of none, append_only, authorized");
+                }
+            }
+        }
+    }
+    if v.object(cfg, "/limits", true) {
+        if let Some(Value::Object(limits)) = cfg.get("limits") {
+            for key in limits.keys() {
+                let nullable = key == "max_active_turns";
+                if key.ends_with("_ms") || key.ends_with("_bytes") || key.ends_with("_tokens") || key.ends_with("_chars") || key.ends_with("_turns") {
+                    v.number(cfg, &format!("/limits/{key}"), 0.0, 1e15, nullable, true);
+                }
+            }
+        }
+    }
+    if v.object(cfg, "/messaging", true) {
+        v.boolean(cfg, "/messaging/receive");
+        v.one_of(cfg, "/messaging/mode", &["proactive", "respond_only", "listen_only"]);
+        v.one_of(cfg, "/messaging/visibility", &["off", "directory", "localhost", "lan", "public"]);
+        v.string_list(cfg, "/messaging/allow_list");
+        v.string_list(cfg, "/messaging/block_list");
+    }
+    if v.object(cfg, "/code_execution", false) {
+        if let Some(Value::Object(ce)) = cfg.get("code_execution") {
+            for (k, val) in ce {
+                if k == "restricted_methods" {
+                    v.string_list(cfg, "/code_execution/restricted_methods");
+                } else if k != "packages" && !val.is_boolean() {
+                    v.push(&format!("code_execution.{k}"), "must be true or false");
+                }
+            }
+        }
+    }
+    if v.object(cfg, "/logging", false) {
+        v.one_of(cfg, "/logging/default_level", LEVELS);
+        v.number(cfg, "/logging/max_rows", 0.0, 1e15, true, true);
+        if let Some(Value::Array(rules)) = cfg.pointer("/logging/rules") {
+            for (i, _) in rules.iter().enumerate() {
+                v.string(cfg, &format!("/logging/rules/{i}/origin"), 1, 500);
+                v.one_of(cfg, &format!("/logging/rules/{i}/min_level"), LEVELS);
+            }
+        }
+    }
+    if let Some(Value::Array(api)) = cfg.pointer("/serving/api") {
+        for (i, r) in api.iter().enumerate() {
+            let p = format!("/serving/api/{i}");
+            v.one_of(cfg, &format!("{p}/method"), &["GET", "POST", "PUT", "PATCH", "DELETE", "WS"]);
+            if !r.get("lambda").is_some_and(Value::is_string) {
+                v.push(&dotted(&format!("{p}/lambda")), "is required (file:function)");
+            }
+            let first = r.get("path").and_then(Value::as_str).unwrap_or("").trim_start_matches('/').split('/').next().unwrap_or("");
+            if ["inbox", "card", "health"].contains(&first) {
+                v.push(&dotted(&format!("{p}/path")), format!("first segment \"{first}\" is reserved"));
+            }
+        }
+    }
+    v.string_list(cfg, "/locked_fields");
+    if v.object(cfg, "/metadata", true) {
+        v.string(cfg, "/metadata/created_at", 1, 100);
+        v.string(cfg, "/metadata/updated_at", 1, 100);
+    }
+    v.issues
+}
+
+fn validate_tools(v: &mut V, cfg: &Value) {
+    match cfg.get("tools") {
+        None => v.push("tools", "is required"),
+        Some(Value::Array(tools)) => {
+            for (i, t) in tools.iter().enumerate() {
+                let p = format!("/tools/{i}");
+                if !t.is_object() {
+                    v.push(&dotted(&p), "must be an object");
+                    continue;
+                }
+                v.string(cfg, &format!("{p}/name"), 1, 200);
+                if t.get("name").is_none() {
+                    v.push(&dotted(&format!("{p}/name")), "is required");
+                }
+                for flag in ["enabled", "visible", "restricted", "locked"] {
+                    v.boolean(cfg, &format!("{p}/{flag}"));
+                }
+            }
+        }
+        Some(_) => v.push("tools", "must be a list"),
+    }
+}
+
+fn validate_triggers(v: &mut V, cfg: &Value) {
+    let Some(triggers) = cfg.get("triggers") else {
+        v.push("triggers", "is required");
+        return;
+    };
+    let Some(triggers) = triggers.as_object() else {
+        v.push("triggers", "must be an object");
+        return;
+    };
+    for (ty, t) in triggers {
+        let p = format!("triggers.{ty}");
+        if !TRIGGER_TYPES.contains(&ty.as_str()) {
+            v.push(&p, format!("unknown trigger type (expected one of {})", TRIGGER_TYPES.join(", ")));
+            continue;
+        }
+        if !t.get("enabled").is_some_and(Value::is_boolean) {
+            v.push(&format!("{p}.enabled"), "must be true or false");
+        }
+        let Some(targets) = t.get("targets").and_then(Value::as_array) else {
+            v.push(&format!("{p}.targets"), "must be a list");
+            continue;
+        };
+        for (i, tg) in targets.iter().enumerate() {
+            let tp = format!("{p}.targets.{i}");
+            let scope = tg.get("scope").and_then(Value::as_str);
+            if !matches!(scope, Some("system") | Some("agent")) {
+                v.push(&format!("{tp}.scope"), "must be system or agent");
+            }
+            let timing = ["debounce_ms", "interval_ms", "batch_ms"].iter().filter(|k| tg.get(**k).is_some()).count();
+            if timing > 1 {
+                v.push(&tp, "at most one of debounce_ms, interval_ms, batch_ms");
+            }
+            if tg.get("batch_count").is_some() && tg.get("batch_ms").is_none() {
+                v.push(&format!("{tp}.batch_count"), "requires batch_ms");
+            }
+            if scope == Some("agent") {
+                for k in ["lambda", "command", "warm"] {
+                    if tg.get(k).is_some() {
+                        v.push(&format!("{tp}.{k}"), "only allowed on system scope");
+                    }
+                }
+            }
+            if tg.get("lambda").is_some() && tg.get("command").is_some() {
+                v.push(&tp, "lambda and command are mutually exclusive");
+            }
+            if let Some(filter) = tg.get("filter") {
+                match filter.as_object() {
+                    Some(f) => {
+                        for k in f.keys().filter(|k| !FILTER_KEYS.contains(&k.as_str())) {
+                            v.push(&format!("{tp}.filter.{k}"), "unknown filter key");
+                        }
+                    }
+                    None => v.push(&format!("{tp}.filter"), "must be an object"),
+                }
+            }
+        }
+    }
+}
+
+/// Normalise array indices so that issues are compared by shape.
+fn shape(issue: &Issue) -> (String, String) {
+    let path = issue
+        .path
+        .split('.')
+        .map(|seg| if seg.chars().all(|c| c.is_ascii_digit()) && !seg.is_empty() { "[]" } else { seg })
+        .collect::<Vec<_>>()
+        .join(".");
+    (path, issue.message.clone())
+}
+
+/// The issues `after` has that `before` did not.
+pub fn new_issues(before: &Value, after: &Value) -> Vec<Issue> {
+    let old: BTreeSet<_> = validate(before).iter().map(shape).collect();
+    validate(after).into_iter().filter(|i| !old.contains(&shape(i))).collect()
+}
+
+// ---------------------------------------------------------------------------
+// Dotted paths.
+
+/// Resolve a dotted path; in arrays, a non-numeric segment selects the
+/// element whose `name` (or `id`) equals it.
+pub fn get_path<'a>(cfg: &'a Value, dotted: &str) -> Option<&'a Value> {
+    let mut cur = cfg;
+    for seg in dotted.split('.').filter(|s| !s.is_empty()) {
+        cur = match cur {
+            Value::Object(m) => m.get(seg)?,
+            Value::Array(a) => match seg.parse::<usize>() {
+                Ok(i) => a.get(i)?,
+                Err(_) => a.iter().find(|e| named(e, seg))?,
+            },
+            _ => return None,
+        };
+    }
+    Some(cur)
+}
+
+fn named(e: &Value, seg: &str) -> bool {
+    e.get("name").and_then(Value::as_str) == Some(seg) || e.get("id").and_then(Value::as_str) == Some(seg)
+}
+
+/// Set a value at a dotted path, creating intermediate objects. The first
+/// segment must be a known top-level section.
+pub fn set_path(cfg: &mut Value, dotted: &str, value: Value) -> Result<()> {
+    let segs: Vec<&str> = dotted.split('.').collect();
+    if segs.iter().any(|s| s.is_empty()) {
+        return Err(StoreError::Invalid(format!("invalid config path \"{dotted}\"")));
+    }
+    if !TOP_LEVEL.contains(&segs[0]) {
+        return Err(StoreError::Invalid(format!(
+            "unknown config section \"{}\" in \"{dotted}\" (known: {})",
+            segs[0],
+            TOP_LEVEL.join(", ")
+        )));
+    }
+    let mut cur = cfg;
+    for (i, seg) in segs.iter().enumerate() {
+        let last = i + 1 == segs.len();
+        let here = segs[..=i].join(".");
+        cur = match cur {
+            Value::Object(m) => {
+                if last {
+                    m.insert(seg.to_string(), value);
+                    return Ok(());
+                }
+                m.entry(seg.to_string()).or_insert_with(|| Value::Object(Map::new()))
+            }
+            Value::Array(a) => {
+                let idx = match seg.parse::<usize>() {
+                    Ok(i) if i < a.len() => i,
+                    Ok(i) if i == a.len() && last => {
+                        a.push(value);
+                        return Ok(());
+                    }
+                    Ok(i) => return Err(StoreError::Invalid(format!("index {i} is out of range at \"{here}\""))),
+                    Err(_) => a
+                        .iter()
+                        .position(|e| named(e, seg))
+                        .ok_or_else(|| StoreError::Invalid(format!("no element named \"{seg}\" at \"{here}\"")))?,
+                };
+                if last {
+                    a[idx] = value;
+                    return Ok(());
+                }
+                &mut a[idx]
+            }
+            _ => return Err(StoreError::Invalid(format!("\"{}\" is not an object or list", segs[..i].join(".")))),
+        };
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Agent write policy (sys_update_config rules 2–4 and 8).
+
+/// Why an agent's config write is refused.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ConfigRefusal {
+    /// A hard error with no approval path.
+    Hard(String),
+    /// A lock a human may override once.
+    Lock(Denial),
+}
+
+const HINT: &str = " Use sys_get_config to see the current configuration.";
+
+/// Check an agent's write to `path` against the owner-only fields, the
+/// guard-system paths and the locks.
+pub fn agent_write_policy(cfg: &Value, path: &str) -> std::result::Result<(), ConfigRefusal> {
+    let segs: Vec<&str> = path.split('.').collect();
+    if segs.iter().any(|s| *s == "locked" || *s == "locked_fields") {
+        return Err(ConfigRefusal::Hard(format!("Cannot modify locking configuration.{HINT}")));
+    }
+    if segs.iter().any(|s| *s == "restricted" || *s == "restricted_methods") {
+        return Err(ConfigRefusal::Hard(format!("Cannot modify restriction configuration.{HINT}")));
+    }
+    if ["adf_version", "id", "metadata", "locked_fields", "providers"].contains(&segs[0]) {
+        return Err(ConfigRefusal::Hard(format!("Cannot modify \"{}\": it is owner-only.{HINT}", segs[0])));
+    }
+    let guard = path == "security"
+        || path == "security.allow_unsigned"
+        || path == "security.require_middleware_authorization"
+        || path.starts_with("security.middleware")
+        || path.starts_with("security.fetch_middleware");
+    if guard {
+        return Err(ConfigRefusal::Hard(format!(
+            "Cannot modify \"{path}\": security guard settings are changed by the owner only.{HINT}"
+        )));
+    }
+    let mut locks: Vec<String> = vec!["security.allow_local_fetch".into(), "stream_bind".into()];
+    if let Some(Value::Array(lf)) = cfg.get("locked_fields") {
+        locks.extend(lf.iter().filter_map(Value::as_str).map(str::to_string));
+    }
+    let covered = |lock: &str| path == lock || path.starts_with(&format!("{lock}.")) || lock.starts_with(&format!("{path}."));
+    if let Some(lock) = locks.iter().find(|l| covered(l)) {
+        return Err(ConfigRefusal::Lock(Denial::new(
+            DenialKind::ConfigLock,
+            path,
+            "locked",
+            format!("Cannot modify \"{path}\": it is locked ({lock}).{HINT}"),
+        )));
+    }
+    // An item with `locked: true` anywhere along the path.
+    let mut cur = cfg;
+    for seg in &segs {
+        match get_path(cur, seg) {
+            Some(next) => {
+                if next.get("locked").and_then(Value::as_bool) == Some(true) {
+                    return Err(ConfigRefusal::Lock(Denial::new(
+                        DenialKind::ConfigLock,
+                        path,
+                        "locked",
+                        format!("Cannot modify \"{path}\": the item is locked.{HINT}"),
+                    )));
+                }
+                cur = next;
+            }
+            None => break,
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Load-time patches (format.md §7.1).
+
+/// Apply the reference's load-time patches; true when anything changed.
+pub fn load_patches(cfg: &mut Value, meta_handle: Option<&str>) -> bool {
+    let mut changed = false;
+    let Some(obj) = cfg.as_object_mut() else { return false };
+    if !obj.contains_key("handle") {
+        if let Some(h) = meta_handle.filter(|h| !h.is_empty()) {
+            obj.insert("handle".into(), Value::String(h.into()));
+            changed = true;
+        }
+    }
+    if let Some(Value::Array(tools)) = obj.get_mut("tools") {
+        for t in tools.iter_mut().filter_map(Value::as_object_mut) {
+            if t.get("name").and_then(Value::as_str) == Some("msg_list_agents") {
+                t.insert("name".into(), Value::String("agent_discover".into()));
+                changed = true;
+            }
+            if !t.contains_key("visible") {
+                let en = t.get("enabled").and_then(Value::as_bool).unwrap_or(false);
+                t.insert("visible".into(), Value::Bool(en));
+                changed = true;
+            }
+        }
+        for &(name, e, vis, r) in super::defaults::DEFAULT_TOOLS {
+            if !tools.iter().any(|t| t.get("name").and_then(Value::as_str) == Some(name)) {
+                tools.push(super::defaults::tool_declaration(name, e, vis, r));
+                changed = true;
+            }
+        }
+    }
+    changed
+}
+
+// ---------------------------------------------------------------------------
+// Store operations.
+
+impl Store {
+    /// The raw config document.
+    pub fn config_value(&self) -> Result<Value> {
+        let text: Option<String> = self
+            .conn()
+            .query_row("SELECT config_json FROM adf_config WHERE id = 1", [], |r| r.get(0))
+            .optional()
+            .at(self.path())?;
+        let text = text.ok_or_else(|| StoreError::Invalid(format!("{}: adf_config has no row", self.path().display())))?;
+        serde_json::from_str(&text)
+            .map_err(|e| StoreError::Invalid(format!("{}: adf_config is not valid JSON: {e}", self.path().display())))
+    }
+
+    /// The typed config.
+    pub fn config(&self) -> Result<AgentConfig> {
+        let v = self.config_value()?;
+        AgentConfig::from_value(&v)
+            .map_err(|e| StoreError::Invalid(format!("{}: config does not fit the schema: {e}", self.path().display())))
+    }
+
+    /// Replace the whole document, rejecting only newly introduced issues.
+    /// Stamps `metadata.updated_at` and mirrors name/handle/updated_at into meta.
+    pub fn config_replace(&mut self, mut next: Value) -> Result<()> {
+        let before = self.config_value()?;
+        let fresh = new_issues(&before, &next);
+        if !fresh.is_empty() {
+            let list = fresh.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
+            return Err(StoreError::Invalid(format!("invalid config: {list}")));
+        }
+        let now = now_iso();
+        if let Some(m) = next.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.insert("updated_at".into(), Value::String(now.clone()));
+        }
+        let file = self.path().to_path_buf();
+        self.write(|tx| write_config(tx, &next, &now).at(&file))
+    }
+
+    /// Set one dotted path as the given caller.
+    pub fn config_set(&mut self, caller: Caller, path: &str, value: Value) -> Result<()> {
+        let mut cfg = self.config_value()?;
+        if caller != Caller::Owner {
+            if let Err(refusal) = agent_write_policy(&cfg, path) {
+                match refusal {
+                    ConfigRefusal::Hard(msg) => return Err(StoreError::Invalid(msg)),
+                    ConfigRefusal::Lock(d) if !caller.bypasses() => return Err(StoreError::Denied(d)),
+                    ConfigRefusal::Lock(_) => {}
+                }
+            }
+        }
+        set_path(&mut cfg, path, value)?;
+        self.config_replace(cfg)
+    }
+}
+
+/// Write the document and its meta mirrors (used by create and writes).
+pub(crate) fn write_config(conn: &rusqlite::Connection, cfg: &Value, now: &str) -> rusqlite::Result<()> {
+    conn.execute(
+        "INSERT OR REPLACE INTO adf_config(id, config_json, updated_at) VALUES (1, ?1, ?2)",
+        params![serde_json::to_string(cfg).unwrap_or_default(), now],
+    )?;
+    if let Some(name) = cfg.get("name").and_then(Value::as_str) {
+        Store::meta_put_system(conn, "adf_name", name, MetaProtection::None)?;
+    }
+    if let Some(handle) = cfg.get("handle").and_then(Value::as_str) {
+        Store::meta_put_system(conn, "adf_handle", handle, MetaProtection::None)?;
+    }
+    Store::meta_put_system(conn, "adf_updated_at", now, MetaProtection::None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn fresh() -> Value {
+        super::super::defaults::new_config(&super::super::defaults::ConfigSeed {
+            id: "abcdefghijkl",
+            name: "t",
+            now: "2026-01-01T00:00:00.000Z",
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn fresh_config_has_only_the_reference_issues() {
+        let issues = validate(&fresh());
+        let paths: Vec<_> = issues.iter().map(|i| i.path.as_str()).collect();
+        assert_eq!(paths, ["instructions", "model.provider"]);
+    }
+
+    #[test]
+    fn only_new_issues_are_rejected() {
+        let before = fresh();
+        let mut after = before.clone();
+        set_path(&mut after, "description", json!("still fine")).unwrap();
+        assert!(new_issues(&before, &after).is_empty());
+        set_path(&mut after, "model.temperature", json!(3)).unwrap();
+        let n = new_issues(&before, &after);
+        assert_eq!(n.len(), 1);
+        assert_eq!(n[0].path, "model.temperature");
+    }
+
+    #[test]
+    fn named_segments_select_array_elements() {
+        let mut cfg = fresh();
+        set_path(&mut cfg, "tools.fs_delete.enabled", json!(true)).unwrap();
+        assert_eq!(get_path(&cfg, "tools.fs_delete.enabled"), Some(&json!(true)));
+        assert_eq!(get_path(&cfg, "tools.3.name"), Some(&json!("fs_delete")));
+        assert!(set_path(&mut cfg, "tools.nope.enabled", json!(true)).is_err());
+        assert!(set_path(&mut cfg, "bogus.x", json!(1)).is_err());
+    }
+
+    #[test]
+    fn restricted_methods_default_and_replace() {
+        let mut v = fresh();
+        v["code_execution"].as_object_mut().unwrap().remove("restricted_methods");
+        assert_eq!(AgentConfig::from_value(&v).unwrap().restricted_methods(), ["attestation_issue"]);
+        v["code_execution"]["restricted_methods"] = json!(["model_invoke"]);
+        assert_eq!(AgentConfig::from_value(&v).unwrap().restricted_methods(), ["model_invoke"]);
+        v["code_execution"]["restricted_methods"] = json!([]);
+        assert!(AgentConfig::from_value(&v).unwrap().restricted_methods().is_empty());
+    }
+
+    #[test]
+    fn duplicate_tools_first_wins_sticky_flags() {
+        let mut v = fresh();
+        v["tools"] = json!([
+            {"name": "fs_read", "enabled": true, "visible": true},
+            {"name": "fs_read", "enabled": false, "visible": false, "restricted": true, "locked": true},
+            {"name": "db_query", "enabled": true, "restricted": true},
+            {"name": "db_query", "enabled": false, "restricted": false}
+        ]);
+        let cfg = AgentConfig::from_value(&v).unwrap();
+        let (tools, dups) = cfg.effective_tools();
+        assert_eq!(tools.len(), 2);
+        assert!(tools[0].is_enabled() && tools[0].is_restricted() && tools[0].is_locked());
+        assert!(tools[1].is_enabled() && tools[1].is_restricted());
+        assert_eq!(dups, ["fs_read", "db_query"]);
+    }
+
+    #[test]
+    fn agent_policy_hard_errors_and_locks() {
+        let cfg = fresh();
+        for p in [
+            "locked_fields", "tools.fs_read.restricted", "code_execution.restricted_methods", "tools.fs_read.locked",
+            "adf_version", "id", "metadata.created_at", "providers", "security", "security.allow_unsigned",
+            "security.require_middleware_authorization", "security.middleware.inbox", "security.fetch_middleware",
+        ] {
+            assert!(matches!(agent_write_policy(&cfg, p), Err(ConfigRefusal::Hard(_))), "{p}");
+        }
+        for p in ["security.allow_local_fetch", "stream_bind", "stream_bind.allow_tcp_bind"] {
+            match agent_write_policy(&cfg, p) {
+                Err(ConfigRefusal::Lock(d)) => assert_eq!(d.kind, DenialKind::ConfigLock),
+                other => panic!("{p}: {other:?}"),
+            }
+        }
+        assert!(agent_write_policy(&cfg, "description").is_ok());
+        let mut locked = cfg.clone();
+        locked["locked_fields"] = json!(["model.model_id"]);
+        assert!(matches!(agent_write_policy(&locked, "model.model_id"), Err(ConfigRefusal::Lock(_))));
+        assert!(matches!(agent_write_policy(&locked, "model"), Err(ConfigRefusal::Lock(_))));
+        locked["tools"][0]["locked"] = json!(true);
+        assert!(matches!(agent_write_policy(&locked, "tools.fs_read.enabled"), Err(ConfigRefusal::Lock(_))));
+    }
+
+    #[test]
+    fn load_patches_backfill() {
+        let mut v = json!({"tools": [{"name": "msg_list_agents", "enabled": true}]});
+        assert!(load_patches(&mut v, Some("h")));
+        assert_eq!(v["handle"], "h");
+        assert_eq!(v["tools"][0]["name"], "agent_discover");
+        assert_eq!(v["tools"][0]["visible"], true);
+        assert_eq!(v["tools"].as_array().unwrap().len(), super::super::defaults::DEFAULT_TOOLS.len());
+        assert!(!load_patches(&mut v, Some("h")));
+    }
+}

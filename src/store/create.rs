@@ -1,0 +1,220 @@
+//! Creating a new agent file: schema, meta, config, seeded documents and a
+//! fresh Ed25519 identity, written in one transaction into a temporary file
+//! that is renamed into place, so a failed create leaves nothing behind
+//! (format.md §9; the meta protections reproduce the 0.4.2 outcome, §6.3).
+
+use std::path::{Path, PathBuf};
+
+use rusqlite::params;
+use serde::Serialize;
+
+use super::defaults::{self, ConfigSeed};
+use super::error::{Ctx, Result, StoreError};
+use super::meta::MetaProtection;
+use super::{Store, conn, identity, now_iso, schema};
+
+/// What to create.
+#[derive(Debug, Clone, Default)]
+pub struct NewAgent<'a> {
+    /// Display name; defaults to the file stem.
+    pub name: Option<&'a str>,
+    /// Mesh handle; slug of the name when absent.
+    pub handle: Option<&'a str>,
+    pub description: Option<&'a str>,
+    pub icon: Option<&'a str>,
+    pub provider: Option<&'a str>,
+    pub model: Option<&'a str>,
+}
+
+/// What was created.
+#[derive(Debug, Clone, Serialize)]
+pub struct Created {
+    pub path: PathBuf,
+    pub id: String,
+    pub name: String,
+    pub handle: String,
+    pub did: String,
+}
+
+/// Slug of a name: lowercase, runs of non-`[a-z0-9]` → `-`, trimmed,
+/// `untitled` when empty.
+pub fn slug(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut dash = false;
+    for c in name.chars().flat_map(char::to_lowercase) {
+        if c.is_ascii_lowercase() || c.is_ascii_digit() {
+            out.push(c);
+            dash = false;
+        } else if !dash {
+            out.push('-');
+            dash = true;
+        }
+    }
+    let s = out.trim_matches('-');
+    let s: String = s.chars().take(64).collect();
+    let s = s.trim_end_matches('-');
+    if s.is_empty() { "untitled".to_string() } else { s.to_string() }
+}
+
+/// A 12-character id from `[A-Za-z0-9]`.
+pub fn nanoid(len: usize) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    (0..len)
+        .map(|_| ALPHABET[rand::random_range(0..ALPHABET.len())] as char)
+        .collect()
+}
+
+fn valid_handle(h: &str) -> bool {
+    !h.is_empty()
+        && h.len() <= 64
+        && h.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && h.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
+/// Create a new agent file at `path` (which must not exist).
+pub fn create_file(path: &Path, opts: &NewAgent<'_>) -> Result<Created> {
+    if path.exists() {
+        return Err(StoreError::Exists { path: path.to_path_buf() });
+    }
+    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("agent");
+    let name = opts.name.unwrap_or(stem).trim();
+    if name.is_empty() || name.chars().count() > 100 {
+        return Err(StoreError::Invalid(format!("{}: name must be 1 to 100 characters", path.display())));
+    }
+    if let Some(h) = opts.handle {
+        if !valid_handle(h) {
+            return Err(StoreError::Invalid(format!(
+                "{}: handle \"{h}\" must match ^[a-z0-9][a-z0-9-]*$ (at most 64 characters)",
+                path.display()
+            )));
+        }
+    }
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if !dir.is_dir() {
+        return Err(StoreError::Invalid(format!("{}: folder {} does not exist", path.display(), dir.display())));
+    }
+    let handle = opts.handle.map(str::to_string).unwrap_or_else(|| slug(name));
+    let keys = identity::AgentKeys::generate().map_err(StoreError::Invalid)?;
+    let id = nanoid(12);
+    let now = now_iso();
+    let icon = opts
+        .icon
+        .map(str::to_string)
+        .unwrap_or_else(|| defaults::ICONS[rand::random_range(0..defaults::ICONS.len())].to_string());
+    let tmp = {
+        let mut s = path.as_os_str().to_owned();
+        s.push(format!(".creating-{}", std::process::id()));
+        PathBuf::from(s)
+    };
+    let result = write_new(&tmp, &NewFile {
+        name,
+        handle: &handle,
+        handle_given: opts.handle.is_some(),
+        id: &id,
+        now: &now,
+        icon: &icon,
+        description: opts.description.unwrap_or(""),
+        provider: opts.provider.unwrap_or(""),
+        model: opts.model.unwrap_or(""),
+        keys: &keys,
+    })
+    .and_then(|()| {
+        // No-clobber rename: a hard link fails if the target appeared meanwhile.
+        std::fs::hard_link(&tmp, path).map_err(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => StoreError::Exists { path: path.to_path_buf() },
+            _ => StoreError::Io { path: path.to_path_buf(), source: e },
+        })
+    });
+    for suffix in ["", "-wal", "-shm"] {
+        let mut s = tmp.as_os_str().to_owned();
+        s.push(suffix);
+        let _ = std::fs::remove_file(PathBuf::from(s));
+    }
+    result?;
+    Ok(Created { path: path.to_path_buf(), id, name: name.to_string(), handle, did: keys.did })
+}
+
+struct NewFile<'a> {
+    name: &'a str,
+    handle: &'a str,
+    handle_given: bool,
+    id: &'a str,
+    now: &'a str,
+    icon: &'a str,
+    description: &'a str,
+    provider: &'a str,
+    model: &'a str,
+    keys: &'a identity::AgentKeys,
+}
+
+fn write_new(tmp: &Path, f: &NewFile<'_>) -> Result<()> {
+    let _ = std::fs::remove_file(tmp);
+    let mut c = conn::open(tmp, true, false)?;
+    let tx = c.transaction().at(tmp)?;
+    schema::create(&tx).at(tmp)?;
+    let put = |key: &str, value: &str, p: MetaProtection| Store::meta_put_system(&tx, key, value, p);
+    put("adf_version", schema::ADF_FORMAT_VERSION, MetaProtection::Readonly).at(tmp)?;
+    put("adf_schema_version", &schema::ADF_SCHEMA_VERSION.to_string(), MetaProtection::Readonly).at(tmp)?;
+    let cfg = defaults::new_config(&ConfigSeed {
+        id: f.id,
+        name: f.name,
+        description: f.description,
+        icon: f.icon,
+        handle: f.handle_given.then_some(f.handle),
+        provider: f.provider,
+        model_id: f.model,
+        now: f.now,
+    });
+    super::config::write_config(&tx, &cfg, f.now).at(tmp)?;
+    put("adf_name", f.name, MetaProtection::Readonly).at(tmp)?;
+    put("adf_handle", f.handle, MetaProtection::Readonly).at(tmp)?;
+    put("adf_parent_did", "", MetaProtection::Readonly).at(tmp)?;
+    put("adf_created_at", f.now, MetaProtection::Readonly).at(tmp)?;
+    put("adf_updated_at", f.now, MetaProtection::Readonly).at(tmp)?;
+    put("status", "", MetaProtection::None).at(tmp)?;
+    let date = &f.now[..10];
+    for (path, text) in defaults::seeded_files(f.name, date) {
+        tx.execute(
+            "INSERT INTO adf_files(path, content, mime_type, size, protection, authorized, created_at, updated_at)
+             VALUES (?1, ?2, 'text/markdown', ?3, 'no_delete', 0, ?4, ?4)",
+            params![path, text.as_bytes(), text.len() as i64, f.now],
+        )
+        .at(tmp)?;
+    }
+    for (purpose, value) in [
+        (identity::PURPOSE_PRIVATE, &f.keys.private_der),
+        (identity::PURPOSE_PUBLIC, &f.keys.public_der),
+    ] {
+        tx.execute(
+            "INSERT INTO adf_identity(purpose, value, encryption_algo, code_access) VALUES (?1, ?2, 'plain', 0)",
+            params![purpose, value],
+        )
+        .at(tmp)?;
+    }
+    put("adf_did", &f.keys.did, MetaProtection::Readonly).at(tmp)?;
+    put("adf_clean_close", &now_iso(), MetaProtection::Readonly).at(tmp)?;
+    tx.commit().at(tmp)?;
+    c.close().map_err(|(_, e)| super::error::classify(tmp, e))?;
+    Ok(())
+}
+
+impl Store {
+    /// Create a new agent file and open it.
+    pub fn create(path: impl AsRef<Path>, opts: &NewAgent<'_>) -> Result<(Store, Created)> {
+        let created = create_file(path.as_ref(), opts)?;
+        Ok((Store::open(path)?, created))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slugs() {
+        assert_eq!(slug("Fresh Headless!"), "fresh-headless");
+        assert_eq!(slug("  --  "), "untitled");
+        assert_eq!(slug("Été 2026"), "t-2026");
+        assert_eq!(nanoid(12).len(), 12);
+    }
+}

@@ -1,0 +1,110 @@
+//! Errors of the store layer. Every variant carries enough context (file, path,
+//! key) for the CLI to print one line that says what went wrong and where.
+
+use std::path::PathBuf;
+
+use super::access::Denial;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{path}: no such file")]
+    NotFound { path: PathBuf },
+    #[error("{path}: not a SQLite database ({detail})")]
+    NotSqlite { path: PathBuf, detail: String },
+    #[error("{path}: SQLite database but not an ADF agent file (no adf_meta table)")]
+    NotAgent { path: PathBuf },
+    #[error("{path}: corrupt and could not be repaired: {detail}")]
+    Corrupt { path: PathBuf, detail: String },
+    #[error("{path}: file is locked by another connection, try again ({detail})")]
+    Busy { path: PathBuf, detail: String },
+    #[error("{path}: held by another adf process (pid {pid} on {host}, since {since}); {hint}")]
+    Held {
+        path: PathBuf,
+        pid: u32,
+        host: String,
+        since: String,
+        hint: &'static str,
+    },
+    #[error("{path}: migration to schema version {version} failed: {detail} (the original is kept at {backup})")]
+    Migration {
+        path: PathBuf,
+        version: i64,
+        detail: String,
+        backup: PathBuf,
+    },
+    #[error("{path}: {path} already exists")]
+    Exists { path: PathBuf },
+    #[error("{path}: opened read-only, writes are refused")]
+    ReadOnly { path: PathBuf },
+    #[error("{0}")]
+    Denied(Denial),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{0}")]
+    Missing(String),
+    #[error("{path}: {source}")]
+    Sqlite {
+        path: PathBuf,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+impl StoreError {
+    /// The structured protection denial, when this error is one.
+    pub fn denial(&self) -> Option<&Denial> {
+        match self {
+            StoreError::Denied(d) => Some(d),
+            _ => None,
+        }
+    }
+}
+
+/// Attach the file path to low-level errors.
+pub(crate) trait Ctx<T> {
+    fn at(self, path: &std::path::Path) -> Result<T>;
+}
+
+impl<T> Ctx<T> for std::result::Result<T, rusqlite::Error> {
+    fn at(self, path: &std::path::Path) -> Result<T> {
+        self.map_err(|source| classify(path, source))
+    }
+}
+
+impl<T> Ctx<T> for std::result::Result<T, std::io::Error> {
+    fn at(self, path: &std::path::Path) -> Result<T> {
+        self.map_err(|source| StoreError::Io {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+}
+
+/// Turn SQLite's error codes into the cases a user can act on.
+pub(crate) fn classify(path: &std::path::Path, source: rusqlite::Error) -> StoreError {
+    use rusqlite::ErrorCode as C;
+    let path = path.to_path_buf();
+    match source.sqlite_error_code() {
+        Some(C::NotADatabase) => StoreError::NotSqlite {
+            path,
+            detail: "file is not a database".into(),
+        },
+        Some(C::DatabaseCorrupt) => StoreError::Corrupt {
+            path,
+            detail: source.to_string(),
+        },
+        Some(C::DatabaseBusy) | Some(C::DatabaseLocked) => StoreError::Busy {
+            path,
+            detail: source.to_string(),
+        },
+        _ => StoreError::Sqlite { path, source },
+    }
+}

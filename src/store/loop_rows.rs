@@ -1,0 +1,84 @@
+//! `adf_loop`: the conversation stream. Rows are appended with a lifetime
+//! `seq` that is never reused or renumbered; everything reads them in the
+//! order `COALESCE(ord, seq), seq` (format.md §3.3).
+
+use rusqlite::params;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::error::{Ctx, Result};
+use super::{Store, now_ms};
+
+/// The ordering key of the loop, used everywhere rows are read.
+pub const ORDER: &str = "COALESCE(ord, seq), seq";
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LoopRow {
+    pub seq: i64,
+    pub role: String,
+    pub content: Value,
+    pub model: Option<String>,
+    /// Usage JSON; legacy files may hold a bare integer or non-JSON text.
+    pub tokens: Option<Value>,
+    pub created_at: i64,
+    pub ord: Option<i64>,
+}
+
+/// A row to append.
+#[derive(Debug, Clone)]
+pub struct NewLoopRow<'a> {
+    pub role: &'a str,
+    pub content: &'a Value,
+    pub model: Option<&'a str>,
+    pub tokens: Option<&'a Value>,
+    pub ord: Option<i64>,
+}
+
+impl Store {
+    /// Append one row; returns its `seq`.
+    pub fn loop_append(&mut self, row: &NewLoopRow<'_>) -> Result<i64> {
+        self.writable()?;
+        let content = serde_json::to_string(row.content).unwrap_or_else(|_| "[]".into());
+        let tokens = row.tokens.map(|t| t.to_string());
+        let mut stmt = self
+            .conn()
+            .prepare_cached(
+                "INSERT INTO adf_loop(role, content_json, model, tokens, created_at, ord) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )
+            .at(self.path())?;
+        stmt.execute(params![row.role, content, row.model, tokens, now_ms(), row.ord]).at(self.path())?;
+        Ok(self.conn().last_insert_rowid())
+    }
+
+    /// Rows in loop order; `after` is an exclusive keyset cursor.
+    pub fn loop_rows(&self, limit: Option<usize>) -> Result<Vec<LoopRow>> {
+        let sql = format!(
+            "SELECT seq, role, content_json, model, tokens, created_at, ord FROM adf_loop ORDER BY {ORDER} LIMIT ?1"
+        );
+        let mut stmt = self.conn().prepare_cached(&sql).at(self.path())?;
+        let lim = limit.map(|l| l as i64).unwrap_or(-1);
+        let rows = stmt
+            .query_map([lim], |r| {
+                let content: String = r.get(2)?;
+                let tokens: Option<rusqlite::types::Value> = r.get(4)?;
+                Ok(LoopRow {
+                    seq: r.get(0)?,
+                    role: r.get(1)?,
+                    content: serde_json::from_str(&content).unwrap_or(Value::String(content)),
+                    model: r.get(3)?,
+                    tokens: tokens.map(|t| match t {
+                        rusqlite::types::Value::Integer(i) => Value::from(i),
+                        rusqlite::types::Value::Text(s) => serde_json::from_str(&s).unwrap_or(Value::String(s)),
+                        rusqlite::types::Value::Real(f) => Value::from(f),
+                        _ => Value::Null,
+                    }),
+                    created_at: r.get(5)?,
+                    ord: r.get(6)?,
+                })
+            })
+            .at(self.path())?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .at(self.path());
+        rows
+    }
+}

@@ -1,0 +1,273 @@
+//! `adf_meta`: key/value metadata with per-key protection (`none`,
+//! `readonly`, `increment`), the spec-governed `adf_*` namespace, and the
+//! atomic numeric add (format.md §6, tools.md `sys_*_meta`).
+
+use rusqlite::{OptionalExtension, TransactionBehavior, params};
+use serde::Serialize;
+
+use super::access::{Caller, Denial, DenialKind};
+use super::error::{Ctx, Result, StoreError};
+use super::Store;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MetaProtection {
+    None,
+    Readonly,
+    Increment,
+}
+
+impl MetaProtection {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MetaProtection::None => "none",
+            MetaProtection::Readonly => "readonly",
+            MetaProtection::Increment => "increment",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "none" => Ok(MetaProtection::None),
+            "readonly" => Ok(MetaProtection::Readonly),
+            "increment" => Ok(MetaProtection::Increment),
+            other => Err(StoreError::Invalid(format!(
+                "unknown meta protection \"{other}\" (expected none, readonly or increment)"
+            ))),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MetaEntry {
+    pub key: String,
+    pub value: String,
+    pub protection: MetaProtection,
+}
+
+/// Whether a key belongs to the spec-governed namespace.
+pub fn is_system_key(key: &str) -> bool {
+    key.starts_with("adf_")
+}
+
+fn parse_num(s: &str) -> Option<f64> {
+    let t = s.trim();
+    if t.is_empty() {
+        return None;
+    }
+    t.parse::<f64>().ok().filter(|f| f.is_finite())
+}
+
+/// Render a number as an integer when integral, else rounded to 10 decimals.
+pub fn render_number(n: f64) -> String {
+    if n.fract() == 0.0 && n.abs() < 9.0e15 {
+        format!("{}", n as i64)
+    } else {
+        let s = format!("{n:.10}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    }
+}
+
+fn denial(key: &str, level: &str, description: String) -> StoreError {
+    StoreError::Denied(Denial::new(DenialKind::MetaProtection, key, level, description))
+}
+
+impl Store {
+    pub fn meta_list(&self) -> Result<Vec<MetaEntry>> {
+        let mut stmt = self
+            .conn()
+            .prepare("SELECT key, value, protection FROM adf_meta ORDER BY key")
+            .at(self.path())?;
+        let rows = stmt
+            .query_map([], |r| {
+                let p: String = r.get(2)?;
+                Ok(MetaEntry {
+                    key: r.get(0)?,
+                    value: r.get(1)?,
+                    protection: MetaProtection::parse(&p).unwrap_or(MetaProtection::None),
+                })
+            })
+            .at(self.path())?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .at(self.path());
+        rows
+    }
+
+    pub fn meta_get(&self, key: &str) -> Result<Option<MetaEntry>> {
+        self.conn()
+            .query_row("SELECT key, value, protection FROM adf_meta WHERE key = ?1", [key], |r| {
+                let p: String = r.get(2)?;
+                Ok(MetaEntry {
+                    key: r.get(0)?,
+                    value: r.get(1)?,
+                    protection: MetaProtection::parse(&p).unwrap_or(MetaProtection::None),
+                })
+            })
+            .optional()
+            .at(self.path())
+    }
+
+    /// The effective protection for a caller: `adf_*` keys are readonly to
+    /// everyone but the runtime, whatever the row says.
+    fn effective(existing: Option<&MetaEntry>, key: &str) -> Option<MetaProtection> {
+        if is_system_key(key) {
+            return Some(MetaProtection::Readonly);
+        }
+        existing.map(|e| e.protection)
+    }
+
+    /// Set a value. `protection` applies on creation, or (owner and
+    /// authorized code only) changes an existing key's protection.
+    pub fn meta_set(&mut self, caller: Caller, key: &str, value: &str, protection: Option<MetaProtection>) -> Result<()> {
+        if key.is_empty() {
+            return Err(StoreError::Invalid("meta key must not be empty".into()));
+        }
+        let existing = self.meta_get(key)?;
+        let bypass = caller.bypasses();
+        let may_change_protection = caller == Caller::Owner || bypass;
+        if is_system_key(key) && !bypass {
+            return Err(denial(key, "readonly", format!("Cannot set \"{key}\": adf_* keys are managed by the runtime (readonly).")));
+        }
+        match Self::effective(existing.as_ref(), key) {
+            Some(MetaProtection::Readonly) if !bypass => {
+                let changes_protection = caller == Caller::Owner && protection.is_some_and(|p| p != MetaProtection::Readonly);
+                if !changes_protection {
+                    return Err(denial(key, "readonly", format!("Cannot set \"{key}\": key is readonly.")));
+                }
+            }
+            Some(MetaProtection::Increment) if !bypass => {
+                let changes_protection = caller == Caller::Owner && protection.is_some_and(|p| p != MetaProtection::Increment);
+                if !changes_protection {
+                    let cur = existing.as_ref().map(|e| e.value.as_str()).unwrap_or("");
+                    let (Some(old), Some(new)) = (parse_num(cur), parse_num(value)) else {
+                        return Err(StoreError::Invalid(format!(
+                            "Cannot set \"{key}\": increment keys hold numbers (current \"{cur}\", new \"{value}\")."
+                        )));
+                    };
+                    if new <= old {
+                        return Err(denial(
+                            key,
+                            "increment",
+                            format!("Cannot set \"{key}\": increment key must grow (current {cur}, new {value})."),
+                        ));
+                    }
+                }
+            }
+            _ => {}
+        }
+        let new_protection = match (&existing, protection) {
+            (None, p) => p.unwrap_or(MetaProtection::None),
+            (Some(e), Some(p)) if may_change_protection => p,
+            (Some(e), _) => e.protection,
+        };
+        if existing.is_none() && new_protection == MetaProtection::Increment && parse_num(value).is_none() {
+            return Err(StoreError::Invalid(format!("Cannot create increment key \"{key}\": value \"{value}\" is not a number.")));
+        }
+        let file = self.path().to_path_buf();
+        self.write(|tx| {
+            tx.execute(
+                "INSERT INTO adf_meta(key, value, protection) VALUES (?1, ?2, ?3)
+                 ON CONFLICT(key) DO UPDATE SET value = excluded.value, protection = excluded.protection",
+                params![key, value, new_protection.as_str()],
+            )
+            .at(&file)?;
+            if bypass && existing.as_ref().is_some_and(|e| e.protection != MetaProtection::None) {
+                super::logs::bypass(tx, key, "write to protected meta key")?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Atomically add `delta` (creating the key at `delta`); returns the new
+    /// value as stored.
+    pub fn meta_add(&mut self, caller: Caller, key: &str, delta: f64, protection: Option<MetaProtection>) -> Result<String> {
+        if !delta.is_finite() {
+            return Err(StoreError::Invalid(format!("Cannot add to \"{key}\": delta is not a number.")));
+        }
+        if is_system_key(key) && !caller.bypasses() {
+            return Err(denial(key, "readonly", format!("Cannot set \"{key}\": adf_* keys are managed by the runtime (readonly).")));
+        }
+        self.writable()?;
+        let file = self.path().to_path_buf();
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .at(&file)?;
+        let row: Option<(String, String)> = tx
+            .query_row("SELECT value, protection FROM adf_meta WHERE key = ?1", [key], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()
+            .at(&file)?;
+        let (next, prot) = match row {
+            None => (delta, protection.unwrap_or(MetaProtection::None)),
+            Some((value, prot)) => {
+                let prot = MetaProtection::parse(&prot).unwrap_or(MetaProtection::None);
+                if !caller.bypasses() {
+                    if prot == MetaProtection::Readonly {
+                        return Err(denial(key, "readonly", format!("Cannot set \"{key}\": key is readonly.")));
+                    }
+                    if prot == MetaProtection::Increment && delta <= 0.0 {
+                        return Err(denial(key, "increment", format!("Cannot add {delta} to \"{key}\": increment key only grows (delta must be > 0).")));
+                    }
+                }
+                let cur = parse_num(&value).ok_or_else(|| {
+                    StoreError::Invalid(format!("Cannot add to \"{key}\": current value \"{value}\" is not a number."))
+                })?;
+                (cur + delta, prot)
+            }
+        };
+        let rendered = render_number(next);
+        tx.execute(
+            "INSERT INTO adf_meta(key, value, protection) VALUES (?1, ?2, ?3)
+             ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            params![key, rendered, prot.as_str()],
+        )
+        .at(&file)?;
+        tx.commit().at(&file)?;
+        Ok(rendered)
+    }
+
+    /// Delete a key. Returns false when it did not exist.
+    pub fn meta_delete(&mut self, caller: Caller, key: &str) -> Result<bool> {
+        let Some(existing) = self.meta_get(key)? else { return Ok(false) };
+        let bypass = caller.bypasses();
+        if let Some(p) = Self::effective(Some(&existing), key) {
+            if p != MetaProtection::None && !bypass {
+                return Err(denial(key, p.as_str(), format!("Cannot delete \"{key}\": key is {}.", p.as_str())));
+            }
+        }
+        let file = self.path().to_path_buf();
+        self.write(|tx| {
+            tx.execute("DELETE FROM adf_meta WHERE key = ?1", [key]).at(&file)?;
+            if bypass && existing.protection != MetaProtection::None {
+                super::logs::bypass(tx, key, "delete of protected meta key")?;
+            }
+            Ok(())
+        })?;
+        Ok(true)
+    }
+
+    /// Runtime-only upsert of a system key (plain upsert: protection only on
+    /// first insert).
+    pub(crate) fn meta_put_system(conn: &rusqlite::Connection, key: &str, value: &str, protection: MetaProtection) -> rusqlite::Result<()> {
+        conn.execute(
+            "INSERT INTO adf_meta(key, value, protection) VALUES (?1, ?2, ?3)
+             ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            params![key, value, protection.as_str()],
+        )?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_render_like_the_reference() {
+        assert_eq!(render_number(3.0), "3");
+        assert_eq!(render_number(0.1 + 0.2), "0.3");
+        assert_eq!(render_number(-2.5), "-2.5");
+        assert!(parse_num("").is_none());
+        assert!(parse_num("abc").is_none());
+    }
+}

@@ -1,0 +1,451 @@
+//! The `.adf` file. A `Store` owns one SQLite connection to one agent file and
+//! is the only code that reads or writes it: opening (with the integrity gate
+//! of the clean-close marker, repair and the migration ladder), the writer
+//! lock, and the typed operations on files, meta, config, loop rows, audit
+//! and local tables. It is synchronous; the runtime calls it from a blocking
+//! task that owns the file.
+
+pub mod access;
+pub mod audit;
+mod conn;
+pub mod config;
+pub mod create;
+pub mod defaults;
+mod error;
+pub mod files;
+pub mod identity;
+pub mod lock;
+pub mod logs;
+pub mod loop_rows;
+pub mod meta;
+pub mod mime;
+pub mod schema;
+pub mod sql_guard;
+pub mod tables;
+pub mod template;
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
+
+pub use access::{Caller, Denial, DenialKind};
+pub use conn::{PRAGMAS, pragma_text, register_sqlite_vec};
+pub use create::NewAgent;
+pub use error::{Result, StoreError};
+use error::{Ctx, classify};
+pub use lock::{Holder, WriterLock, current_holder};
+pub use schema::{ADF_FORMAT_VERSION, ADF_SCHEMA_VERSION};
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// ISO-8601 UTC with milliseconds, as the reference writes timestamps.
+pub fn now_iso() -> String {
+    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
+}
+
+/// Which integrity check ran when the file was opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IntegrityCheck {
+    Skipped,
+    Quick,
+    Full,
+}
+
+/// How a file is opened.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OpenOptions {
+    /// Run the full `integrity_check` whatever the marker says.
+    pub force_integrity: bool,
+}
+
+/// One open agent file.
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+    lock: Option<WriterLock>,
+    read_only: bool,
+    closed: bool,
+    schema_version: i64,
+    integrity: IntegrityCheck,
+    migrated_from: Option<i64>,
+    warnings: Vec<String>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("path", &self.path)
+            .field("read_only", &self.read_only)
+            .finish()
+    }
+}
+
+const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
+
+fn sidecar(path: &Path, suffix: &str) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+/// Check the file looks like a whole SQLite database before SQLite touches
+/// it, so foreign and truncated files are refused without a single write.
+fn sniff(path: &Path) -> Result<()> {
+    let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => StoreError::NotFound { path: path.to_path_buf() },
+        _ => StoreError::Io { path: path.to_path_buf(), source: e },
+    })?;
+    if meta.is_dir() {
+        return Err(StoreError::Invalid(format!("{}: is a directory, not an agent file", path.display())));
+    }
+    let mut header = [0u8; 100];
+    let mut f = std::fs::File::open(path).at(path)?;
+    let n = read_up_to(&mut f, &mut header).at(path)?;
+    if n == 0 {
+        return Err(StoreError::NotAgent { path: path.to_path_buf() });
+    }
+    if n < 100 || &header[..16] != SQLITE_MAGIC {
+        return Err(StoreError::NotSqlite {
+            path: path.to_path_buf(),
+            detail: if n < 100 && header[..n.min(16)] == SQLITE_MAGIC[..n.min(16)] {
+                "header is cut short".into()
+            } else {
+                "no SQLite header".into()
+            },
+        });
+    }
+    let page_size = match u16::from_be_bytes([header[16], header[17]]) {
+        1 => 65536u64,
+        n => n as u64,
+    };
+    let pages = u32::from_be_bytes([header[28], header[29], header[30], header[31]]) as u64;
+    let counter_valid = header[24..28] == header[92..96];
+    if counter_valid && pages > 0 && meta.len() < pages * page_size {
+        return Err(StoreError::Corrupt {
+            path: path.to_path_buf(),
+            detail: format!(
+                "file is truncated: {} bytes on disk, its header says {} pages of {} bytes",
+                meta.len(),
+                pages,
+                page_size
+            ),
+        });
+    }
+    Ok(())
+}
+
+fn read_up_to(f: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read(&mut buf[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+fn has_table(conn: &Connection, path: &Path, name: &str) -> Result<bool> {
+    conn.query_row(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1",
+        [name],
+        |_| Ok(()),
+    )
+    .optional()
+    .at(path)
+    .map(|o| o.is_some())
+}
+
+fn run_check(conn: &Connection, path: &Path, pragma: &str) -> Result<Option<String>> {
+    let mut stmt = conn.prepare(&format!("PRAGMA {pragma}")).at(path)?;
+    let rows: Vec<String> = stmt
+        .query_map([], |r| r.get(0))
+        .at(path)?
+        .collect::<rusqlite::Result<_>>()
+        .at(path)?;
+    if rows.len() == 1 && rows[0] == "ok" {
+        Ok(None)
+    } else {
+        Ok(Some(rows.into_iter().take(5).collect::<Vec<_>>().join("; ")))
+    }
+}
+
+impl Store {
+    /// Open an existing agent file for writing (this process becomes its
+    /// one writer).
+    pub fn open(path: impl AsRef<Path>) -> Result<Store> {
+        Self::open_with(path, OpenOptions::default())
+    }
+
+    pub fn open_with(path: impl AsRef<Path>, opts: OpenOptions) -> Result<Store> {
+        let path = path.as_ref().to_path_buf();
+        sniff(&path)?;
+        let lock = WriterLock::acquire(&path)?;
+        let sidecars = sidecar(&path, "-wal").exists() || sidecar(&path, "-shm").exists();
+        let conn = conn::open(&path, false, false)?;
+        if !has_table(&conn, &path, "adf_meta")? {
+            return Err(StoreError::NotAgent { path });
+        }
+        let marker: Option<String> = conn
+            .query_row("SELECT value FROM adf_meta WHERE key = 'adf_clean_close'", [], |r| r.get(0))
+            .optional()
+            .at(&path)?;
+        let integrity = if opts.force_integrity || marker.is_none() {
+            IntegrityCheck::Full
+        } else if sidecars {
+            IntegrityCheck::Quick
+        } else {
+            IntegrityCheck::Skipped
+        };
+        let pragma = match integrity {
+            IntegrityCheck::Full => Some("integrity_check"),
+            IntegrityCheck::Quick => Some("quick_check"),
+            IntegrityCheck::Skipped => None,
+        };
+        let mut conn = conn;
+        if let Some(pragma) = pragma {
+            if let Some(problem) = run_check(&conn, &path, pragma)? {
+                drop(conn);
+                repair(&path, &problem)?;
+                conn = conn::open(&path, false, false)?;
+            }
+        }
+        let mut store = Store {
+            conn,
+            path,
+            lock: Some(lock),
+            read_only: false,
+            closed: false,
+            schema_version: 0,
+            integrity,
+            migrated_from: None,
+            warnings: Vec::new(),
+        };
+        store
+            .conn
+            .execute("DELETE FROM adf_meta WHERE key = 'adf_clean_close'", [])
+            .at(&store.path)?;
+        store
+            .conn
+            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+            .at(&store.path)?;
+        let version = schema::read_version(&store.conn).at(&store.path)?;
+        store.schema_version = version;
+        if version > ADF_SCHEMA_VERSION {
+            store.warnings.push(format!(
+                "{}: schema version {version} is newer than {ADF_SCHEMA_VERSION}, which this adf knows; opened without migration",
+                store.path.display()
+            ));
+        } else if version == ADF_SCHEMA_VERSION {
+            schema::force_identity_readonly(&store.conn).at(&store.path)?;
+            if !schema::own_is_current(&store.conn).at(&store.path)? {
+                schema::migrate_own(&store.conn).at(&store.path)?;
+            }
+        } else {
+            store.migrate(version)?;
+        }
+        Ok(store)
+    }
+
+    /// Open without taking the writer lock: no marker change, no migration,
+    /// every write refused. Works while another process holds the file.
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Store> {
+        let path = path.as_ref().to_path_buf();
+        sniff(&path)?;
+        let conn = match conn::open(&path, false, true) {
+            Ok(c) => c,
+            Err(_) => {
+                // A read-only folder cannot hold the -shm file: read the file
+                // as immutable instead.
+                let uri = format!("file:{}?immutable=1", path.display());
+                conn::open(Path::new(&uri), false, true)?
+            }
+        };
+        if !has_table(&conn, &path, "adf_meta")? {
+            return Err(StoreError::NotAgent { path });
+        }
+        let version = schema::read_version(&conn).at(&path)?;
+        let mut warnings = Vec::new();
+        if version != ADF_SCHEMA_VERSION {
+            warnings.push(format!(
+                "{}: schema version {version} (this adf writes {ADF_SCHEMA_VERSION}); read-only, not migrated",
+                path.display()
+            ));
+        }
+        Ok(Store {
+            conn,
+            path,
+            lock: None,
+            read_only: true,
+            closed: false,
+            schema_version: version,
+            integrity: IntegrityCheck::Skipped,
+            migrated_from: None,
+            warnings,
+        })
+    }
+
+    fn migrate(&mut self, from: i64) -> Result<()> {
+        let bak = sidecar(&self.path, ".bak");
+        backup_to(&self.conn, &self.path, &bak)?;
+        let outcome = (|| -> Result<std::result::Result<(), schema::StepFailure>> {
+            let tx = self
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .at(&self.path)?;
+            match schema::migrate(&tx, from) {
+                Ok(()) => {
+                    tx.commit().at(&self.path)?;
+                    Ok(Ok(()))
+                }
+                Err(f) => Ok(Err(f)),
+            }
+        })()?;
+        match outcome {
+            Ok(()) => {
+                let _ = std::fs::remove_file(&bak);
+                self.migrated_from = Some(from);
+                self.schema_version = ADF_SCHEMA_VERSION;
+                Ok(())
+            }
+            Err(f) => Err(StoreError::Migration {
+                path: self.path.clone(),
+                version: f.version,
+                detail: f.detail,
+                backup: bak,
+            }),
+        }
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    pub fn schema_version(&self) -> i64 {
+        self.schema_version
+    }
+
+    pub fn integrity_check(&self) -> IntegrityCheck {
+        self.integrity
+    }
+
+    /// The schema version the file was migrated from during this open.
+    pub fn migrated_from(&self) -> Option<i64> {
+        self.migrated_from
+    }
+
+    /// Warnings raised while opening (newer schema, advisory config issues…).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Direct access for read queries inside the crate.
+    pub(crate) fn conn(&self) -> &Connection {
+        &self.conn
+    }
+
+    pub(crate) fn writable(&self) -> Result<()> {
+        if self.read_only {
+            Err(StoreError::ReadOnly { path: self.path.clone() })
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Run `f` in an IMMEDIATE transaction; commit on `Ok`.
+    pub(crate) fn write<T>(&mut self, f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T>) -> Result<T> {
+        self.writable()?;
+        let path = self.path.clone();
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .at(&path)?;
+        let out = f(&tx)?;
+        tx.commit().at(&path)?;
+        Ok(out)
+    }
+
+    /// Close cleanly: write the clean-close marker as the last write, let
+    /// SQLite checkpoint the WAL into the file, release the writer lock.
+    pub fn close(mut self) -> Result<()> {
+        self.finish()
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        self.closed = true;
+        if !self.read_only {
+            self.conn
+                .execute(
+                    "INSERT INTO adf_meta(key, value, protection) VALUES ('adf_clean_close', ?1, 'readonly')
+                     ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                    [now_iso()],
+                )
+                .at(&self.path)?;
+        }
+        let conn = std::mem::replace(&mut self.conn, Connection::open_in_memory().at(&self.path)?);
+        conn.close().map_err(|(_, e)| classify(&self.path, e))?;
+        self.lock.take();
+        Ok(())
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        let _ = self.finish();
+    }
+}
+
+/// Copy the database with SQLite's online backup (after a TRUNCATE
+/// checkpoint). A stale backup is renamed aside, never overwritten.
+fn backup_to(conn: &Connection, path: &Path, bak: &Path) -> Result<()> {
+    if bak.exists() {
+        let aside = sidecar(path, &format!(".bak.{}", now_ms()));
+        std::fs::rename(bak, &aside).at(bak)?;
+    }
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())).at(path)?;
+    conn.backup(rusqlite::MAIN_DB, bak, None::<fn(rusqlite::backup::Progress)>).at(bak)?;
+    Ok(())
+}
+
+/// Repair per format.md §2.1: `VACUUM INTO` a copy, move the original (and
+/// its sidecars) to `.corrupt`, put the copy in place, check it again.
+fn repair(path: &Path, problem: &str) -> Result<()> {
+    let repaired = sidecar(path, ".repaired");
+    let _ = std::fs::remove_file(&repaired);
+    let fail = |detail: String| StoreError::Corrupt { path: path.to_path_buf(), detail };
+    {
+        let conn = conn::open(path, false, false)?;
+        let target = repaired.to_string_lossy().into_owned();
+        if let Err(e) = conn.execute("VACUUM INTO ?1", [target]) {
+            let _ = std::fs::remove_file(&repaired);
+            return Err(fail(format!("{problem}; repair failed: {e}")));
+        }
+    }
+    let corrupt = sidecar(path, ".corrupt");
+    std::fs::rename(path, &corrupt).at(path)?;
+    for s in ["-wal", "-shm"] {
+        let side = sidecar(path, s);
+        if side.exists() {
+            let _ = std::fs::rename(&side, sidecar(&corrupt, s));
+        }
+    }
+    std::fs::rename(&repaired, path).at(path)?;
+    let conn = conn::open(path, false, false)?;
+    match run_check(&conn, path, "integrity_check")? {
+        None => Ok(()),
+        Some(p) => Err(fail(format!("{problem}; still corrupt after repair: {p}"))),
+    }
+}
