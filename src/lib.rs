@@ -5,4 +5,5 @@
 //! `store` (the file), `cli` (argument parsing and printing).
 
 pub mod cli;
+pub mod paths;
 pub mod store;

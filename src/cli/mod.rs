@@ -1,1 +1,173 @@
-//! placeholder
+//! The command line: argument definitions (clap) and dispatch. Every command
+//! prints for people by default and JSON with `--json`; errors come back to
+//! `main` as one line naming the file and the cause.
+
+mod bench;
+mod config;
+mod files;
+mod fleet;
+mod inspect;
+mod meta;
+mod output;
+mod sql;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+pub use output::Out;
+
+/// Run and manage AI agents that each live in one .adf file.
+#[derive(Debug, Parser)]
+#[command(name = "adf", version, about, propagate_version = true)]
+pub struct Cli {
+    /// Print machine-readable JSON instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create a new agent file.
+    New {
+        /// Where to create it (e.g. agents/scout.adf).
+        path: PathBuf,
+        /// Display name (default: the file name).
+        #[arg(long)]
+        name: Option<String>,
+        /// Mesh handle, [a-z0-9-] (default: derived from the name).
+        #[arg(long)]
+        handle: Option<String>,
+        /// Model provider: anthropic, openai, openrouter, ollama or an account id.
+        #[arg(long)]
+        provider: Option<String>,
+        /// Model id for the provider.
+        #[arg(long)]
+        model: Option<String>,
+        /// One-line description.
+        #[arg(long)]
+        description: Option<String>,
+    },
+    /// Summarise an agent file: versions, identity, meta, config, files, tables.
+    Inspect { path: PathBuf },
+    /// The agent's files (virtual filesystem).
+    #[command(subcommand)]
+    Files(FilesCmd),
+    /// The agent's metadata keys.
+    #[command(subcommand)]
+    Meta(MetaCmd),
+    /// The agent's config document.
+    #[command(subcommand)]
+    Config(ConfigCmd),
+    /// Run SQL on an agent file, under the same guard as db_query/db_execute.
+    Sql {
+        path: PathBuf,
+        /// One statement: SELECT/WITH/EXPLAIN reads, or a write to a local_* table.
+        sql: String,
+        /// Bind parameters, as JSON values (repeatable).
+        #[arg(long = "param", short = 'p')]
+        params: Vec<String>,
+    },
+    /// Measure the hot paths and print medians.
+    Bench {
+        /// What to measure.
+        #[arg(value_enum, default_value_t = bench::Suite::Store)]
+        suite: bench::Suite,
+        /// Samples per measurement.
+        #[arg(long, default_value_t = 200)]
+        iterations: usize,
+    },
+    /// List the agents of the fleet (the default when no command is given).
+    Agents,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum FilesCmd {
+    /// List files, optionally only those under PREFIX.
+    Ls { path: PathBuf, prefix: Option<String> },
+    /// Write a file's exact bytes to stdout.
+    Cat { path: PathBuf, file: String },
+    /// Write a file from LOCAL, or from stdin when LOCAL is absent or "-".
+    Put {
+        path: PathBuf,
+        file: String,
+        local: Option<PathBuf>,
+        /// MIME type (default: from the file name).
+        #[arg(long)]
+        mime: Option<String>,
+        /// Protection for a new file: read_only, no_delete or none.
+        #[arg(long)]
+        protection: Option<String>,
+    },
+    /// Delete a file (protected files are refused).
+    Rm { path: PathBuf, file: String },
+    /// Set a file's protection.
+    Protect {
+        path: PathBuf,
+        file: String,
+        /// read_only, no_delete or none.
+        level: String,
+    },
+    /// Rename a file.
+    Mv { path: PathBuf, from: String, to: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MetaCmd {
+    /// List every key with its protection.
+    Ls { path: PathBuf },
+    /// Print one key's value.
+    Get { path: PathBuf, key: String },
+    /// Set a key (protection applies on creation, or changes it).
+    Set {
+        path: PathBuf,
+        key: String,
+        value: String,
+        /// none, readonly or increment.
+        #[arg(long)]
+        protection: Option<String>,
+    },
+    /// Add a number to a key atomically.
+    Add {
+        path: PathBuf,
+        key: String,
+        #[arg(allow_hyphen_values = true)]
+        delta: f64,
+    },
+    /// Delete a key.
+    Rm { path: PathBuf, key: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCmd {
+    /// Print the config, or the value at DOTTED.KEY (tools.fs_read.enabled).
+    Get { path: PathBuf, key: Option<String> },
+    /// Set DOTTED.KEY to a JSON value (a bare word is taken as a string).
+    Set {
+        path: PathBuf,
+        key: String,
+        #[arg(allow_hyphen_values = true)]
+        value: String,
+    },
+    /// List the config's validation issues.
+    Check { path: PathBuf },
+}
+
+/// Run one parsed command line.
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    let out = Out::new(cli.json);
+    match cli.command {
+        None | Some(Command::Agents) => fleet::agents(&out),
+        Some(Command::New { path, name, handle, provider, model, description }) => {
+            fleet::new(&out, &path, name, handle, provider, model, description)
+        }
+        Some(Command::Inspect { path }) => inspect::run(&out, &path),
+        Some(Command::Files(cmd)) => files::run(&out, cmd),
+        Some(Command::Meta(cmd)) => meta::run(&out, cmd),
+        Some(Command::Config(cmd)) => config::run(&out, cmd),
+        Some(Command::Sql { path, sql, params }) => sql::run(&out, &path, &sql, &params),
+        Some(Command::Bench { suite, iterations }) => bench::run(&out, suite, iterations),
+    }
+}

@@ -13,7 +13,7 @@ pub enum StoreError {
     NotSqlite { path: PathBuf, detail: String },
     #[error("{path}: SQLite database but not an ADF agent file (no adf_meta table)")]
     NotAgent { path: PathBuf },
-    #[error("{path}: corrupt and could not be repaired: {detail}")]
+    #[error("{path}: corrupt: {detail}")]
     Corrupt { path: PathBuf, detail: String },
     #[error("{path}: file is locked by another connection, try again ({detail})")]
     Busy { path: PathBuf, detail: String },
@@ -32,7 +32,7 @@ pub enum StoreError {
         detail: String,
         backup: PathBuf,
     },
-    #[error("{path}: {path} already exists")]
+    #[error("{path}: already exists (adf never overwrites an agent file)")]
     Exists { path: PathBuf },
     #[error("{path}: opened read-only, writes are refused")]
     ReadOnly { path: PathBuf },

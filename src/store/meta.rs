@@ -190,7 +190,7 @@ impl Store {
         self.writable()?;
         let file = self.path().to_path_buf();
         let tx = self
-            .conn
+            .conn_mut()
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .at(&file)?;
         let row: Option<(String, String)> = tx

@@ -65,7 +65,7 @@ pub struct OpenOptions {
 
 /// One open agent file.
 pub struct Store {
-    conn: Connection,
+    conn: Option<Connection>,
     path: PathBuf,
     lock: Option<WriterLock>,
     read_only: bool,
@@ -93,9 +93,43 @@ fn sidecar(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(s)
 }
 
+/// Files this process has open, by canonical path. Closing any descriptor of
+/// a file drops every POSIX lock the process holds on it, SQLite's included,
+/// so the header sniff must not open a file another `Store` here is using.
+static OPEN_FILES: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+fn canonical(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+fn register(path: &Path) {
+    if let Ok(mut open) = OPEN_FILES.lock() {
+        open.push(canonical(path));
+    }
+}
+
+fn unregister(path: &Path) {
+    let c = canonical(path);
+    if let Ok(mut open) = OPEN_FILES.lock() {
+        if let Some(i) = open.iter().position(|p| *p == c) {
+            open.swap_remove(i);
+        }
+    }
+}
+
+fn is_open_here(path: &Path) -> bool {
+    let c = canonical(path);
+    OPEN_FILES.lock().map(|open| open.contains(&c)).unwrap_or(false)
+}
+
 /// Check the file looks like a whole SQLite database before SQLite touches
 /// it, so foreign and truncated files are refused without a single write.
 fn sniff(path: &Path) -> Result<()> {
+    if is_open_here(path) {
+        // Already open in this process, so already checked; reading it
+        // through a new descriptor would drop SQLite's locks when closed.
+        return Ok(());
+    }
     let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => StoreError::NotFound { path: path.to_path_buf() },
         _ => StoreError::Io { path: path.to_path_buf(), source: e },
@@ -188,6 +222,8 @@ impl Store {
         let lock = WriterLock::acquire(&path)?;
         let sidecars = sidecar(&path, "-wal").exists() || sidecar(&path, "-shm").exists();
         let conn = conn::open(&path, false, false)?;
+        register(&path);
+        let registered = Registered(path.clone());
         if !has_table(&conn, &path, "adf_meta")? {
             return Err(StoreError::NotAgent { path });
         }
@@ -216,7 +252,7 @@ impl Store {
             }
         }
         let mut store = Store {
-            conn,
+            conn: Some(conn),
             path,
             lock: Some(lock),
             read_only: false,
@@ -227,14 +263,15 @@ impl Store {
             warnings: Vec::new(),
         };
         store
-            .conn
+            .conn()
             .execute("DELETE FROM adf_meta WHERE key = 'adf_clean_close'", [])
             .at(&store.path)?;
-        store
-            .conn
-            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
-            .at(&store.path)?;
-        let version = schema::read_version(&store.conn).at(&store.path)?;
+        // The reference checkpoints here so the deletion reaches the main
+        // file at once. adf does not: a process crash keeps the WAL (and the
+        // deletion in it), and a lost WAL leaves sidecars that trigger
+        // quick_check; the checkpoint cost two fsyncs on every open.
+        std::mem::forget(registered);
+        let version = schema::read_version(store.conn()).at(&store.path)?;
         store.schema_version = version;
         if version > ADF_SCHEMA_VERSION {
             store.warnings.push(format!(
@@ -242,9 +279,9 @@ impl Store {
                 store.path.display()
             ));
         } else if version == ADF_SCHEMA_VERSION {
-            schema::force_identity_readonly(&store.conn).at(&store.path)?;
-            if !schema::own_is_current(&store.conn).at(&store.path)? {
-                schema::migrate_own(&store.conn).at(&store.path)?;
+            schema::force_identity_readonly(store.conn()).at(&store.path)?;
+            if !schema::own_is_current(store.conn()).at(&store.path)? {
+                schema::migrate_own(store.conn()).at(&store.path)?;
             }
         } else {
             store.migrate(version)?;
@@ -266,10 +303,13 @@ impl Store {
                 conn::open(Path::new(&uri), false, true)?
             }
         };
+        register(&path);
+        let registered = Registered(path.clone());
         if !has_table(&conn, &path, "adf_meta")? {
             return Err(StoreError::NotAgent { path });
         }
         let version = schema::read_version(&conn).at(&path)?;
+        std::mem::forget(registered);
         let mut warnings = Vec::new();
         if version != ADF_SCHEMA_VERSION {
             warnings.push(format!(
@@ -278,7 +318,7 @@ impl Store {
             ));
         }
         Ok(Store {
-            conn,
+            conn: Some(conn),
             path,
             lock: None,
             read_only: true,
@@ -292,15 +332,16 @@ impl Store {
 
     fn migrate(&mut self, from: i64) -> Result<()> {
         let bak = sidecar(&self.path, ".bak");
-        backup_to(&self.conn, &self.path, &bak)?;
+        backup_to(self.conn(), &self.path, &bak)?;
+        let path = self.path.clone();
         let outcome = (|| -> Result<std::result::Result<(), schema::StepFailure>> {
             let tx = self
-                .conn
+                .conn_mut()
                 .transaction_with_behavior(TransactionBehavior::Immediate)
-                .at(&self.path)?;
+                .at(&path)?;
             match schema::migrate(&tx, from) {
                 Ok(()) => {
-                    tx.commit().at(&self.path)?;
+                    tx.commit().at(&path)?;
                     Ok(Ok(()))
                 }
                 Err(f) => Ok(Err(f)),
@@ -351,7 +392,12 @@ impl Store {
 
     /// Direct access for read queries inside the crate.
     pub(crate) fn conn(&self) -> &Connection {
-        &self.conn
+        // Only `finish` takes the connection, and nothing runs after it.
+        self.conn.as_ref().expect("connection used after close")
+    }
+
+    pub(crate) fn conn_mut(&mut self) -> &mut Connection {
+        self.conn.as_mut().expect("connection used after close")
     }
 
     pub(crate) fn writable(&self) -> Result<()> {
@@ -367,7 +413,7 @@ impl Store {
         self.writable()?;
         let path = self.path.clone();
         let tx = self
-            .conn
+            .conn_mut()
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .at(&path)?;
         let out = f(&tx)?;
@@ -386,8 +432,9 @@ impl Store {
             return Ok(());
         }
         self.closed = true;
+        let Some(conn) = self.conn.take() else { return Ok(()) };
         if !self.read_only {
-            self.conn
+            conn
                 .execute(
                     "INSERT INTO adf_meta(key, value, protection) VALUES ('adf_clean_close', ?1, 'readonly')
                      ON CONFLICT(key) DO UPDATE SET value = excluded.value",
@@ -395,10 +442,19 @@ impl Store {
                 )
                 .at(&self.path)?;
         }
-        let conn = std::mem::replace(&mut self.conn, Connection::open_in_memory().at(&self.path)?);
-        conn.close().map_err(|(_, e)| classify(&self.path, e))?;
+        let closed = conn.close().map_err(|(_, e)| classify(&self.path, e));
+        unregister(&self.path);
         self.lock.take();
-        Ok(())
+        closed
+    }
+}
+
+/// Unregisters a path if an open fails before the `Store` exists.
+struct Registered(PathBuf);
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        unregister(&self.0);
     }
 }
 
@@ -431,7 +487,7 @@ fn repair(path: &Path, problem: &str) -> Result<()> {
         let target = repaired.to_string_lossy().into_owned();
         if let Err(e) = conn.execute("VACUUM INTO ?1", [target]) {
             let _ = std::fs::remove_file(&repaired);
-            return Err(fail(format!("{problem}; repair failed: {e}")));
+            return Err(fail(format!("{problem}; could not be repaired: {e}")));
         }
     }
     let corrupt = sidecar(path, ".corrupt");

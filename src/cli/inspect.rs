@@ -1,0 +1,147 @@
+//! `adf inspect PATH`: what an agent file holds, without secrets: versions,
+//! identity, meta, config summary, files, table row counts, pragmas.
+
+use std::path::Path;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::output::{self, Out, at, close, open_for_read};
+use crate::store::files::FileEntry;
+use crate::store::meta::MetaEntry;
+use crate::store::tables::TableInfo;
+use crate::store::{IntegrityCheck, Store, config, pragma_text};
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub path: String,
+    pub read_only: bool,
+    pub format_version: Option<String>,
+    pub schema_version: i64,
+    pub migrated_from: Option<i64>,
+    pub integrity_check: IntegrityCheck,
+    pub did: Option<String>,
+    pub name: Option<String>,
+    pub handle: Option<String>,
+    pub warnings: Vec<String>,
+    pub pragmas: serde_json::Map<String, Value>,
+    pub summary: Value,
+    pub config_issues: Vec<config::Issue>,
+    pub meta: Vec<MetaEntry>,
+    pub config: Value,
+    pub files: Vec<FileEntry>,
+    pub identity: Vec<IdentityRow>,
+    pub tables: Vec<TableInfo>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct IdentityRow {
+    pub purpose: String,
+    pub encryption_algo: Option<String>,
+    pub value_len: i64,
+    pub code_access: bool,
+}
+
+fn report(store: &Store) -> crate::store::Result<Report> {
+    let meta = store.meta_list()?;
+    let get = |k: &str| meta.iter().find(|m| m.key == k).map(|m| m.value.clone());
+    let cfg = store.config_value()?;
+    let mut pragmas = serde_json::Map::new();
+    for p in ["journal_mode", "synchronous", "busy_timeout", "foreign_keys", "page_size"] {
+        pragmas.insert(p.into(), Value::String(pragma_text(store.conn(), p)?));
+    }
+    let typed = config::AgentConfig::from_value(&cfg).unwrap_or_default();
+    let (tools, _) = typed.effective_tools();
+    let s = |p: &str| cfg.pointer(p).cloned().unwrap_or(Value::Null);
+    let summary = serde_json::json!({
+        "state": s("/state"),
+        "autonomous": s("/autonomous"),
+        "autostart": s("/autostart"),
+        "provider": s("/model/provider"),
+        "model": s("/model/model_id"),
+        "tools_enabled": tools.iter().filter(|t| t.is_enabled()).map(|t| t.name.clone()).collect::<Vec<_>>(),
+        "tools_restricted": tools.iter().filter(|t| t.is_restricted()).map(|t| t.name.clone()).collect::<Vec<_>>(),
+        "triggers_enabled": cfg.get("triggers").and_then(Value::as_object).map(|t| t.iter()
+            .filter(|(_, v)| v.get("enabled").and_then(Value::as_bool) == Some(true))
+            .map(|(k, _)| k.clone()).collect::<Vec<_>>()),
+        "security_level": s("/security/level"),
+        "visibility": s("/messaging/visibility"),
+    });
+    Ok(Report {
+        path: store.path().display().to_string(),
+        read_only: store.is_read_only(),
+        format_version: get("adf_version"),
+        schema_version: store.schema_version(),
+        migrated_from: store.migrated_from(),
+        integrity_check: store.integrity_check(),
+        did: get("adf_did"),
+        name: get("adf_name"),
+        handle: get("adf_handle"),
+        warnings: store.warnings().to_vec(),
+        pragmas,
+        summary,
+        config_issues: config::validate(&cfg),
+        meta,
+        config: cfg,
+        files: store.file_list("")?,
+        identity: identity_rows(store)?,
+        tables: store.tables()?,
+    })
+}
+
+fn identity_rows(store: &Store) -> crate::store::Result<Vec<IdentityRow>> {
+    let conn = store.conn();
+    let mut stmt = conn
+        .prepare("SELECT purpose, encryption_algo, length(value), code_access FROM adf_identity ORDER BY purpose")
+        .map_err(|e| crate::store::StoreError::Invalid(e.to_string()))?;
+    let rows = stmt
+        .query_map([], |r| {
+            Ok(IdentityRow {
+                purpose: r.get(0)?,
+                encryption_algo: r.get(1)?,
+                value_len: r.get(2)?,
+                code_access: r.get::<_, i64>(3)? != 0,
+            })
+        })
+        .and_then(|it| it.collect::<rusqlite::Result<Vec<_>>>())
+        .map_err(|e| crate::store::StoreError::Invalid(e.to_string()));
+    rows
+}
+
+pub fn run(out: &Out, path: &Path) -> anyhow::Result<()> {
+    let store = open_for_read(path)?;
+    let r = report(&store).map_err(|e| at(path, e))?;
+    close(store)?;
+    if out.json {
+        return out.json(&r);
+    }
+    let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    out.line(format!("{}{}", r.path, if r.read_only { "  (read-only: held by another process)" } else { "" }))?;
+    out.line(format!("  name      {}", opt(&r.name)))?;
+    out.line(format!("  handle    {}", opt(&r.handle)))?;
+    out.line(format!("  did       {}", opt(&r.did)))?;
+    let migrated = r.migrated_from.map(|v| format!(" (migrated from {v})")).unwrap_or_default();
+    out.line(format!("  format    {}  schema {}{migrated}", opt(&r.format_version), r.schema_version))?;
+    let model = match (r.summary["provider"].as_str(), r.summary["model"].as_str()) {
+        (Some(p), Some(m)) if !p.is_empty() => format!("{p}/{m}"),
+        _ => "(no provider)".into(),
+    };
+    out.line(format!("  state     {}  model {model}", r.summary["state"].as_str().unwrap_or("-")))?;
+    for w in &r.warnings {
+        out.line(format!("  warning   {w}"))?;
+    }
+    for i in &r.config_issues {
+        out.line(format!("  config    {i}"))?;
+    }
+    out.line("")?;
+    out.line(format!("files ({})", r.files.len()))?;
+    for f in &r.files {
+        out.line(format!("  {:<10} {:>9}  {}", f.protection.as_str(), output::size(f.size), f.path))?;
+    }
+    out.line("")?;
+    out.line("tables")?;
+    for t in &r.tables {
+        out.line(format!("  {:<24} {}", t.name, t.rows))?;
+    }
+    Ok(())
+}
