@@ -891,4 +891,105 @@ mod tests {
         assert_eq!(v["tools"].as_array().unwrap().len(), super::super::defaults::DEFAULT_TOOLS.len());
         assert!(!load_patches(&mut v, Some("h")));
     }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn leaf() -> impl Strategy<Value = Value> {
+            prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::Bool),
+                any::<i64>().prop_map(Value::from),
+                (-1e6f64..1e6).prop_map(Value::from),
+                "[ -~]{0,12}".prop_map(Value::String),
+            ]
+        }
+
+        fn json() -> impl Strategy<Value = Value> {
+            leaf().prop_recursive(3, 24, 4, |inner| {
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                    prop::collection::btree_map("[a-z_]{1,8}", inner, 0..4)
+                        .prop_map(|m| Value::Object(m.into_iter().collect())),
+                ]
+            })
+        }
+
+        fn unknown_key() -> impl Strategy<Value = String> {
+            "x_[a-z]{1,8}"
+        }
+
+        prop_compose! {
+            fn config()(
+                top in prop::collection::btree_map(unknown_key(), json(), 0..3),
+                model_extra in prop::collection::btree_map(unknown_key(), json(), 0..3),
+                tool_extra in prop::collection::btree_map(unknown_key(), json(), 0..2),
+                temp in prop::option::of(0.0f64..2.0),
+                max_turns in prop::option::of(0u64..1000),
+                name in "[a-zA-Z0-9 ]{1,20}",
+                enabled in any::<bool>(),
+            ) -> Value {
+                let mut v = fresh();
+                v["name"] = json!(name);
+                for (k, x) in top { v[k.as_str()] = x; }
+                for (k, x) in model_extra { v["model"][k.as_str()] = x; }
+                for (k, x) in tool_extra { v["tools"][0][k.as_str()] = x; }
+                v["model"]["temperature"] = temp.map(Value::from).unwrap_or(Value::Null);
+                v["limits"]["max_active_turns"] = max_turns.map(Value::from).unwrap_or(Value::Null);
+                v["tools"][1]["enabled"] = json!(enabled);
+                v
+            }
+        }
+
+        fn collect_unknown(v: &Value, prefix: &str, out: &mut Vec<(String, Value)>) {
+            if let Value::Object(m) = v {
+                for (k, x) in m {
+                    let p = format!("{prefix}/{k}");
+                    if k.starts_with("x_") {
+                        out.push((p, x.clone()));
+                    } else {
+                        collect_unknown(x, &p, out);
+                    }
+                }
+            } else if let Value::Array(a) = v {
+                for (i, x) in a.iter().enumerate() {
+                    collect_unknown(x, &format!("{prefix}/{i}"), out);
+                }
+            }
+        }
+
+        proptest! {
+            #[test]
+            fn parse_serialise_parse_is_identity(v in config()) {
+                let first = AgentConfig::from_value(&v).unwrap();
+                let again = first.to_value();
+                let second = AgentConfig::from_value(&again).unwrap();
+                prop_assert_eq!(&first, &second);
+                // Unknown keys survive, with their values.
+                let mut unknown = Vec::new();
+                collect_unknown(&v, "", &mut unknown);
+                for (ptr, x) in unknown {
+                    prop_assert_eq!(again.pointer(&ptr), Some(&x), "lost {}", ptr);
+                }
+                // Known nullable fields keep their null.
+                prop_assert_eq!(again.pointer("/limits/max_active_turns"), v.pointer("/limits/max_active_turns"));
+                prop_assert_eq!(again.pointer("/model/temperature"), v.pointer("/model/temperature"));
+            }
+
+            #[test]
+            fn stored_text_round_trips(v in config()) {
+                let text = serde_json::to_string(&v).unwrap();
+                let back: Value = serde_json::from_str(&text).unwrap();
+                prop_assert_eq!(serde_json::to_string(&back).unwrap(), text);
+            }
+
+            #[test]
+            fn set_then_get(v in config(), x in json()) {
+                let mut v = v;
+                set_path(&mut v, "model.x_probe", x.clone()).unwrap();
+                prop_assert_eq!(get_path(&v, "model.x_probe"), Some(&x));
+            }
+        }
+    }
 }

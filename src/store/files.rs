@@ -368,9 +368,9 @@ impl Store {
         let file = self.path().to_path_buf();
         self.write(|tx| {
             if let Some((e, bytes)) = &snapshot {
-                use base64_lite::encode;
+                use base64::Engine;
                 let v = serde_json::json!({
-                    "path": e.path, "content": encode(bytes), "mime_type": e.mime_type, "size": e.size,
+                    "path": e.path, "content": base64::engine::general_purpose::STANDARD.encode(bytes), "mime_type": e.mime_type, "size": e.size,
                     "protection": e.protection.as_str(), "created_at": e.created_at, "updated_at": e.updated_at
                 });
                 super::audit::append(tx, "file", super::audit::Address::Ref(path), 1, &v).at(&file)?;
@@ -441,13 +441,5 @@ impl Store {
                 .at(&file)?;
             Ok(())
         })
-    }
-}
-
-/// Standard base64 for audit snapshots (the `data:` of a file snapshot).
-mod base64_lite {
-    pub fn encode(bytes: &[u8]) -> String {
-        use base64::Engine;
-        base64::engine::general_purpose::STANDARD.encode(bytes)
     }
 }

@@ -82,3 +82,17 @@ impl Store {
         rows
     }
 }
+
+impl Store {
+    /// Snapshot loop rows `start..=end` (by seq) into the audit archive as
+    /// Brotli JSON addressed by `start_seq`/`end_seq`; returns the audit id.
+    pub fn audit_loop(&mut self, start: i64, end: i64) -> Result<i64> {
+        let rows: Vec<LoopRow> = self.loop_rows(None)?.into_iter().filter(|r| r.seq >= start && r.seq <= end).collect();
+        let value = serde_json::to_value(&rows).unwrap_or(Value::Null);
+        let file = self.path().to_path_buf();
+        self.write(|tx| {
+            super::audit::append(tx, "loop", super::audit::Address::Seqs { start, end }, rows.len(), &value).at(&file)
+        })
+    }
+}
+

@@ -23,6 +23,7 @@ pub mod schema;
 pub mod sql_guard;
 pub mod tables;
 pub mod template;
+pub mod timers;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -388,6 +389,11 @@ impl Store {
     /// Warnings raised while opening (newer schema, advisory config issues…).
     pub fn warnings(&self) -> &[String] {
         &self.warnings
+    }
+
+    /// The current value of a pragma on this file's connection.
+    pub fn pragma(&self, name: &str) -> Result<String> {
+        pragma_text(self.conn(), name)
     }
 
     /// Direct access for read queries inside the crate.
