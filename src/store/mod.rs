@@ -71,6 +71,8 @@ pub struct Store {
     lock: Option<WriterLock>,
     read_only: bool,
     closed: bool,
+    /// This open removed the clean-close marker, so closing writes it back.
+    marker_taken: bool,
     schema_version: i64,
     integrity: IntegrityCheck,
     migrated_from: Option<i64>,
@@ -224,7 +226,7 @@ impl Store {
         let sidecars = sidecar(&path, "-wal").exists() || sidecar(&path, "-shm").exists();
         let conn = conn::open(&path, false, false)?;
         register(&path);
-        let registered = Registered(path.clone());
+        let registered = Registered(Some(path.clone()));
         if !has_table(&conn, &path, "adf_meta")? {
             return Err(StoreError::NotAgent { path });
         }
@@ -252,40 +254,45 @@ impl Store {
                 conn = conn::open(&path, false, false)?;
             }
         }
+        registered.disarm();
         let mut store = Store {
             conn: Some(conn),
             path,
             lock: Some(lock),
             read_only: false,
             closed: false,
+            marker_taken: false,
             schema_version: 0,
             integrity,
             migrated_from: None,
             warnings: Vec::new(),
         };
+        let version = schema::read_version(store.conn()).at(&store.path)?;
+        store.schema_version = version;
+        if version < ADF_SCHEMA_VERSION {
+            // The marker goes in the migration's own transaction, so a failed
+            // migration leaves the file exactly as it was.
+            return store.migrate(version).map(|()| store);
+        }
         store
             .conn()
             .execute("DELETE FROM adf_meta WHERE key = 'adf_clean_close'", [])
             .at(&store.path)?;
+        store.marker_taken = true;
         // The reference checkpoints here so the deletion reaches the main
         // file at once. adf does not: a process crash keeps the WAL (and the
         // deletion in it), and a lost WAL leaves sidecars that trigger
         // quick_check; the checkpoint cost two fsyncs on every open.
-        std::mem::forget(registered);
-        let version = schema::read_version(store.conn()).at(&store.path)?;
-        store.schema_version = version;
         if version > ADF_SCHEMA_VERSION {
             store.warnings.push(format!(
                 "{}: schema version {version} is newer than {ADF_SCHEMA_VERSION}, which this adf knows; opened without migration",
                 store.path.display()
             ));
-        } else if version == ADF_SCHEMA_VERSION {
+        } else {
             schema::force_identity_readonly(store.conn()).at(&store.path)?;
             if !schema::own_is_current(store.conn()).at(&store.path)? {
                 schema::migrate_own(store.conn()).at(&store.path)?;
             }
-        } else {
-            store.migrate(version)?;
         }
         Ok(store)
     }
@@ -305,12 +312,12 @@ impl Store {
             }
         };
         register(&path);
-        let registered = Registered(path.clone());
+        let registered = Registered(Some(path.clone()));
         if !has_table(&conn, &path, "adf_meta")? {
             return Err(StoreError::NotAgent { path });
         }
         let version = schema::read_version(&conn).at(&path)?;
-        std::mem::forget(registered);
+        registered.disarm();
         let mut warnings = Vec::new();
         if version != ADF_SCHEMA_VERSION {
             warnings.push(format!(
@@ -324,6 +331,7 @@ impl Store {
             lock: None,
             read_only: true,
             closed: false,
+            marker_taken: false,
             schema_version: version,
             integrity: IntegrityCheck::Skipped,
             migrated_from: None,
@@ -340,6 +348,7 @@ impl Store {
                 .conn_mut()
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .at(&path)?;
+            tx.execute("DELETE FROM adf_meta WHERE key = 'adf_clean_close'", []).at(&path)?;
             match schema::migrate(&tx, from) {
                 Ok(()) => {
                     tx.commit().at(&path)?;
@@ -351,6 +360,7 @@ impl Store {
         match outcome {
             Ok(()) => {
                 let _ = std::fs::remove_file(&bak);
+                self.marker_taken = true;
                 self.migrated_from = Some(from);
                 self.schema_version = ADF_SCHEMA_VERSION;
                 Ok(())
@@ -439,7 +449,7 @@ impl Store {
         }
         self.closed = true;
         let Some(conn) = self.conn.take() else { return Ok(()) };
-        if !self.read_only {
+        if self.marker_taken {
             conn
                 .execute(
                     "INSERT INTO adf_meta(key, value, protection) VALUES ('adf_clean_close', ?1, 'readonly')
@@ -456,11 +466,20 @@ impl Store {
 }
 
 /// Unregisters a path if an open fails before the `Store` exists.
-struct Registered(PathBuf);
+struct Registered(Option<PathBuf>);
+
+impl Registered {
+    /// The `Store` now owns the registration.
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
 
 impl Drop for Registered {
     fn drop(&mut self) {
-        unregister(&self.0);
+        if let Some(p) = &self.0 {
+            unregister(p);
+        }
     }
 }
 

@@ -1,0 +1,84 @@
+//! Helpers shared by the integration tests: temporary folders, copies of the
+//! reference fixtures (never the originals), and running the real binary.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+pub fn tmp() -> tempfile::TempDir {
+    tempfile::tempdir().expect("tempdir")
+}
+
+/// `../shared/fixtures/reference` relative to the crate.
+pub fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/reference")
+}
+
+/// A writable copy of a reference fixture in `dir`.
+pub fn fixture_copy(dir: &Path, name: &str) -> PathBuf {
+    let dst = dir.join(name);
+    std::fs::copy(fixtures().join(name), &dst).expect("copy fixture");
+    let mut perm = std::fs::metadata(&dst).unwrap().permissions();
+    #[allow(clippy::permissions_set_readonly_false)]
+    perm.set_readonly(false);
+    std::fs::set_permissions(&dst, perm).unwrap();
+    dst
+}
+
+/// Run `adf` with arguments (and optional stdin), in `cwd`, with `ADF_HOME`
+/// pointed into a scratch folder.
+pub fn adf(cwd: &Path, args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_adf"));
+    cmd.args(args)
+        .current_dir(cwd)
+        .env("ADF_HOME", cwd.join(".adf-home"))
+        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn adf");
+    if let Some(input) = stdin {
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(input).unwrap();
+    }
+    child.wait_with_output().expect("wait adf")
+}
+
+pub fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "adf failed ({:?}): {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout.clone()).expect("utf8 stdout")
+}
+
+/// Assert a failure with one line on stderr containing all of `needles`.
+pub fn fails(out: &Output, needles: &[&str]) -> String {
+    assert!(!out.status.success(), "expected failure, got: {}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(err.trim_end().lines().count(), 1, "one line expected: {err}");
+    assert!(err.starts_with("adf: "), "{err}");
+    for n in needles {
+        assert!(err.contains(n), "stderr {err:?} lacks {n:?}");
+    }
+    err
+}
+
+pub fn json(out: &Output) -> serde_json::Value {
+    serde_json::from_str(&ok(out)).expect("json stdout")
+}
+
+/// All bytes of a file and its sidecars, to prove a failure changed nothing.
+pub fn snapshot(path: &Path) -> Vec<(String, Option<Vec<u8>>)> {
+    ["", "-wal", "-shm", ".bak"]
+        .iter()
+        .map(|s| {
+            let mut p = path.as_os_str().to_owned();
+            p.push(s);
+            (s.to_string(), std::fs::read(PathBuf::from(p)).ok())
+        })
+        .collect()
+}
