@@ -197,8 +197,13 @@ fn p05_failed_migration_keeps_bak_and_changes_nothing() {
 #[test]
 fn p06_clean_close_marker_and_integrity_gate() {
     let dir = tmp();
-    let (s, path) = new_agent(dir.path(), None);
-    assert!(s.meta_get("adf_clean_close").unwrap().is_none(), "deleted while open");
+    let (mut s, path) = new_agent(dir.path(), None);
+    // adf takes the marker out with the session's first write (the
+    // reference does it on open): a session that writes nothing leaves the
+    // file byte-for-byte as it was.
+    assert!(s.meta_get("adf_clean_close").unwrap().is_some(), "untouched until the first write");
+    s.meta_set(Caller::AGENT, "k", "v", None).unwrap();
+    assert!(s.meta_get("adf_clean_close").unwrap().is_none(), "deleted once the file is written");
     s.close().unwrap();
     let marker = |p: &std::path::Path| -> i64 {
         raw(p).query_row("SELECT count(*) FROM adf_meta WHERE key='adf_clean_close'", [], |r| r.get(0)).unwrap()
@@ -212,12 +217,19 @@ fn p06_clean_close_marker_and_integrity_gate() {
     let s = Store::open(&path).unwrap();
     assert_eq!(s.integrity_check(), IntegrityCheck::Quick);
     s.close().unwrap();
-    // Marker absent (a crash): full integrity_check.
+    // Marker absent (a crash): full integrity_check, and the marker is
+    // back after a clean close even without writes.
     raw(&path).execute("DELETE FROM adf_meta WHERE key='adf_clean_close'", []).unwrap();
     let s = Store::open(&path).unwrap();
     assert_eq!(s.integrity_check(), IntegrityCheck::Full);
     drop(s);
     assert_eq!(marker(&path), 1, "dropping a store closes it cleanly too");
+    // A session that only reads changes no byte of the file.
+    let before = std::fs::read(&path).unwrap();
+    let s = Store::open(&path).unwrap();
+    s.file_list("").unwrap();
+    s.close().unwrap();
+    assert!(std::fs::read(&path).unwrap() == before);
 }
 
 #[test]

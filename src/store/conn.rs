@@ -39,6 +39,14 @@ pub const PRAGMAS: &[(&str, &str)] = &[
 
 /// Open a connection with the spec's setup. `create` allows a new file.
 pub fn open(path: &Path, create: bool, read_only: bool) -> Result<Connection> {
+    let conn = connect(path, create, read_only)?;
+    apply_pragmas(&conn, path, read_only)?;
+    Ok(conn)
+}
+
+/// Open without applying the pragmas yet, to look at a file before
+/// changing anything in it (`journal_mode = WAL` rewrites the header).
+pub fn connect(path: &Path, create: bool, read_only: bool) -> Result<Connection> {
     register_sqlite_vec();
     let mut flags = OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
     if read_only {
@@ -49,12 +57,11 @@ pub fn open(path: &Path, create: bool, read_only: bool) -> Result<Connection> {
             flags |= OpenFlags::SQLITE_OPEN_CREATE;
         }
     }
-    let conn = Connection::open_with_flags(path, flags).at(path)?;
-    apply_pragmas(&conn, path, read_only)?;
-    Ok(conn)
+    Connection::open_with_flags(path, flags).at(path)
 }
 
-fn apply_pragmas(conn: &Connection, path: &Path, read_only: bool) -> Result<()> {
+/// Apply the spec's pragmas, in order.
+pub fn apply_pragmas(conn: &Connection, path: &Path, read_only: bool) -> Result<()> {
     // busy_timeout first in practice would be nicer, but the spec fixes the
     // order; journal_mode on a read-only handle can only be queried.
     for (name, value) in PRAGMAS {

@@ -37,7 +37,7 @@ pub struct NewLoopRow<'a> {
 impl Store {
     /// Append one row; returns its `seq`.
     pub fn loop_append(&mut self, row: &NewLoopRow<'_>) -> Result<i64> {
-        self.writable()?;
+        self.touch()?;
         let content = serde_json::to_string(row.content).unwrap_or_else(|_| "[]".into());
         let tokens = row.tokens.map(|t| t.to_string());
         let mut stmt = self

@@ -2,7 +2,7 @@
 //! `readonly`, `increment`), the spec-governed `adf_*` namespace, and the
 //! atomic numeric add (format.md §6, tools.md `sys_*_meta`).
 
-use rusqlite::{OptionalExtension, TransactionBehavior, params};
+use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 
 use super::access::{Caller, Denial, DenialKind};
@@ -187,43 +187,43 @@ impl Store {
         if is_system_key(key) && !caller.bypasses() {
             return Err(denial(key, "readonly", format!("Cannot set \"{key}\": adf_* keys are managed by the runtime (readonly).")));
         }
-        self.writable()?;
         let file = self.path().to_path_buf();
-        let tx = self
-            .conn_mut()
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .at(&file)?;
-        let row: Option<(String, String)> = tx
-            .query_row("SELECT value, protection FROM adf_meta WHERE key = ?1", [key], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()
-            .at(&file)?;
-        let (next, prot) = match row {
-            None => (delta, protection.unwrap_or(MetaProtection::None)),
-            Some((value, prot)) => {
-                let prot = MetaProtection::parse(&prot).unwrap_or(MetaProtection::None);
-                if !caller.bypasses() {
-                    if prot == MetaProtection::Readonly {
-                        return Err(denial(key, "readonly", format!("Cannot set \"{key}\": key is readonly.")));
+        self.write(|tx| {
+            let row: Option<(String, String)> = tx
+                .query_row("SELECT value, protection FROM adf_meta WHERE key = ?1", [key], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()
+                .at(&file)?;
+            let (next, prot) = match row {
+                None => (delta, protection.unwrap_or(MetaProtection::None)),
+                Some((value, prot)) => {
+                    let prot = MetaProtection::parse(&prot).unwrap_or(MetaProtection::None);
+                    if !caller.bypasses() {
+                        if prot == MetaProtection::Readonly {
+                            return Err(denial(key, "readonly", format!("Cannot set \"{key}\": key is readonly.")));
+                        }
+                        if prot == MetaProtection::Increment && delta <= 0.0 {
+                            return Err(denial(
+                                key,
+                                "increment",
+                                format!("Cannot add {delta} to \"{key}\": increment key only grows (delta must be > 0)."),
+                            ));
+                        }
                     }
-                    if prot == MetaProtection::Increment && delta <= 0.0 {
-                        return Err(denial(key, "increment", format!("Cannot add {delta} to \"{key}\": increment key only grows (delta must be > 0).")));
-                    }
+                    let cur = parse_num(&value).ok_or_else(|| {
+                        StoreError::Invalid(format!("Cannot add to \"{key}\": current value \"{value}\" is not a number."))
+                    })?;
+                    (cur + delta, prot)
                 }
-                let cur = parse_num(&value).ok_or_else(|| {
-                    StoreError::Invalid(format!("Cannot add to \"{key}\": current value \"{value}\" is not a number."))
-                })?;
-                (cur + delta, prot)
-            }
-        };
-        let rendered = render_number(next);
-        tx.execute(
-            "INSERT INTO adf_meta(key, value, protection) VALUES (?1, ?2, ?3)
-             ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-            params![key, rendered, prot.as_str()],
-        )
-        .at(&file)?;
-        tx.commit().at(&file)?;
-        Ok(rendered)
+            };
+            let rendered = render_number(next);
+            tx.execute(
+                "INSERT INTO adf_meta(key, value, protection) VALUES (?1, ?2, ?3)
+                 ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                params![key, rendered, prot.as_str()],
+            )
+            .at(&file)?;
+            Ok(rendered)
+        })
     }
 
     /// Delete a key. Returns false when it did not exist.

@@ -224,12 +224,13 @@ impl Store {
         sniff(&path)?;
         let lock = WriterLock::acquire(&path)?;
         let sidecars = sidecar(&path, "-wal").exists() || sidecar(&path, "-shm").exists();
-        let conn = conn::open(&path, false, false)?;
+        let conn = conn::connect(&path, false, false)?;
         register(&path);
         let registered = Registered(Some(path.clone()));
         if !has_table(&conn, &path, "adf_meta")? {
             return Err(StoreError::NotAgent { path });
         }
+        conn::apply_pragmas(&conn, &path, false)?;
         let marker: Option<String> = conn
             .query_row("SELECT value FROM adf_meta WHERE key = 'adf_clean_close'", [], |r| r.get(0))
             .optional()
@@ -267,6 +268,9 @@ impl Store {
             migrated_from: None,
             warnings: Vec::new(),
         };
+        // A file that was not closed cleanly gets its marker back on close,
+        // now that it has been checked.
+        store.marker_taken = marker.is_none();
         let version = schema::read_version(store.conn()).at(&store.path)?;
         store.schema_version = version;
         if version < ADF_SCHEMA_VERSION {
@@ -274,24 +278,15 @@ impl Store {
             // migration leaves the file exactly as it was.
             return store.migrate(version).map(|()| store);
         }
-        store
-            .conn()
-            .execute("DELETE FROM adf_meta WHERE key = 'adf_clean_close'", [])
-            .at(&store.path)?;
-        store.marker_taken = true;
-        // The reference checkpoints here so the deletion reaches the main
-        // file at once. adf does not: a process crash keeps the WAL (and the
-        // deletion in it), and a lost WAL leaves sidecars that trigger
-        // quick_check; the checkpoint cost two fsyncs on every open.
         if version > ADF_SCHEMA_VERSION {
             store.warnings.push(format!(
                 "{}: schema version {version} is newer than {ADF_SCHEMA_VERSION}, which this adf knows; opened without migration",
                 store.path.display()
             ));
         } else {
-            schema::force_identity_readonly(store.conn()).at(&store.path)?;
-            if !schema::own_is_current(store.conn()).at(&store.path)? {
-                schema::migrate_own(store.conn()).at(&store.path)?;
+            if schema::identity_keys_loose(store.conn()).at(&store.path)? {
+                store.touch()?;
+                schema::force_identity_readonly(store.conn()).at(&store.path)?;
             }
         }
         Ok(store)
@@ -302,13 +297,13 @@ impl Store {
     pub fn open_read_only(path: impl AsRef<Path>) -> Result<Store> {
         let path = path.as_ref().to_path_buf();
         sniff(&path)?;
-        let conn = match conn::open(&path, false, true) {
+        let conn = match conn::connect(&path, false, true).and_then(|c| has_table(&c, &path, "adf_meta").map(|_| c)) {
             Ok(c) => c,
             Err(_) => {
-                // A read-only folder cannot hold the -shm file: read the file
-                // as immutable instead.
+                // A read-only folder cannot hold the -shm file of a WAL
+                // database: read the file as immutable instead.
                 let uri = format!("file:{}?immutable=1", path.display());
-                conn::open(Path::new(&uri), false, true)?
+                conn::connect(Path::new(&uri), false, true)?
             }
         };
         register(&path);
@@ -316,6 +311,7 @@ impl Store {
         if !has_table(&conn, &path, "adf_meta")? {
             return Err(StoreError::NotAgent { path });
         }
+        conn::apply_pragmas(&conn, &path, true)?;
         let version = schema::read_version(&conn).at(&path)?;
         registered.disarm();
         let mut warnings = Vec::new();
@@ -401,6 +397,17 @@ impl Store {
         &self.warnings
     }
 
+    /// Bring adf's own `adfrs_*` tables up to date; features that store
+    /// something beyond the ADF schema call this before their first write,
+    /// so files that never need them (the reference's) stay untouched.
+    pub fn ensure_own_schema(&mut self) -> Result<()> {
+        if schema::own_is_current(self.conn()).at(&self.path)? {
+            return Ok(());
+        }
+        let path = self.path.clone();
+        self.write(|tx| schema::migrate_own(tx).at(&path))
+    }
+
     /// The current value of a pragma on this file's connection.
     pub fn pragma(&self, name: &str) -> Result<String> {
         pragma_text(self.conn(), name)
@@ -424,16 +431,38 @@ impl Store {
         }
     }
 
+    /// Call before the first write of a session: removes the clean-close
+    /// marker (committed before the write itself, so a crash in between
+    /// only costs an integrity check). The reference removes it on open;
+    /// adf waits for the first write, so a session that only reads, or a
+    /// command that fails, leaves the file byte-for-byte unchanged.
+    pub(crate) fn touch(&mut self) -> Result<()> {
+        self.writable()?;
+        if !self.marker_taken {
+            self.conn()
+                .execute("DELETE FROM adf_meta WHERE key = 'adf_clean_close'", [])
+                .at(&self.path)?;
+            self.marker_taken = true;
+        }
+        Ok(())
+    }
+
     /// Run `f` in an IMMEDIATE transaction; commit on `Ok`.
     pub(crate) fn write<T>(&mut self, f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T>) -> Result<T> {
         self.writable()?;
         let path = self.path.clone();
+        let take_marker = !self.marker_taken;
         let tx = self
             .conn_mut()
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .at(&path)?;
+        if take_marker {
+            // In the same transaction: a write that fails changes nothing.
+            tx.execute("DELETE FROM adf_meta WHERE key = 'adf_clean_close'", []).at(&path)?;
+        }
         let out = f(&tx)?;
         tx.commit().at(&path)?;
+        self.marker_taken = true;
         Ok(out)
     }
 

@@ -541,18 +541,19 @@ fn ladder_tail(conn: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
-/// Re-assert `readonly` on the identity meta keys (done on every open).
-pub fn force_identity_readonly(conn: &Connection) -> rusqlite::Result<()> {
-    // Read first: an UPDATE would take the write lock on every open.
-    let loose: i64 = conn.query_row(
+/// Whether any identity meta key lost its `readonly` protection.
+pub fn identity_keys_loose(conn: &Connection) -> rusqlite::Result<bool> {
+    conn.query_row(
         "SELECT count(*) FROM adf_meta
          WHERE key IN ('adf_did','adf_owner_did','adf_runtime_did','adf_did_history') AND protection <> 'readonly'",
         [],
-        |r| r.get(0),
-    )?;
-    if loose == 0 {
-        return Ok(());
-    }
+        |r| r.get::<_, i64>(0),
+    )
+    .map(|n| n > 0)
+}
+
+/// Re-assert `readonly` on the identity meta keys (checked on every open).
+pub fn force_identity_readonly(conn: &Connection) -> rusqlite::Result<()> {
     conn.execute(
         "UPDATE adf_meta SET protection = 'readonly'
          WHERE key IN ('adf_did','adf_owner_did','adf_runtime_did','adf_did_history') AND protection <> 'readonly'",

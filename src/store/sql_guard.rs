@@ -277,7 +277,7 @@ impl Store {
             .unwrap_or_default();
         check_execute(sql, &protections, authorized)?;
         let ps: Vec<Param> = params.iter().map(|v| Param(bind(v))).collect();
-        self.conn().execute(sql, rusqlite::params_from_iter(ps.iter())).map_err(sql_error)
+        self.write(|tx| tx.execute(sql, rusqlite::params_from_iter(ps.iter())).map_err(sql_error))
     }
 }
 
