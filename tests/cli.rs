@@ -26,7 +26,11 @@ fn fails_unchanged(dir: &std::path::Path, file: &std::path::Path, args: &[&str],
 #[test]
 fn new_then_inspect() {
     let dir = tmp();
-    let out = adf(dir.path(), &["new", "scout.adf", "--handle", "scout-1", "--provider", "anthropic", "--model", "claude-x", "--json"], None);
+    let out = adf(
+        dir.path(),
+        &["new", "scout.adf", "--handle", "scout-1", "--provider", "anthropic", "--model", "claude-x", "--json"],
+        None,
+    );
     let created = json(&out);
     assert_eq!(created["handle"], "scout-1");
     assert!(created["did"].as_str().unwrap().starts_with("did:key:z6Mk"));
@@ -67,7 +71,12 @@ fn files_round_trip_exact_bytes() {
     assert_eq!(bin["mime_type"], "application/octet-stream");
     ok(&adf(dir.path(), &["files", "mv", "a.adf", "notes/x.md", "notes/y.md"], None));
     ok(&adf(dir.path(), &["files", "rm", "a.adf", "notes/y.md"], None));
-    fails_unchanged(dir.path(), &a, &["files", "cat", "a.adf", "notes/y.md"], &["a.adf", "File not found: \"notes/y.md\""]);
+    fails_unchanged(
+        dir.path(),
+        &a,
+        &["files", "cat", "a.adf", "notes/y.md"],
+        &["a.adf", "File not found: \"notes/y.md\""],
+    );
     let text = ok(&adf(dir.path(), &["files", "ls", "a.adf"], None));
     assert!(text.lines().next().unwrap().starts_with("PROTECTION"));
 }
@@ -76,7 +85,12 @@ fn files_round_trip_exact_bytes() {
 fn protection_is_enforced_from_the_cli() {
     let dir = tmp();
     let a = agent(dir.path());
-    fails_unchanged(dir.path(), &a, &["files", "rm", "a.adf", "README.md"], &["a.adf", "Cannot delete \"README.md\": file is protected (no_delete)."]);
+    fails_unchanged(
+        dir.path(),
+        &a,
+        &["files", "rm", "a.adf", "README.md"],
+        &["a.adf", "Cannot delete \"README.md\": file is protected (no_delete)."],
+    );
     ok(&adf(dir.path(), &["files", "put", "a.adf", "ref.md", "--protection", "read_only"], Some(b"keep")));
     let before = snapshot(&a);
     fails(&adf(dir.path(), &["files", "put", "a.adf", "ref.md"], Some(b"changed")), &["a.adf", "read-only"]);
@@ -121,7 +135,10 @@ fn bad_files_are_refused_and_untouched() {
 fn newer_schema_warns_but_works() {
     let dir = tmp();
     let a = agent(dir.path());
-    rusqlite::Connection::open(&a).unwrap().execute("UPDATE adf_meta SET value='31' WHERE key='adf_schema_version'", []).unwrap();
+    rusqlite::Connection::open(&a)
+        .unwrap()
+        .execute("UPDATE adf_meta SET value='31' WHERE key='adf_schema_version'", [])
+        .unwrap();
     let out = adf(dir.path(), &["inspect", "a.adf", "--json"], None);
     let r = json(&out);
     assert_eq!(r["schema_version"], 31);
@@ -155,7 +172,11 @@ fn gethostname() -> String {
 fn stale_lock_is_taken_over() {
     let dir = tmp();
     let a = agent(dir.path());
-    std::fs::write(adf::store::lock::lock_path(&a), r#"{"pid":4000000,"host":"gone","since":"2020-01-01T00:00:00.000Z"}"#).unwrap();
+    std::fs::write(
+        adf::store::lock::lock_path(&a),
+        r#"{"pid":4000000,"host":"gone","since":"2020-01-01T00:00:00.000Z"}"#,
+    )
+    .unwrap();
     ok(&adf(dir.path(), &["meta", "set", "a.adf", "k", "v"], None));
 }
 
@@ -170,7 +191,12 @@ fn meta_commands() {
     assert_eq!(json(&adf(dir.path(), &["meta", "add", "a.adf", "runs", "2", "--json"], None))["value"], "3");
     fails_unchanged(dir.path(), &a, &["meta", "set", "a.adf", "adf_name", "x"], &["adf_* keys"]);
     fails_unchanged(dir.path(), &a, &["meta", "rm", "a.adf", "adf_did"], &["Cannot delete \"adf_did\""]);
-    fails_unchanged(dir.path(), &a, &["meta", "set", "a.adf", "k", "v", "--protection", "secret"], &["unknown meta protection"]);
+    fails_unchanged(
+        dir.path(),
+        &a,
+        &["meta", "set", "a.adf", "k", "v", "--protection", "secret"],
+        &["unknown meta protection"],
+    );
     fails_unchanged(dir.path(), &a, &["meta", "get", "a.adf", "nope"], &["\"nope\" not found"]);
     ok(&adf(dir.path(), &["meta", "rm", "a.adf", "topic"], None));
     let list = json(&adf(dir.path(), &["meta", "ls", "a.adf", "--json"], None));
@@ -183,7 +209,10 @@ fn config_commands() {
     let dir = tmp();
     let a = agent(dir.path());
     assert_eq!(ok(&adf(dir.path(), &["config", "get", "a.adf", "name"], None)), "Agent A\n");
-    assert_eq!(json(&adf(dir.path(), &["config", "get", "a.adf", "tools.fs_read.enabled", "--json"], None)), json!(true));
+    assert_eq!(
+        json(&adf(dir.path(), &["config", "get", "a.adf", "tools.fs_read.enabled", "--json"], None)),
+        json!(true)
+    );
     ok(&adf(dir.path(), &["config", "set", "a.adf", "model.provider", "anthropic"], None));
     ok(&adf(dir.path(), &["config", "set", "a.adf", "tools.fs_delete.enabled", "true"], None));
     ok(&adf(dir.path(), &["config", "set", "a.adf", "limits.max_active_turns", "20"], None));
@@ -191,10 +220,25 @@ fn config_commands() {
     assert_eq!(cfg["model"]["provider"], "anthropic");
     assert_eq!(cfg["tools"][3]["enabled"], true);
     assert_eq!(cfg["limits"]["max_active_turns"], 20);
-    fails_unchanged(dir.path(), &a, &["config", "set", "a.adf", "model.temperature", "5"], &["a.adf", "model.temperature", "between 0 and 2"]);
+    fails_unchanged(
+        dir.path(),
+        &a,
+        &["config", "set", "a.adf", "model.temperature", "5"],
+        &["a.adf", "model.temperature", "between 0 and 2"],
+    );
     fails_unchanged(dir.path(), &a, &["config", "set", "a.adf", "state", "\"sleepy\""], &["state", "must be one of"]);
-    fails_unchanged(dir.path(), &a, &["config", "set", "a.adf", "modle.provider", "x"], &["unknown config section \"modle\""]);
-    fails_unchanged(dir.path(), &a, &["config", "set", "a.adf", "tools.nope.enabled", "true"], &["no element named \"nope\""]);
+    fails_unchanged(
+        dir.path(),
+        &a,
+        &["config", "set", "a.adf", "modle.provider", "x"],
+        &["unknown config section \"modle\""],
+    );
+    fails_unchanged(
+        dir.path(),
+        &a,
+        &["config", "set", "a.adf", "tools.nope.enabled", "true"],
+        &["no element named \"nope\""],
+    );
     fails_unchanged(dir.path(), &a, &["config", "set", "a.adf", "limits", "{broken"], &["not valid JSON"]);
     fails_unchanged(dir.path(), &a, &["config", "get", "a.adf", "model.nothing"], &["config has no \"model.nothing\""]);
     // The already-invalid instructions field does not block other writes.
@@ -207,15 +251,29 @@ fn config_commands() {
 fn sql_guard_from_the_cli() {
     let dir = tmp();
     let a = agent(dir.path());
-    fails_unchanged(dir.path(), &a, &["sql", "a.adf", "SELECT * FROM adf_meta"], &["a.adf", "adf_meta, adf_config, and adf_identity"]);
+    fails_unchanged(
+        dir.path(),
+        &a,
+        &["sql", "a.adf", "SELECT * FROM adf_meta"],
+        &["a.adf", "adf_meta, adf_config, and adf_identity"],
+    );
     fails_unchanged(dir.path(), &a, &["sql", "a.adf", "DELETE FROM adf_files"], &["Cannot modify adf_* system tables"]);
     fails_unchanged(dir.path(), &a, &["sql", "a.adf", "UPDATE adf_files SET protection = 'none'"], &["adf_*"]);
     fails_unchanged(dir.path(), &a, &["sql", "a.adf", "SELECT 1; SELECT 2"], &["Multi-statement SQL is not allowed."]);
-    fails_unchanged(dir.path(), &a, &["sql", "a.adf", "CREATE TABLE local_a(x); DROP TABLE local_b"], &["Multi-statement"]);
+    fails_unchanged(
+        dir.path(),
+        &a,
+        &["sql", "a.adf", "CREATE TABLE local_a(x); DROP TABLE local_b"],
+        &["Multi-statement"],
+    );
     fails_unchanged(dir.path(), &a, &["sql", "a.adf", "CREATE TABLE notes(x)"], &["local_ prefix"]);
     fails_unchanged(dir.path(), &a, &["sql", "a.adf", "SELECT nope FROM adf_files"], &["SQL error"]);
     ok(&adf(dir.path(), &["sql", "a.adf", "CREATE TABLE local_notes(id INTEGER PRIMARY KEY, body TEXT)"], None));
-    let n = json(&adf(dir.path(), &["sql", "a.adf", "INSERT INTO local_notes(body) VALUES (?), (?)", "-p", "\"a\"", "-p", "b", "--json"], None));
+    let n = json(&adf(
+        dir.path(),
+        &["sql", "a.adf", "INSERT INTO local_notes(body) VALUES (?), (?)", "-p", "\"a\"", "-p", "b", "--json"],
+        None,
+    ));
     assert_eq!(n["changes"], 2);
     let rows = json(&adf(dir.path(), &["sql", "a.adf", "SELECT body FROM local_notes ORDER BY id", "--json"], None));
     assert_eq!(rows, json!([{"body": "a"}, {"body": "b"}]));

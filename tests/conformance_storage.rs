@@ -34,12 +34,18 @@ fn p01_pragmas_and_sqlite_vec_on_every_connection() {
     assert_eq!(s.pragma("busy_timeout").unwrap(), "5000");
     assert_eq!(s.pragma("foreign_keys").unwrap(), "1");
     s.db_execute("CREATE VIRTUAL TABLE local_vec USING vec0(embedding float[3])", &[], false).unwrap();
-    s.db_execute("INSERT INTO local_vec(rowid, embedding) VALUES (1, ?1), (2, ?2)", &[json!("[0,0,1]"), json!("[1,0,0]")], false)
-        .unwrap();
+    s.db_execute(
+        "INSERT INTO local_vec(rowid, embedding) VALUES (1, ?1), (2, ?2)",
+        &[json!("[0,0,1]"), json!("[1,0,0]")],
+        false,
+    )
+    .unwrap();
     s.close().unwrap();
     // A second connection (a new open) still has vec0.
     let s = Store::open(&path).unwrap();
-    let out = s.db_query("SELECT rowid FROM local_vec WHERE embedding MATCH ?1 AND k = 1", &[json!("[0.9,0,0.1]")], false).unwrap();
+    let out = s
+        .db_query("SELECT rowid FROM local_vec WHERE embedding MATCH ?1 AND k = 1", &[json!("[0.9,0,0.1]")], false)
+        .unwrap();
     assert_eq!(out.rows[0]["rowid"], 2);
     let ro = Store::open_read_only(&path);
     assert!(matches!(ro, Ok(ref r) if r.pragma("busy_timeout").unwrap() == "5000"));
@@ -114,7 +120,8 @@ fn p05_newer_schema_opens_with_warning_and_no_migration() {
     assert!(s.warnings()[0].contains("newer"), "{:?}", s.warnings());
     assert_eq!(s.migrated_from(), None);
     s.close().unwrap();
-    let v: String = raw(&path).query_row("SELECT value FROM adf_meta WHERE key='adf_schema_version'", [], |r| r.get(0)).unwrap();
+    let v: String =
+        raw(&path).query_row("SELECT value FROM adf_meta WHERE key='adf_schema_version'", [], |r| r.get(0)).unwrap();
     assert_eq!(v, "32");
 }
 
@@ -161,8 +168,13 @@ fn p05_older_schema_migrates_forward() {
     s.close().unwrap();
     assert!(!dir.path().join("a.adf.bak").exists(), "bak removed on success");
     let c = raw(&path);
-    let cols: Vec<String> =
-        c.prepare("SELECT name FROM pragma_table_info('adf_loop')").unwrap().query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect();
+    let cols: Vec<String> = c
+        .prepare("SELECT name FROM pragma_table_info('adf_loop')")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
     assert!(cols.contains(&"ord".to_string()));
 }
 
@@ -186,11 +198,15 @@ fn p05_failed_migration_keeps_bak_and_changes_nothing() {
     }
     assert!(err.to_string().contains("a.adf.bak"), "{err}");
     assert!(std::fs::read(&path).unwrap() == before, "file unchanged");
-    let v: String = raw(&path).query_row("SELECT value FROM adf_meta WHERE key='adf_schema_version'", [], |r| r.get(0)).unwrap();
+    let v: String =
+        raw(&path).query_row("SELECT value FROM adf_meta WHERE key='adf_schema_version'", [], |r| r.get(0)).unwrap();
     assert_eq!(v, "18");
     // A second failing open renames the stale backup aside, never overwrites it.
     assert!(Store::open(&path).is_err());
-    let baks = std::fs::read_dir(dir.path()).unwrap().filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().contains(".bak")).count();
+    let baks = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().contains(".bak"))
+        .count();
     assert_eq!(baks, 2);
 }
 
@@ -271,10 +287,19 @@ fn p09_timer_scope_default_and_mode_discriminant() {
     let dir = tmp();
     let (mut s, path) = new_agent(dir.path(), None);
     let sched = Schedule::Interval { every_ms: 3_600_000, start_at: None, end_at: None, max_runs: Some(10) };
-    s.timer_insert(&NewTimer { schedule: &sched, next_wake_at: 1, payload: None, scope: None, lambda: None, locked: false }).unwrap();
+    s.timer_insert(&NewTimer {
+        schedule: &sched,
+        next_wake_at: 1,
+        payload: None,
+        scope: None,
+        lambda: None,
+        locked: false,
+    })
+    .unwrap();
     s.close().unwrap();
-    let (scope, json): (String, String) =
-        raw(&path).query_row("SELECT scope, schedule_json FROM adf_timers", [], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
+    let (scope, json): (String, String) = raw(&path)
+        .query_row("SELECT scope, schedule_json FROM adf_timers", [], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap();
     assert_eq!(scope, r#"["system"]"#);
     assert_eq!(json, r#"{"mode":"interval","every_ms":3600000,"max_runs":10}"#);
     assert!(!json.contains("\"type\""));
@@ -286,12 +311,22 @@ fn p10_audit_blobs_are_brotli_json_with_addresses() {
     let (mut s, _) = new_agent(dir.path(), None);
     let c = json!([{"type": "text", "text": "hello"}]);
     let a = s.loop_append(&NewLoopRow { role: "user", content: &c, model: None, tokens: None, ord: None }).unwrap();
-    let b = s.loop_append(&NewLoopRow { role: "assistant", content: &c, model: Some("m"), tokens: Some(&json!({"input": 3, "output": 4})), ord: None }).unwrap();
+    let b = s
+        .loop_append(&NewLoopRow {
+            role: "assistant",
+            content: &c,
+            model: Some("m"),
+            tokens: Some(&json!({"input": 3, "output": 4})),
+            ord: None,
+        })
+        .unwrap();
     s.audit_loop(a, b).unwrap();
     s.config_set(Caller::Owner, "audit.files", json!(true)).unwrap();
     s.file_write(Caller::Owner, "notes.txt", b"bye", &WriteOptions::default()).unwrap();
     s.file_delete(Caller::AGENT, "notes.txt").unwrap();
-    let rows = s.db_query("SELECT source, start_seq, end_seq, ref, entry_count, data FROM adf_audit ORDER BY id", &[], true).unwrap();
+    let rows = s
+        .db_query("SELECT source, start_seq, end_seq, ref, entry_count, data FROM adf_audit ORDER BY id", &[], true)
+        .unwrap();
     assert_eq!(rows.rows[0]["source"], "loop");
     assert_eq!((rows.rows[0]["start_seq"].as_i64(), rows.rows[0]["end_seq"].as_i64()), (Some(a), Some(b)));
     assert_eq!(rows.rows[0]["ref"], Value::Null);
@@ -324,7 +359,13 @@ fn p11_readme_cannot_be_deleted() {
 fn p12_read_only_files_are_readable_not_writable() {
     let dir = tmp();
     let (mut s, _) = new_agent(dir.path(), None);
-    s.file_write(Caller::Owner, "ref.md", b"fixed", &WriteOptions { protection: Some(Protection::ReadOnly), ..Default::default() }).unwrap();
+    s.file_write(
+        Caller::Owner,
+        "ref.md",
+        b"fixed",
+        &WriteOptions { protection: Some(Protection::ReadOnly), ..Default::default() },
+    )
+    .unwrap();
     let err = s.file_write(Caller::AGENT, "ref.md", b"changed", &WriteOptions::default()).unwrap_err();
     assert_eq!(err.to_string(), "Cannot write to \"ref.md\": file is read-only.");
     assert_eq!(err.denial().unwrap().kind, DenialKind::FileProtection);
@@ -345,7 +386,10 @@ fn p13_write_size_cap_and_exemptions() {
     let big = vec![b'a'; 5_000_001];
     let opts = WriteOptions { max_bytes: Some(max), ..Default::default() };
     let err = s.file_write(Caller::AGENT, "soul.md", &big, &opts).unwrap_err();
-    assert!(err.to_string().starts_with("Write rejected: result is 5000001 bytes but max_file_write_bytes is 5000000"), "{err}");
+    assert!(
+        err.to_string().starts_with("Write rejected: result is 5000001 bytes but max_file_write_bytes is 5000000"),
+        "{err}"
+    );
     assert!(s.file_write(Caller::AGENT, "notes/x.md", &big, &opts).is_err());
     assert!(s.file_write(Caller::AGENT, "README.md", &big, &opts).is_ok());
     assert!(s.file_write(Caller::AGENT, "mind.md", &big, &opts).is_ok());
@@ -366,7 +410,10 @@ fn p14_failing_batch_edit_leaves_file_identical() {
     assert!(err.to_string().contains("Batch aborted, file unchanged."), "{err}");
     assert_eq!(s.file_read("a.txt").unwrap().1, b"one two three");
     assert_eq!(s.file_stat("a.txt").unwrap().unwrap(), before);
-    let ok = [Edit { old_text: "one", new_text: "1", replace_all: false }, Edit { old_text: "t", new_text: "T", replace_all: true }];
+    let ok = [
+        Edit { old_text: "one", new_text: "1", replace_all: false },
+        Edit { old_text: "t", new_text: "T", replace_all: true },
+    ];
     assert_eq!(s.file_edit(Caller::AGENT, "a.txt", &ok, None).unwrap(), 3);
     assert_eq!(s.file_read("a.txt").unwrap().1, b"1 Two Three");
 }
@@ -380,7 +427,10 @@ fn p15_increment_keys() {
         let err = s.meta_set(Caller::AGENT, "runs", v, None).unwrap_err();
         assert_eq!(err.denial().unwrap().kind, DenialKind::MetaProtection, "{v}");
     }
-    assert!(s.meta_set(Caller::AGENT, "runs", "abc", None).unwrap_err().denial().is_none(), "non-numeric is a plain error");
+    assert!(
+        s.meta_set(Caller::AGENT, "runs", "abc", None).unwrap_err().denial().is_none(),
+        "non-numeric is a plain error"
+    );
     s.meta_set(Caller::AGENT, "runs", "6", None).unwrap();
     assert_eq!(s.meta_add(Caller::AGENT, "runs", 2.0, None).unwrap(), "8");
     assert!(s.meta_add(Caller::AGENT, "runs", 0.0, None).unwrap_err().denial().is_some());
@@ -437,9 +487,19 @@ fn p18_guard_paths_are_hard_errors_without_approval() {
     let (mut s, _) = new_agent(dir.path(), None);
     let before = s.config_value().unwrap();
     for path in [
-        "locked_fields", "tools.fs_read.restricted", "code_execution.restricted_methods", "tools.fs_read.locked",
-        "adf_version", "id", "metadata.author", "providers", "security", "security.allow_unsigned",
-        "security.require_middleware_authorization", "security.middleware", "security.fetch_middleware",
+        "locked_fields",
+        "tools.fs_read.restricted",
+        "code_execution.restricted_methods",
+        "tools.fs_read.locked",
+        "adf_version",
+        "id",
+        "metadata.author",
+        "providers",
+        "security",
+        "security.allow_unsigned",
+        "security.require_middleware_authorization",
+        "security.middleware",
+        "security.fetch_middleware",
     ] {
         for caller in [Caller::AGENT, AGENT_OVERRIDE] {
             let err = s.config_set(caller, path, json!(true)).unwrap_err();
@@ -480,7 +540,12 @@ fn p20_restricted_methods_default() {
 fn p21_duplicate_tools_collapse() {
     let dir = tmp();
     let (mut s, _) = new_agent(dir.path(), None);
-    s.config_set(Caller::Owner, "tools.43", json!({"name": "fs_read", "enabled": false, "restricted": true, "locked": true})).unwrap();
+    s.config_set(
+        Caller::Owner,
+        "tools.43",
+        json!({"name": "fs_read", "enabled": false, "restricted": true, "locked": true}),
+    )
+    .unwrap();
     let cfg = s.config().unwrap();
     let t = cfg.tool("fs_read").unwrap();
     assert!(t.is_enabled() && t.is_visible(), "first declaration wins");

@@ -63,7 +63,8 @@ fn check_inspect_matches_dump(name: &str) {
         let path = e["path"].as_str().unwrap();
         let out = adf(dir.path(), &["files", "cat", file.to_str().unwrap(), path], None);
         assert!(out.status.success());
-        let head: String = out.stdout.iter().take(e["head_hex"].as_str().unwrap().len() / 2).map(|b| format!("{b:02x}")).collect();
+        let head: String =
+            out.stdout.iter().take(e["head_hex"].as_str().unwrap().len() / 2).map(|b| format!("{b:02x}")).collect();
         assert_eq!(head, e["head_hex"], "{path}");
     }
 
@@ -93,8 +94,10 @@ fn check_inspect_matches_dump(name: &str) {
         .map(|i| (i["purpose"].clone(), i["encryption_algo"].clone(), i["value_len"].clone()))
         .collect();
     assert_eq!(ids, want);
-    assert!(!String::from_utf8_lossy(&adf(dir.path(), &["inspect", file.to_str().unwrap(), "--json"], None).stdout)
-        .contains("plain_value"));
+    assert!(
+        !String::from_utf8_lossy(&adf(dir.path(), &["inspect", file.to_str().unwrap(), "--json"], None).stdout)
+            .contains("plain_value")
+    );
 
     // After open and close, the reference schema is intact.
     assert_schema_contains(&file, &fixtures().join(format!("{name}.schema.sql")));
@@ -106,7 +109,9 @@ fn check_inspect_matches_dump(name: &str) {
     // And it is closed cleanly again, with no sidecars left behind.
     let conn = rusqlite::Connection::open(&file).unwrap();
     let marker: i64 = conn
-        .query_row("SELECT count(*) FROM adf_meta WHERE key = 'adf_clean_close' AND protection = 'readonly'", [], |r| r.get(0))
+        .query_row("SELECT count(*) FROM adf_meta WHERE key = 'adf_clean_close' AND protection = 'readonly'", [], |r| {
+            r.get(0)
+        })
         .unwrap();
     assert_eq!(marker, 1);
     drop(conn);
@@ -122,7 +127,8 @@ fn assert_schema_contains(file: &Path, schema_sql: &Path) {
     reference.execute_batch(&sql).unwrap();
     let ours = rusqlite::Connection::open(file).unwrap();
     let objects = |c: &rusqlite::Connection| -> Vec<(String, String)> {
-        let mut s = c.prepare("SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY name").unwrap();
+        let mut s =
+            c.prepare("SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY name").unwrap();
         s.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap().map(Result::unwrap).collect()
     };
     let have = objects(&ours);
@@ -131,7 +137,10 @@ fn assert_schema_contains(file: &Path, schema_sql: &Path) {
         if ty == "table" {
             let cols = |c: &rusqlite::Connection| -> Vec<(String, String, i64, Option<String>)> {
                 let mut s = c.prepare("SELECT name, type, \"notnull\", dflt_value FROM pragma_table_info(?1)").unwrap();
-                s.query_map([&name], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))).unwrap().map(Result::unwrap).collect()
+                s.query_map([&name], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+                    .unwrap()
+                    .map(Result::unwrap)
+                    .collect()
             };
             let mine = cols(&ours);
             for col in cols(&reference) {
@@ -179,7 +188,8 @@ fn adf_fresh_file_matches_the_reference_shape() {
     // (handle slug-derived), same files and protections as fresh-headless.
     let dir = tmp();
     let file = dir.path().join("fresh-headless.adf");
-    let out = adf(dir.path(), &["new", file.to_str().unwrap(), "--description", "Headless benchmark agent", "--json"], None);
+    let out =
+        adf(dir.path(), &["new", file.to_str().unwrap(), "--description", "Headless benchmark agent", "--json"], None);
     ok(&out);
     let ours = json(&adf(dir.path(), &["inspect", file.to_str().unwrap(), "--json"], None));
     let d = dump("fresh-headless");
@@ -191,14 +201,22 @@ fn adf_fresh_file_matches_the_reference_shape() {
     assert_eq!(ours["config"]["tools"], d["adf_config"]["config"]["tools"]);
     assert_eq!(ours["config"]["triggers"], d["adf_config"]["config"]["triggers"]);
     let meta = |v: &Value, key: &str| -> Vec<(String, String)> {
-        v[key].as_array().unwrap().iter()
+        v[key]
+            .as_array()
+            .unwrap()
+            .iter()
             .filter(|m| m["key"] != "adf_clean_close")
             .map(|m| (m["key"].as_str().unwrap().into(), m["protection"].as_str().unwrap().into()))
             .collect()
     };
     assert_eq!(meta(&ours, "meta"), meta(&d, "adf_meta"));
     let files = |v: &Value, key: &str| -> Vec<(Value, Value, Value)> {
-        v[key].as_array().unwrap().iter().map(|f| (f["path"].clone(), f["mime_type"].clone(), f["protection"].clone())).collect()
+        v[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| (f["path"].clone(), f["mime_type"].clone(), f["protection"].clone()))
+            .collect()
     };
     assert_eq!(files(&ours, "files"), files(&d, "adf_files"));
     let readme = adf(dir.path(), &["files", "cat", file.to_str().unwrap(), "README.md"], None);

@@ -50,14 +50,43 @@ pub fn run(out: &Out, suite: Suite, iterations: usize) -> anyhow::Result<()> {
         create_file(&dir.join(format!("c{i}.adf")), &NewAgent::default())?;
         Ok(())
     })?;
-    figures.push(Figure { name: "create a new agent", samples: n, median_us: m, p90_us: p, target_us: 15_000.0, reference_us: Some(261_000.0) });
+    figures.push(Figure {
+        name: "create a new agent",
+        samples: n,
+        median_us: m,
+        p90_us: p,
+        target_us: 15_000.0,
+        reference_us: Some(261_000.0),
+    });
 
     let agent = dir.join("c0.adf");
     let (m, p) = measure(n, |_| {
         Store::open(&agent)?.close()?;
         Ok(())
     })?;
-    figures.push(Figure { name: "open+close an agent file", samples: n, median_us: m, p90_us: p, target_us: 2_000.0, reference_us: Some(35_000.0) });
+    figures.push(Figure {
+        name: "open+close an agent file",
+        samples: n,
+        median_us: m,
+        p90_us: p,
+        target_us: 2_000.0,
+        reference_us: Some(35_000.0),
+    });
+
+    let (m, p) = measure(n, |i| {
+        let mut s = Store::open(&agent)?;
+        s.meta_set(Caller::AGENT, "bench", &i.to_string(), None)?;
+        s.close()?;
+        Ok(())
+    })?;
+    figures.push(Figure {
+        name: "open, write a meta key, close",
+        samples: n,
+        median_us: m,
+        p90_us: p,
+        target_us: 5_000.0,
+        reference_us: None,
+    });
 
     let mut store = Store::open(&agent)?;
     let content = vec![b'x'; 4096];
@@ -65,14 +94,28 @@ pub fn run(out: &Out, suite: Suite, iterations: usize) -> anyhow::Result<()> {
         store.file_write(Caller::AGENT, &format!("bench/{}.txt", i % 16), &content, &WriteOptions::default())?;
         Ok(())
     })?;
-    figures.push(Figure { name: "write a 4 KiB file", samples: n, median_us: m, p90_us: p, target_us: 1_000.0, reference_us: None });
+    figures.push(Figure {
+        name: "write a 4 KiB file",
+        samples: n,
+        median_us: m,
+        p90_us: p,
+        target_us: 1_000.0,
+        reference_us: None,
+    });
 
     let row = json!([{"type": "text", "text": "The quick brown fox jumps over the lazy dog."}]);
     let (m, p) = measure(n * 5, |_| {
         store.loop_append(&NewLoopRow { role: "user", content: &row, model: None, tokens: None, ord: None })?;
         Ok(())
     })?;
-    figures.push(Figure { name: "append a loop row (WAL)", samples: n * 5, median_us: m, p90_us: p, target_us: 100.0, reference_us: None });
+    figures.push(Figure {
+        name: "append a loop row (WAL)",
+        samples: n * 5,
+        median_us: m,
+        p90_us: p,
+        target_us: 100.0,
+        reference_us: None,
+    });
     store.close()?;
     let _ = std::fs::remove_dir_all(&dir);
 

@@ -2,10 +2,10 @@
 
 use serde_json::{Value, json};
 
-use super::output::{Out, at, close, open, open_for_read};
 use super::ConfigCmd;
-use crate::store::config::{get_path, validate};
+use super::output::{Out, at, close, open, open_for_read};
 use crate::store::Caller;
+use crate::store::config::{get_path, validate};
 
 /// Parse a value given on the command line: JSON, or a bare string.
 pub fn parse_value(s: &str) -> anyhow::Result<Value> {
@@ -28,8 +28,9 @@ pub fn run(out: &Out, cmd: ConfigCmd) -> anyhow::Result<()> {
             let cfg = store.config_value().map_err(|e| at(&path, e))?;
             close(store)?;
             let v = match &key {
-                Some(k) => get_path(&cfg, k)
-                    .ok_or_else(|| anyhow::anyhow!("{}: config has no \"{k}\"", path.display()))?,
+                Some(k) => {
+                    get_path(&cfg, k).ok_or_else(|| anyhow::anyhow!("{}: config has no \"{k}\"", path.display()))?
+                }
                 None => &cfg,
             };
             match v {

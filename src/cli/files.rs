@@ -7,10 +7,10 @@ use std::io::{Read, Write};
 use anyhow::Context;
 use serde_json::json;
 
-use super::output::{self, Out, at, close, open, open_for_read};
 use super::FilesCmd;
-use crate::store::files::{Protection, WriteOptions};
+use super::output::{self, Out, at, close, open, open_for_read};
 use crate::store::Caller;
+use crate::store::files::{Protection, WriteOptions};
 
 pub fn run(out: &Out, cmd: FilesCmd) -> anyhow::Result<()> {
     match cmd {
@@ -49,7 +49,8 @@ pub fn run(out: &Out, cmd: FilesCmd) -> anyhow::Result<()> {
             let mut store;
             let entry = match local.as_deref().filter(|l| l.as_os_str() != "-") {
                 Some(local) => {
-                    let mut f = std::fs::File::open(local).with_context(|| format!("{}: cannot read", local.display()))?;
+                    let mut f =
+                        std::fs::File::open(local).with_context(|| format!("{}: cannot read", local.display()))?;
                     let len = f.metadata().with_context(|| format!("{}: cannot stat", local.display()))?.len();
                     store = open(&path)?;
                     store.file_write_stream(Caller::Owner, &file, &mut f, len, &opts).map_err(|e| at(&path, e))?

@@ -8,8 +8,8 @@ use serde::Serialize;
 
 use super::output::{Out, at};
 use crate::paths;
-use crate::store::create::{NewAgent, create_file};
 use crate::store::Store;
+use crate::store::create::{NewAgent, create_file};
 
 pub fn new(
     out: &Out,
@@ -106,7 +106,8 @@ pub fn agents(out: &Out) -> anyhow::Result<()> {
     let dir = paths::fleet_dir();
     let mut files = scan(&dir);
     if files.is_empty() {
-        std::fs::create_dir_all(&dir).map_err(|e| anyhow::anyhow!("{}: cannot create fleet folder: {e}", dir.display()))?;
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| anyhow::anyhow!("{}: cannot create fleet folder: {e}", dir.display()))?;
         let example = dir.join("example.adf");
         create_file(
             &example,

@@ -94,18 +94,17 @@ fn identity_rows(store: &Store) -> crate::store::Result<Vec<IdentityRow>> {
     let mut stmt = conn
         .prepare("SELECT purpose, encryption_algo, length(value), code_access FROM adf_identity ORDER BY purpose")
         .map_err(|e| crate::store::StoreError::Invalid(e.to_string()))?;
-    let rows = stmt
-        .query_map([], |r| {
-            Ok(IdentityRow {
-                purpose: r.get(0)?,
-                encryption_algo: r.get(1)?,
-                value_len: r.get(2)?,
-                code_access: r.get::<_, i64>(3)? != 0,
-            })
+
+    stmt.query_map([], |r| {
+        Ok(IdentityRow {
+            purpose: r.get(0)?,
+            encryption_algo: r.get(1)?,
+            value_len: r.get(2)?,
+            code_access: r.get::<_, i64>(3)? != 0,
         })
-        .and_then(|it| it.collect::<rusqlite::Result<Vec<_>>>())
-        .map_err(|e| crate::store::StoreError::Invalid(e.to_string()));
-    rows
+    })
+    .and_then(|it| it.collect::<rusqlite::Result<Vec<_>>>())
+    .map_err(|e| crate::store::StoreError::Invalid(e.to_string()))
 }
 
 pub fn run(out: &Out, path: &Path) -> anyhow::Result<()> {

@@ -3,10 +3,10 @@
 
 use serde_json::json;
 
-use super::output::{Out, at, close, open, open_for_read};
 use super::MetaCmd;
-use crate::store::meta::MetaProtection;
+use super::output::{Out, at, close, open, open_for_read};
 use crate::store::Caller;
+use crate::store::meta::MetaProtection;
 
 pub fn run(out: &Out, cmd: MetaCmd) -> anyhow::Result<()> {
     match cmd {
@@ -17,10 +17,8 @@ pub fn run(out: &Out, cmd: MetaCmd) -> anyhow::Result<()> {
             if out.json {
                 return out.json(&rows);
             }
-            let rows: Vec<Vec<String>> = rows
-                .into_iter()
-                .map(|m| vec![m.key, m.protection.as_str().to_string(), m.value])
-                .collect();
+            let rows: Vec<Vec<String>> =
+                rows.into_iter().map(|m| vec![m.key, m.protection.as_str().to_string(), m.value]).collect();
             out.table(&["KEY", "PROTECTION", "VALUE"], &rows)
         }
         MetaCmd::Get { path, key } => {

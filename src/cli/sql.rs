@@ -9,7 +9,7 @@ use std::path::Path;
 
 pub fn run(out: &Out, path: &Path, sql: &str, params: &[String]) -> anyhow::Result<()> {
     let params: Vec<Value> = params.iter().map(|p| parse_value(p)).collect::<anyhow::Result<_>>()?;
-    let first = sql.trim_start().split_whitespace().next().unwrap_or("").to_ascii_lowercase();
+    let first = sql.split_whitespace().next().unwrap_or("").to_ascii_lowercase();
     if ["select", "with", "explain"].contains(&first.as_str()) {
         let store = open_for_read(path)?;
         let res = store.db_query(sql, &params, true).map_err(|e| at(path, e))?;
@@ -21,7 +21,14 @@ pub fn run(out: &Out, path: &Path, sql: &str, params: &[String]) -> anyhow::Resu
         let rows: Vec<Vec<String>> = res
             .rows
             .iter()
-            .map(|r| r.values().map(|v| match v { Value::String(s) => s.clone(), v => v.to_string() }).collect())
+            .map(|r| {
+                r.values()
+                    .map(|v| match v {
+                        Value::String(s) => s.clone(),
+                        v => v.to_string(),
+                    })
+                    .collect()
+            })
             .collect();
         let header: Vec<&str> = header.iter().map(String::as_str).collect();
         out.table(&header, &rows)?;

@@ -34,7 +34,13 @@ pub enum Address<'a> {
 }
 
 /// Append one snapshot; returns its id.
-pub fn append(conn: &Connection, source: &str, addr: Address<'_>, entries: usize, value: &Value) -> rusqlite::Result<i64> {
+pub fn append(
+    conn: &Connection,
+    source: &str,
+    addr: Address<'_>,
+    entries: usize,
+    value: &Value,
+) -> rusqlite::Result<i64> {
     let size = serde_json::to_vec(value).map(|v| v.len()).unwrap_or(0) as i64;
     let (start, end, r) = match addr {
         Address::Seqs { start, end } => (Some(start), Some(end), None),

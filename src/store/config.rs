@@ -147,10 +147,7 @@ impl AgentConfig {
 
     /// `limits.max_file_write_bytes` (default 5 000 000).
     pub fn max_file_write_bytes(&self) -> u64 {
-        self.limits
-            .as_ref()
-            .and_then(|l| l.max_file_write_bytes)
-            .unwrap_or(super::files::DEFAULT_MAX_WRITE)
+        self.limits.as_ref().and_then(|l| l.max_file_write_bytes).unwrap_or(super::files::DEFAULT_MAX_WRITE)
     }
 
     /// `code_execution.restricted_methods`: absent ⇒ `["attestation_issue"]`,
@@ -214,21 +211,64 @@ impl std::fmt::Display for Issue {
 
 /// The top-level sections a config may have.
 pub const TOP_LEVEL: &[&str] = &[
-    "adf_version", "id", "name", "description", "icon", "handle", "reply_to", "card", "state", "start_in_state",
-    "autonomous", "loop_mode", "autostart", "model", "instructions", "include_base_prompt", "context", "tools",
-    "triggers", "security", "limits", "recovery", "messaging", "audit", "code_execution", "sandbox", "compute",
-    "logging", "adapters", "serving", "ws_connections", "stream_bind", "stream_bindings", "umbilical_taps",
-    "umbilical", "providers", "mcp", "locked_fields", "metadata", "loops",
+    "adf_version",
+    "id",
+    "name",
+    "description",
+    "icon",
+    "handle",
+    "reply_to",
+    "card",
+    "state",
+    "start_in_state",
+    "autonomous",
+    "loop_mode",
+    "autostart",
+    "model",
+    "instructions",
+    "include_base_prompt",
+    "context",
+    "tools",
+    "triggers",
+    "security",
+    "limits",
+    "recovery",
+    "messaging",
+    "audit",
+    "code_execution",
+    "sandbox",
+    "compute",
+    "logging",
+    "adapters",
+    "serving",
+    "ws_connections",
+    "stream_bind",
+    "stream_bindings",
+    "umbilical_taps",
+    "umbilical",
+    "providers",
+    "mcp",
+    "locked_fields",
+    "metadata",
+    "loops",
 ];
 
 pub const TRIGGER_TYPES: &[&str] = &[
-    "on_inbox", "on_outbox", "on_file_change", "on_chat", "on_timer", "on_tool_call", "on_task_create",
-    "on_task_complete", "on_logs", "on_llm_call", "on_startup",
+    "on_inbox",
+    "on_outbox",
+    "on_file_change",
+    "on_chat",
+    "on_timer",
+    "on_tool_call",
+    "on_task_create",
+    "on_task_complete",
+    "on_logs",
+    "on_llm_call",
+    "on_startup",
 ];
 
-const FILTER_KEYS: &[&str] = &[
-    "source", "sender", "to", "watch", "include_self", "tools", "status", "level", "origin", "event", "provider",
-];
+const FILTER_KEYS: &[&str] =
+    &["source", "sender", "to", "watch", "include_self", "tools", "status", "level", "origin", "event", "provider"];
 const LEVELS: &[&str] = &["debug", "info", "warn", "error"];
 
 struct V {
@@ -242,25 +282,29 @@ impl V {
     fn string(&mut self, cfg: &Value, ptr: &str, min: usize, max: usize) {
         if let Some(v) = cfg.pointer(ptr) {
             match v.as_str() {
-                Some(s) if s.chars().count() < min => self.push(&dotted(ptr), format!("must be at least {min} character(s)")),
-                Some(s) if s.chars().count() > max => self.push(&dotted(ptr), format!("must be at most {max} characters")),
+                Some(s) if s.chars().count() < min => {
+                    self.push(&dotted(ptr), format!("must be at least {min} character(s)"))
+                }
+                Some(s) if s.chars().count() > max => {
+                    self.push(&dotted(ptr), format!("must be at most {max} characters"))
+                }
                 Some(_) => {}
                 None => self.push(&dotted(ptr), "must be a string"),
             }
         }
     }
     fn boolean(&mut self, cfg: &Value, ptr: &str) {
-        if let Some(v) = cfg.pointer(ptr) {
-            if !v.is_boolean() {
-                self.push(&dotted(ptr), "must be true or false");
-            }
+        if let Some(v) = cfg.pointer(ptr)
+            && !v.is_boolean()
+        {
+            self.push(&dotted(ptr), "must be true or false");
         }
     }
     fn one_of(&mut self, cfg: &Value, ptr: &str, allowed: &[&str]) {
-        if let Some(v) = cfg.pointer(ptr) {
-            if !v.as_str().is_some_and(|s| allowed.contains(&s)) {
-                self.push(&dotted(ptr), format!("must be one of {}", allowed.join(", ")));
-            }
+        if let Some(v) = cfg.pointer(ptr)
+            && !v.as_str().is_some_and(|s| allowed.contains(&s))
+        {
+            self.push(&dotted(ptr), format!("must be one of {}", allowed.join(", ")));
         }
     }
     fn number(&mut self, cfg: &Value, ptr: &str, min: f64, max: f64, nullable: bool, integer: bool) {
@@ -295,10 +339,10 @@ impl V {
         }
     }
     fn string_list(&mut self, cfg: &Value, ptr: &str) {
-        if let Some(v) = cfg.pointer(ptr) {
-            if !v.as_array().is_some_and(|a| a.iter().all(Value::is_string)) {
-                self.push(&dotted(ptr), "must be a list of strings");
-            }
+        if let Some(v) = cfg.pointer(ptr)
+            && !v.as_array().is_some_and(|a| a.iter().all(Value::is_string))
+        {
+            self.push(&dotted(ptr), "must be a list of strings");
         }
     }
 }
@@ -374,13 +418,18 @@ pub fn validate(cfg: &Value) -> Vec<Issue> {
             }
         }
     }
-    if v.object(cfg, "/limits", true) {
-        if let Some(Value::Object(limits)) = cfg.get("limits") {
-            for key in limits.keys() {
-                let nullable = key == "max_active_turns";
-                if key.ends_with("_ms") || key.ends_with("_bytes") || key.ends_with("_tokens") || key.ends_with("_chars") || key.ends_with("_turns") {
-                    v.number(cfg, &format!("/limits/{key}"), 0.0, 1e15, nullable, true);
-                }
+    if v.object(cfg, "/limits", true)
+        && let Some(Value::Object(limits)) = cfg.get("limits")
+    {
+        for key in limits.keys() {
+            let nullable = key == "max_active_turns";
+            if key.ends_with("_ms")
+                || key.ends_with("_bytes")
+                || key.ends_with("_tokens")
+                || key.ends_with("_chars")
+                || key.ends_with("_turns")
+            {
+                v.number(cfg, &format!("/limits/{key}"), 0.0, 1e15, nullable, true);
             }
         }
     }
@@ -391,14 +440,14 @@ pub fn validate(cfg: &Value) -> Vec<Issue> {
         v.string_list(cfg, "/messaging/allow_list");
         v.string_list(cfg, "/messaging/block_list");
     }
-    if v.object(cfg, "/code_execution", false) {
-        if let Some(Value::Object(ce)) = cfg.get("code_execution") {
-            for (k, val) in ce {
-                if k == "restricted_methods" {
-                    v.string_list(cfg, "/code_execution/restricted_methods");
-                } else if k != "packages" && !val.is_boolean() {
-                    v.push(&format!("code_execution.{k}"), "must be true or false");
-                }
+    if v.object(cfg, "/code_execution", false)
+        && let Some(Value::Object(ce)) = cfg.get("code_execution")
+    {
+        for (k, val) in ce {
+            if k == "restricted_methods" {
+                v.string_list(cfg, "/code_execution/restricted_methods");
+            } else if k != "packages" && !val.is_boolean() {
+                v.push(&format!("code_execution.{k}"), "must be true or false");
             }
         }
     }
@@ -419,7 +468,14 @@ pub fn validate(cfg: &Value) -> Vec<Issue> {
             if !r.get("lambda").is_some_and(Value::is_string) {
                 v.push(&dotted(&format!("{p}/lambda")), "is required (file:function)");
             }
-            let first = r.get("path").and_then(Value::as_str).unwrap_or("").trim_start_matches('/').split('/').next().unwrap_or("");
+            let first = r
+                .get("path")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .trim_start_matches('/')
+                .split('/')
+                .next()
+                .unwrap_or("");
             if ["inbox", "card", "health"].contains(&first) {
                 v.push(&dotted(&format!("{p}/path")), format!("first segment \"{first}\" is reserved"));
             }
@@ -648,7 +704,8 @@ pub fn agent_write_policy(cfg: &Value, path: &str) -> std::result::Result<(), Co
     if let Some(Value::Array(lf)) = cfg.get("locked_fields") {
         locks.extend(lf.iter().filter_map(Value::as_str).map(str::to_string));
     }
-    let covered = |lock: &str| path == lock || path.starts_with(&format!("{lock}.")) || lock.starts_with(&format!("{path}."));
+    let covered =
+        |lock: &str| path == lock || path.starts_with(&format!("{lock}.")) || lock.starts_with(&format!("{path}."));
     if let Some(lock) = locks.iter().find(|l| covered(l)) {
         return Err(ConfigRefusal::Lock(Denial::new(
             DenialKind::ConfigLock,
@@ -685,11 +742,11 @@ pub fn agent_write_policy(cfg: &Value, path: &str) -> std::result::Result<(), Co
 pub fn load_patches(cfg: &mut Value, meta_handle: Option<&str>) -> bool {
     let mut changed = false;
     let Some(obj) = cfg.as_object_mut() else { return false };
-    if !obj.contains_key("handle") {
-        if let Some(h) = meta_handle.filter(|h| !h.is_empty()) {
-            obj.insert("handle".into(), Value::String(h.into()));
-            changed = true;
-        }
+    if !obj.contains_key("handle")
+        && let Some(h) = meta_handle.filter(|h| !h.is_empty())
+    {
+        obj.insert("handle".into(), Value::String(h.into()));
+        changed = true;
     }
     if let Some(Value::Array(tools)) = obj.get_mut("tools") {
         for t in tools.iter_mut().filter_map(Value::as_object_mut) {
@@ -724,7 +781,8 @@ impl Store {
             .query_row("SELECT config_json FROM adf_config WHERE id = 1", [], |r| r.get(0))
             .optional()
             .at(self.path())?;
-        let text = text.ok_or_else(|| StoreError::Invalid(format!("{}: adf_config has no row", self.path().display())))?;
+        let text =
+            text.ok_or_else(|| StoreError::Invalid(format!("{}: adf_config has no row", self.path().display())))?;
         serde_json::from_str(&text)
             .map_err(|e| StoreError::Invalid(format!("{}: adf_config is not valid JSON: {e}", self.path().display())))
     }
@@ -756,13 +814,13 @@ impl Store {
     /// Set one dotted path as the given caller.
     pub fn config_set(&mut self, caller: Caller, path: &str, value: Value) -> Result<()> {
         let mut cfg = self.config_value()?;
-        if caller != Caller::Owner {
-            if let Err(refusal) = agent_write_policy(&cfg, path) {
-                match refusal {
-                    ConfigRefusal::Hard(msg) => return Err(StoreError::Invalid(msg)),
-                    ConfigRefusal::Lock(d) if !caller.bypasses() => return Err(StoreError::Denied(d)),
-                    ConfigRefusal::Lock(_) => {}
-                }
+        if caller != Caller::Owner
+            && let Err(refusal) = agent_write_policy(&cfg, path)
+        {
+            match refusal {
+                ConfigRefusal::Hard(msg) => return Err(StoreError::Invalid(msg)),
+                ConfigRefusal::Lock(d) if !caller.bypasses() => return Err(StoreError::Denied(d)),
+                ConfigRefusal::Lock(_) => {}
             }
         }
         set_path(&mut cfg, path, value)?;
@@ -860,9 +918,19 @@ mod tests {
     fn agent_policy_hard_errors_and_locks() {
         let cfg = fresh();
         for p in [
-            "locked_fields", "tools.fs_read.restricted", "code_execution.restricted_methods", "tools.fs_read.locked",
-            "adf_version", "id", "metadata.created_at", "providers", "security", "security.allow_unsigned",
-            "security.require_middleware_authorization", "security.middleware.inbox", "security.fetch_middleware",
+            "locked_fields",
+            "tools.fs_read.restricted",
+            "code_execution.restricted_methods",
+            "tools.fs_read.locked",
+            "adf_version",
+            "id",
+            "metadata.created_at",
+            "providers",
+            "security",
+            "security.allow_unsigned",
+            "security.require_middleware_authorization",
+            "security.middleware.inbox",
+            "security.fetch_middleware",
         ] {
             assert!(matches!(agent_write_policy(&cfg, p), Err(ConfigRefusal::Hard(_))), "{p}");
         }

@@ -30,12 +30,8 @@ pub fn register_sqlite_vec() {
 }
 
 /// The pragmas of format.md §2, in order.
-pub const PRAGMAS: &[(&str, &str)] = &[
-    ("journal_mode", "WAL"),
-    ("synchronous", "NORMAL"),
-    ("busy_timeout", "5000"),
-    ("foreign_keys", "ON"),
-];
+pub const PRAGMAS: &[(&str, &str)] =
+    &[("journal_mode", "WAL"), ("synchronous", "NORMAL"), ("busy_timeout", "5000"), ("foreign_keys", "ON")];
 
 /// Open a connection with the spec's setup. `create` allows a new file.
 pub fn open(path: &Path, create: bool, read_only: bool) -> Result<Connection> {
@@ -66,9 +62,7 @@ pub fn apply_pragmas(conn: &Connection, path: &Path, read_only: bool) -> Result<
     // order; journal_mode on a read-only handle can only be queried.
     for (name, value) in PRAGMAS {
         if read_only && *name == "journal_mode" {
-            let mode: String = conn
-                .query_row("PRAGMA journal_mode", [], |r| r.get(0))
-                .at(path)?;
+            let mode: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).at(path)?;
             let _ = mode;
             continue;
         }

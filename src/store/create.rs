@@ -59,9 +59,7 @@ pub fn slug(name: &str) -> String {
 /// A 12-character id from `[A-Za-z0-9]`.
 pub fn nanoid(len: usize) -> String {
     const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-    (0..len)
-        .map(|_| ALPHABET[rand::random_range(0..ALPHABET.len())] as char)
-        .collect()
+    (0..len).map(|_| ALPHABET[rand::random_range(0..ALPHABET.len())] as char).collect()
 }
 
 fn valid_handle(h: &str) -> bool {
@@ -81,13 +79,13 @@ pub fn create_file(path: &Path, opts: &NewAgent<'_>) -> Result<Created> {
     if name.is_empty() || name.chars().count() > 100 {
         return Err(StoreError::Invalid(format!("{}: name must be 1 to 100 characters", path.display())));
     }
-    if let Some(h) = opts.handle {
-        if !valid_handle(h) {
-            return Err(StoreError::Invalid(format!(
-                "{}: handle \"{h}\" must match ^[a-z0-9][a-z0-9-]*$ (at most 64 characters)",
-                path.display()
-            )));
-        }
+    if let Some(h) = opts.handle
+        && !valid_handle(h)
+    {
+        return Err(StoreError::Invalid(format!(
+            "{}: handle \"{h}\" must match ^[a-z0-9][a-z0-9-]*$ (at most 64 characters)",
+            path.display()
+        )));
     }
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     if !dir.is_dir() {
@@ -106,18 +104,21 @@ pub fn create_file(path: &Path, opts: &NewAgent<'_>) -> Result<Created> {
         s.push(format!(".creating-{}", std::process::id()));
         PathBuf::from(s)
     };
-    let result = write_new(&tmp, &NewFile {
-        name,
-        handle: &handle,
-        handle_given: opts.handle.is_some(),
-        id: &id,
-        now: &now,
-        icon: &icon,
-        description: opts.description.unwrap_or(""),
-        provider: opts.provider.unwrap_or(""),
-        model: opts.model.unwrap_or(""),
-        keys: &keys,
-    })
+    let result = write_new(
+        &tmp,
+        &NewFile {
+            name,
+            handle: &handle,
+            handle_given: opts.handle.is_some(),
+            id: &id,
+            now: &now,
+            icon: &icon,
+            description: opts.description.unwrap_or(""),
+            provider: opts.provider.unwrap_or(""),
+            model: opts.model.unwrap_or(""),
+            keys: &keys,
+        },
+    )
     .and_then(|()| {
         // No-clobber rename: a hard link fails if the target appeared meanwhile.
         std::fs::hard_link(&tmp, path).map_err(|e| match e.kind() {
@@ -181,10 +182,9 @@ fn write_new(tmp: &Path, f: &NewFile<'_>) -> Result<()> {
         )
         .at(tmp)?;
     }
-    for (purpose, value) in [
-        (identity::PURPOSE_PRIVATE, &f.keys.private_der),
-        (identity::PURPOSE_PUBLIC, &f.keys.public_der),
-    ] {
+    for (purpose, value) in
+        [(identity::PURPOSE_PRIVATE, &f.keys.private_der), (identity::PURPOSE_PUBLIC, &f.keys.public_der)]
+    {
         tx.execute(
             "INSERT INTO adf_identity(purpose, value, encryption_algo, code_access) VALUES (?1, ?2, 'plain', 0)",
             params![purpose, value],

@@ -116,12 +116,7 @@ pub fn tool_declaration(name: &str, enabled: bool, visible: bool, restricted: bo
 }
 
 pub fn default_tools() -> Value {
-    Value::Array(
-        DEFAULT_TOOLS
-            .iter()
-            .map(|&(n, e, v, r)| tool_declaration(n, e, v, r))
-            .collect(),
-    )
+    Value::Array(DEFAULT_TOOLS.iter().map(|&(n, e, v, r)| tool_declaration(n, e, v, r)).collect())
 }
 
 /// The eleven trigger types with their `AGENT_DEFAULTS` (format.md §7.4).

@@ -18,20 +18,9 @@ pub enum StoreError {
     #[error("{path}: file is locked by another connection, try again ({detail})")]
     Busy { path: PathBuf, detail: String },
     #[error("{path}: held by another adf process (pid {pid} on {host}, since {since}); {hint}")]
-    Held {
-        path: PathBuf,
-        pid: u32,
-        host: String,
-        since: String,
-        hint: &'static str,
-    },
+    Held { path: PathBuf, pid: u32, host: String, since: String, hint: &'static str },
     #[error("{path}: migration to schema version {version} failed: {detail} (the original is kept at {backup})")]
-    Migration {
-        path: PathBuf,
-        version: i64,
-        detail: String,
-        backup: PathBuf,
-    },
+    Migration { path: PathBuf, version: i64, detail: String, backup: PathBuf },
     #[error("{path}: already exists (adf never overwrites an agent file)")]
     Exists { path: PathBuf },
     #[error("{path}: opened read-only, writes are refused")]
@@ -81,10 +70,7 @@ impl<T> Ctx<T> for std::result::Result<T, rusqlite::Error> {
 
 impl<T> Ctx<T> for std::result::Result<T, std::io::Error> {
     fn at(self, path: &std::path::Path) -> Result<T> {
-        self.map_err(|source| StoreError::Io {
-            path: path.to_path_buf(),
-            source,
-        })
+        self.map_err(|source| StoreError::Io { path: path.to_path_buf(), source })
     }
 }
 
@@ -93,18 +79,9 @@ pub(crate) fn classify(path: &std::path::Path, source: rusqlite::Error) -> Store
     use rusqlite::ErrorCode as C;
     let path = path.to_path_buf();
     match source.sqlite_error_code() {
-        Some(C::NotADatabase) => StoreError::NotSqlite {
-            path,
-            detail: "file is not a database".into(),
-        },
-        Some(C::DatabaseCorrupt) => StoreError::Corrupt {
-            path,
-            detail: source.to_string(),
-        },
-        Some(C::DatabaseBusy) | Some(C::DatabaseLocked) => StoreError::Busy {
-            path,
-            detail: source.to_string(),
-        },
+        Some(C::NotADatabase) => StoreError::NotSqlite { path, detail: "file is not a database".into() },
+        Some(C::DatabaseCorrupt) => StoreError::Corrupt { path, detail: source.to_string() },
+        Some(C::DatabaseBusy) | Some(C::DatabaseLocked) => StoreError::Busy { path, detail: source.to_string() },
         _ => StoreError::Sqlite { path, source },
     }
 }

@@ -133,12 +133,8 @@ impl Store {
                 "SELECT {COLS} FROM adf_files WHERE substr(path, 1, length(?1)) = ?1 ORDER BY path"
             ))
             .at(self.path())?;
-        let rows = stmt
-            .query_map([prefix], entry)
-            .at(self.path())?
-            .collect::<rusqlite::Result<Vec<_>>>()
-            .at(self.path());
-        rows
+
+        stmt.query_map([prefix], entry).at(self.path())?.collect::<rusqlite::Result<Vec<_>>>().at(self.path())
     }
 
     pub fn file_stat(&self, path: &str) -> Result<Option<FileEntry>> {
@@ -174,10 +170,7 @@ impl Store {
             .conn()
             .query_row("SELECT rowid FROM adf_files WHERE path = ?1", [path], |r| r.get(0))
             .at(self.path())?;
-        let mut blob = self
-            .conn()
-            .blob_open(rusqlite::MAIN_DB, "adf_files", "content", rowid, true)
-            .at(self.path())?;
+        let mut blob = self.conn().blob_open(rusqlite::MAIN_DB, "adf_files", "content", rowid, true).at(self.path())?;
         let mut buf = vec![0u8; CHUNK.min(blob.len().max(1))];
         loop {
             let n = blob.read(&mut buf).at(self.path())?;
@@ -190,35 +183,42 @@ impl Store {
     }
 
     fn check_write(&self, caller: Caller, path: &str, existing: Option<&FileEntry>) -> Result<bool> {
-        if let Some(e) = existing {
-            if e.protection == Protection::ReadOnly {
-                if caller.bypasses() {
-                    return Ok(true);
-                }
-                return Err(StoreError::Denied(Denial::new(
-                    DenialKind::FileProtection,
-                    path,
-                    "read_only",
-                    format!("Cannot write to \"{path}\": file is read-only."),
-                )));
+        if let Some(e) = existing
+            && e.protection == Protection::ReadOnly
+        {
+            if caller.bypasses() {
+                return Ok(true);
             }
+            return Err(StoreError::Denied(Denial::new(
+                DenialKind::FileProtection,
+                path,
+                "read_only",
+                format!("Cannot write to \"{path}\": file is read-only."),
+            )));
         }
         Ok(false)
     }
 
     fn check_size(path: &str, len: u64, max: Option<u64>) -> Result<()> {
-        if let Some(max) = max {
-            if len > max && !SIZE_EXEMPT.contains(&path) {
-                return Err(StoreError::Invalid(format!(
-                    "Write rejected: result is {len} bytes but max_file_write_bytes is {max}."
-                )));
-            }
+        if let Some(max) = max
+            && len > max
+            && !SIZE_EXEMPT.contains(&path)
+        {
+            return Err(StoreError::Invalid(format!(
+                "Write rejected: result is {len} bytes but max_file_write_bytes is {max}."
+            )));
         }
         Ok(())
     }
 
     /// Write a whole file (create or replace). Returns the new metadata.
-    pub fn file_write(&mut self, caller: Caller, path: &str, content: &[u8], opts: &WriteOptions<'_>) -> Result<FileEntry> {
+    pub fn file_write(
+        &mut self,
+        caller: Caller,
+        path: &str,
+        content: &[u8],
+        opts: &WriteOptions<'_>,
+    ) -> Result<FileEntry> {
         self.file_write_stream(caller, path, &mut &content[..], content.len() as u64, opts)
     }
 
@@ -300,7 +300,13 @@ impl Store {
     }
 
     /// Apply edits in order, all or nothing. Returns the replacement count.
-    pub fn file_edit(&mut self, caller: Caller, path: &str, edits: &[Edit<'_>], max_bytes: Option<u64>) -> Result<usize> {
+    pub fn file_edit(
+        &mut self,
+        caller: Caller,
+        path: &str,
+        edits: &[Edit<'_>],
+        max_bytes: Option<u64>,
+    ) -> Result<usize> {
         let existing = self.file_stat(path)?.ok_or_else(|| {
             StoreError::Missing(format!("File not found: \"{path}\". Use mode=\"write\" to create it."))
         })?;
@@ -331,7 +337,11 @@ impl Store {
                     "old_text occurs {n} times in \"{path}\"; add context to make it unique or set replace_all."
                 )));
             }
-            text = if e.replace_all { text.replace(e.old_text, e.new_text) } else { text.replacen(e.old_text, e.new_text, 1) };
+            text = if e.replace_all {
+                text.replace(e.old_text, e.new_text)
+            } else {
+                text.replacen(e.old_text, e.new_text, 1)
+            };
             count += if e.replace_all { n } else { 1 };
         }
         self.file_write(caller, path, text.as_bytes(), &WriteOptions { max_bytes, ..Default::default() })?;
@@ -420,9 +430,7 @@ impl Store {
             )));
         }
         if CORE_FILES.contains(&path) && level != Protection::NoDelete {
-            return Err(StoreError::Invalid(format!(
-                "\"{path}\" is a core file: its protection stays no_delete."
-            )));
+            return Err(StoreError::Invalid(format!("\"{path}\" is a core file: its protection stays no_delete.")));
         }
         let file = self.path().to_path_buf();
         self.write(|tx| {

@@ -34,11 +34,8 @@ impl AgentKeys {
             .as_bytes()
             .to_vec();
         let verifying = signing.verifying_key();
-        let public_der = verifying
-            .to_public_key_der()
-            .map_err(|e| format!("encoding public key: {e}"))?
-            .as_bytes()
-            .to_vec();
+        let public_der =
+            verifying.to_public_key_der().map_err(|e| format!("encoding public key: {e}"))?.as_bytes().to_vec();
         let did = did_key(&verifying);
         Ok(AgentKeys { signing, private_der, public_der, did })
     }
@@ -84,7 +81,8 @@ mod tests {
     fn reference_headless_key_matches_its_did() {
         // From fixtures/reference/fresh-headless.dump.json.
         let spki = hex("302a300506032b6570032100b034cf246e7f35798ac5aaf7e2bcaacff74734ec2334bc1fa8c8c7a8e1fbd65e");
-        let pkcs8 = hex("302e020100300506032b65700422042088d7abcd6594f23c75a556fa426f7c178cd56212e2186619079b926af19f1c1a");
+        let pkcs8 =
+            hex("302e020100300506032b65700422042088d7abcd6594f23c75a556fa426f7c178cd56212e2186619079b926af19f1c1a");
         let key = public_from_spki(&spki).unwrap();
         assert_eq!(did_key(&key), "did:key:z6MkrK6WExQsHSGZDfgmoaes4fQSdrsrk8TSMhwGGqoP7SnR");
         let seed: [u8; 32] = pkcs8[16..].try_into().unwrap();

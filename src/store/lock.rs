@@ -50,13 +50,8 @@ impl WriterLock {
         // A holder may unlink the lock file as it releases it; retry when the
         // file we locked is no longer the one at the path.
         for _ in 0..8 {
-            let mut file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&path)
-                .at(&path)?;
+            let mut file =
+                OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path).at(&path)?;
             match file.try_lock() {
                 Ok(()) => {}
                 Err(TryLockError::WouldBlock) => {
@@ -84,10 +79,7 @@ impl WriterLock {
             file.write_all(&me).at(&path)?;
             return Ok(WriterLock { file, path });
         }
-        Err(StoreError::Busy {
-            path: agent.to_path_buf(),
-            detail: "lock file keeps changing".into(),
-        })
+        Err(StoreError::Busy { path: agent.to_path_buf(), detail: "lock file keeps changing".into() })
     }
 }
 
@@ -159,11 +151,8 @@ mod tests {
     fn stale_lock_file_is_taken_over() {
         let dir = tempfile::tempdir().unwrap();
         let agent = dir.path().join("a.adf");
-        std::fs::write(
-            lock_path(&agent),
-            r#"{"pid":999999,"host":"gone","since":"2020-01-01T00:00:00.000Z"}"#,
-        )
-        .unwrap();
+        std::fs::write(lock_path(&agent), r#"{"pid":999999,"host":"gone","since":"2020-01-01T00:00:00.000Z"}"#)
+            .unwrap();
         let lock = WriterLock::acquire(&agent).unwrap();
         let text = std::fs::read_to_string(lock_path(&agent)).unwrap();
         assert!(text.contains(&std::process::id().to_string()));

@@ -6,7 +6,14 @@ use rusqlite::{Connection, params};
 use super::error::{Ctx, Result};
 
 /// Insert one log row.
-pub fn insert(conn: &Connection, level: &str, origin: &str, event: &str, target: Option<&str>, message: &str) -> rusqlite::Result<i64> {
+pub fn insert(
+    conn: &Connection,
+    level: &str,
+    origin: &str,
+    event: &str,
+    target: Option<&str>,
+    message: &str,
+) -> rusqlite::Result<i64> {
     conn.execute(
         "INSERT INTO adf_logs(level, origin, event, target, message, data, created_at) VALUES (?1, ?2, ?3, ?4, ?5, NULL, ?6)",
         params![level, origin, event, target, message, super::now_ms()],

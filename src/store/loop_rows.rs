@@ -57,29 +57,28 @@ impl Store {
         );
         let mut stmt = self.conn().prepare_cached(&sql).at(self.path())?;
         let lim = limit.map(|l| l as i64).unwrap_or(-1);
-        let rows = stmt
-            .query_map([lim], |r| {
-                let content: String = r.get(2)?;
-                let tokens: Option<rusqlite::types::Value> = r.get(4)?;
-                Ok(LoopRow {
-                    seq: r.get(0)?,
-                    role: r.get(1)?,
-                    content: serde_json::from_str(&content).unwrap_or(Value::String(content)),
-                    model: r.get(3)?,
-                    tokens: tokens.map(|t| match t {
-                        rusqlite::types::Value::Integer(i) => Value::from(i),
-                        rusqlite::types::Value::Text(s) => serde_json::from_str(&s).unwrap_or(Value::String(s)),
-                        rusqlite::types::Value::Real(f) => Value::from(f),
-                        _ => Value::Null,
-                    }),
-                    created_at: r.get(5)?,
-                    ord: r.get(6)?,
-                })
+
+        stmt.query_map([lim], |r| {
+            let content: String = r.get(2)?;
+            let tokens: Option<rusqlite::types::Value> = r.get(4)?;
+            Ok(LoopRow {
+                seq: r.get(0)?,
+                role: r.get(1)?,
+                content: serde_json::from_str(&content).unwrap_or(Value::String(content)),
+                model: r.get(3)?,
+                tokens: tokens.map(|t| match t {
+                    rusqlite::types::Value::Integer(i) => Value::from(i),
+                    rusqlite::types::Value::Text(s) => serde_json::from_str(&s).unwrap_or(Value::String(s)),
+                    rusqlite::types::Value::Real(f) => Value::from(f),
+                    _ => Value::Null,
+                }),
+                created_at: r.get(5)?,
+                ord: r.get(6)?,
             })
-            .at(self.path())?
-            .collect::<rusqlite::Result<Vec<_>>>()
-            .at(self.path());
-        rows
+        })
+        .at(self.path())?
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .at(self.path())
     }
 }
 
@@ -95,4 +94,3 @@ impl Store {
         })
     }
 }
-

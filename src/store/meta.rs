@@ -5,9 +5,9 @@
 use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 
+use super::Store;
 use super::access::{Caller, Denial, DenialKind};
 use super::error::{Ctx, Result, StoreError};
-use super::Store;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -74,23 +74,20 @@ fn denial(key: &str, level: &str, description: String) -> StoreError {
 
 impl Store {
     pub fn meta_list(&self) -> Result<Vec<MetaEntry>> {
-        let mut stmt = self
-            .conn()
-            .prepare("SELECT key, value, protection FROM adf_meta ORDER BY key")
-            .at(self.path())?;
-        let rows = stmt
-            .query_map([], |r| {
-                let p: String = r.get(2)?;
-                Ok(MetaEntry {
-                    key: r.get(0)?,
-                    value: r.get(1)?,
-                    protection: MetaProtection::parse(&p).unwrap_or(MetaProtection::None),
-                })
+        let mut stmt =
+            self.conn().prepare("SELECT key, value, protection FROM adf_meta ORDER BY key").at(self.path())?;
+
+        stmt.query_map([], |r| {
+            let p: String = r.get(2)?;
+            Ok(MetaEntry {
+                key: r.get(0)?,
+                value: r.get(1)?,
+                protection: MetaProtection::parse(&p).unwrap_or(MetaProtection::None),
             })
-            .at(self.path())?
-            .collect::<rusqlite::Result<Vec<_>>>()
-            .at(self.path());
-        rows
+        })
+        .at(self.path())?
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .at(self.path())
     }
 
     pub fn meta_get(&self, key: &str) -> Result<Option<MetaEntry>> {
@@ -118,7 +115,13 @@ impl Store {
 
     /// Set a value. `protection` applies on creation, or (owner and
     /// authorized code only) changes an existing key's protection.
-    pub fn meta_set(&mut self, caller: Caller, key: &str, value: &str, protection: Option<MetaProtection>) -> Result<()> {
+    pub fn meta_set(
+        &mut self,
+        caller: Caller,
+        key: &str,
+        value: &str,
+        protection: Option<MetaProtection>,
+    ) -> Result<()> {
         if key.is_empty() {
             return Err(StoreError::Invalid("meta key must not be empty".into()));
         }
@@ -126,17 +129,23 @@ impl Store {
         let bypass = caller.bypasses();
         let may_change_protection = caller == Caller::Owner || bypass;
         if is_system_key(key) && !bypass {
-            return Err(denial(key, "readonly", format!("Cannot set \"{key}\": adf_* keys are managed by the runtime (readonly).")));
+            return Err(denial(
+                key,
+                "readonly",
+                format!("Cannot set \"{key}\": adf_* keys are managed by the runtime (readonly)."),
+            ));
         }
         match Self::effective(existing.as_ref(), key) {
             Some(MetaProtection::Readonly) if !bypass => {
-                let changes_protection = caller == Caller::Owner && protection.is_some_and(|p| p != MetaProtection::Readonly);
+                let changes_protection =
+                    caller == Caller::Owner && protection.is_some_and(|p| p != MetaProtection::Readonly);
                 if !changes_protection {
                     return Err(denial(key, "readonly", format!("Cannot set \"{key}\": key is readonly.")));
                 }
             }
             Some(MetaProtection::Increment) if !bypass => {
-                let changes_protection = caller == Caller::Owner && protection.is_some_and(|p| p != MetaProtection::Increment);
+                let changes_protection =
+                    caller == Caller::Owner && protection.is_some_and(|p| p != MetaProtection::Increment);
                 if !changes_protection {
                     let cur = existing.as_ref().map(|e| e.value.as_str()).unwrap_or("");
                     let (Some(old), Some(new)) = (parse_num(cur), parse_num(value)) else {
@@ -161,7 +170,9 @@ impl Store {
             (Some(e), _) => e.protection,
         };
         if existing.is_none() && new_protection == MetaProtection::Increment && parse_num(value).is_none() {
-            return Err(StoreError::Invalid(format!("Cannot create increment key \"{key}\": value \"{value}\" is not a number.")));
+            return Err(StoreError::Invalid(format!(
+                "Cannot create increment key \"{key}\": value \"{value}\" is not a number."
+            )));
         }
         let file = self.path().to_path_buf();
         self.write(|tx| {
@@ -180,17 +191,29 @@ impl Store {
 
     /// Atomically add `delta` (creating the key at `delta`); returns the new
     /// value as stored.
-    pub fn meta_add(&mut self, caller: Caller, key: &str, delta: f64, protection: Option<MetaProtection>) -> Result<String> {
+    pub fn meta_add(
+        &mut self,
+        caller: Caller,
+        key: &str,
+        delta: f64,
+        protection: Option<MetaProtection>,
+    ) -> Result<String> {
         if !delta.is_finite() {
             return Err(StoreError::Invalid(format!("Cannot add to \"{key}\": delta is not a number.")));
         }
         if is_system_key(key) && !caller.bypasses() {
-            return Err(denial(key, "readonly", format!("Cannot set \"{key}\": adf_* keys are managed by the runtime (readonly).")));
+            return Err(denial(
+                key,
+                "readonly",
+                format!("Cannot set \"{key}\": adf_* keys are managed by the runtime (readonly)."),
+            ));
         }
         let file = self.path().to_path_buf();
         self.write(|tx| {
             let row: Option<(String, String)> = tx
-                .query_row("SELECT value, protection FROM adf_meta WHERE key = ?1", [key], |r| Ok((r.get(0)?, r.get(1)?)))
+                .query_row("SELECT value, protection FROM adf_meta WHERE key = ?1", [key], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
                 .optional()
                 .at(&file)?;
             let (next, prot) = match row {
@@ -205,12 +228,16 @@ impl Store {
                             return Err(denial(
                                 key,
                                 "increment",
-                                format!("Cannot add {delta} to \"{key}\": increment key only grows (delta must be > 0)."),
+                                format!(
+                                    "Cannot add {delta} to \"{key}\": increment key only grows (delta must be > 0)."
+                                ),
                             ));
                         }
                     }
                     let cur = parse_num(&value).ok_or_else(|| {
-                        StoreError::Invalid(format!("Cannot add to \"{key}\": current value \"{value}\" is not a number."))
+                        StoreError::Invalid(format!(
+                            "Cannot add to \"{key}\": current value \"{value}\" is not a number."
+                        ))
                     })?;
                     (cur + delta, prot)
                 }
@@ -230,10 +257,11 @@ impl Store {
     pub fn meta_delete(&mut self, caller: Caller, key: &str) -> Result<bool> {
         let Some(existing) = self.meta_get(key)? else { return Ok(false) };
         let bypass = caller.bypasses();
-        if let Some(p) = Self::effective(Some(&existing), key) {
-            if p != MetaProtection::None && !bypass {
-                return Err(denial(key, p.as_str(), format!("Cannot delete \"{key}\": key is {}.", p.as_str())));
-            }
+        if let Some(p) = Self::effective(Some(&existing), key)
+            && p != MetaProtection::None
+            && !bypass
+        {
+            return Err(denial(key, p.as_str(), format!("Cannot delete \"{key}\": key is {}.", p.as_str())));
         }
         let file = self.path().to_path_buf();
         self.write(|tx| {
@@ -248,7 +276,12 @@ impl Store {
 
     /// Runtime-only upsert of a system key (plain upsert: protection only on
     /// first insert).
-    pub(crate) fn meta_put_system(conn: &rusqlite::Connection, key: &str, value: &str, protection: MetaProtection) -> rusqlite::Result<()> {
+    pub(crate) fn meta_put_system(
+        conn: &rusqlite::Connection,
+        key: &str,
+        value: &str,
+        protection: MetaProtection,
+    ) -> rusqlite::Result<()> {
         conn.execute(
             "INSERT INTO adf_meta(key, value, protection) VALUES (?1, ?2, ?3)
              ON CONFLICT(key) DO UPDATE SET value = excluded.value",

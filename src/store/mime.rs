@@ -18,10 +18,7 @@ pub fn for_path(path: &str) -> String {
     };
     match spec {
         Some(m) => m.to_string(),
-        None => mime_guess::from_path(path)
-            .first_raw()
-            .unwrap_or("application/octet-stream")
-            .to_string(),
+        None => mime_guess::from_path(path).first_raw().unwrap_or("application/octet-stream").to_string(),
     }
 }
 

@@ -7,8 +7,8 @@
 
 pub mod access;
 pub mod audit;
-mod conn;
 pub mod config;
+mod conn;
 pub mod create;
 pub mod defaults;
 mod error;
@@ -33,8 +33,8 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 pub use access::{Caller, Denial, DenialKind};
 pub use conn::{PRAGMAS, pragma_text, register_sqlite_vec};
 pub use create::NewAgent;
-pub use error::{Result, StoreError};
 use error::{Ctx, classify};
+pub use error::{Result, StoreError};
 pub use lock::{Holder, WriterLock, current_holder};
 pub use schema::{ADF_FORMAT_VERSION, ADF_SCHEMA_VERSION};
 
@@ -81,10 +81,7 @@ pub struct Store {
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store")
-            .field("path", &self.path)
-            .field("read_only", &self.read_only)
-            .finish()
+        f.debug_struct("Store").field("path", &self.path).field("read_only", &self.read_only).finish()
     }
 }
 
@@ -113,10 +110,10 @@ fn register(path: &Path) {
 
 fn unregister(path: &Path) {
     let c = canonical(path);
-    if let Ok(mut open) = OPEN_FILES.lock() {
-        if let Some(i) = open.iter().position(|p| *p == c) {
-            open.swap_remove(i);
-        }
+    if let Ok(mut open) = OPEN_FILES.lock()
+        && let Some(i) = open.iter().position(|p| *p == c)
+    {
+        open.swap_remove(i);
     }
 }
 
@@ -188,23 +185,15 @@ fn read_up_to(f: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
 }
 
 fn has_table(conn: &Connection, path: &Path, name: &str) -> Result<bool> {
-    conn.query_row(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1",
-        [name],
-        |_| Ok(()),
-    )
-    .optional()
-    .at(path)
-    .map(|o| o.is_some())
+    conn.query_row("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1", [name], |_| Ok(()))
+        .optional()
+        .at(path)
+        .map(|o| o.is_some())
 }
 
 fn run_check(conn: &Connection, path: &Path, pragma: &str) -> Result<Option<String>> {
     let mut stmt = conn.prepare(&format!("PRAGMA {pragma}")).at(path)?;
-    let rows: Vec<String> = stmt
-        .query_map([], |r| r.get(0))
-        .at(path)?
-        .collect::<rusqlite::Result<_>>()
-        .at(path)?;
+    let rows: Vec<String> = stmt.query_map([], |r| r.get(0)).at(path)?.collect::<rusqlite::Result<_>>().at(path)?;
     if rows.len() == 1 && rows[0] == "ok" {
         Ok(None)
     } else {
@@ -248,12 +237,12 @@ impl Store {
             IntegrityCheck::Skipped => None,
         };
         let mut conn = conn;
-        if let Some(pragma) = pragma {
-            if let Some(problem) = run_check(&conn, &path, pragma)? {
-                drop(conn);
-                repair(&path, &problem)?;
-                conn = conn::open(&path, false, false)?;
-            }
+        if let Some(pragma) = pragma
+            && let Some(problem) = run_check(&conn, &path, pragma)?
+        {
+            drop(conn);
+            repair(&path, &problem)?;
+            conn = conn::open(&path, false, false)?;
         }
         registered.disarm();
         let mut store = Store {
@@ -340,10 +329,7 @@ impl Store {
         backup_to(self.conn(), &self.path, &bak)?;
         let path = self.path.clone();
         let outcome = (|| -> Result<std::result::Result<(), schema::StepFailure>> {
-            let tx = self
-                .conn_mut()
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .at(&path)?;
+            let tx = self.conn_mut().transaction_with_behavior(TransactionBehavior::Immediate).at(&path)?;
             tx.execute("DELETE FROM adf_meta WHERE key = 'adf_clean_close'", []).at(&path)?;
             match schema::migrate(&tx, from) {
                 Ok(()) => {
@@ -424,11 +410,7 @@ impl Store {
     }
 
     pub(crate) fn writable(&self) -> Result<()> {
-        if self.read_only {
-            Err(StoreError::ReadOnly { path: self.path.clone() })
-        } else {
-            Ok(())
-        }
+        if self.read_only { Err(StoreError::ReadOnly { path: self.path.clone() }) } else { Ok(()) }
     }
 
     /// Call before the first write of a session: removes the clean-close
@@ -439,9 +421,7 @@ impl Store {
     pub(crate) fn touch(&mut self) -> Result<()> {
         self.writable()?;
         if !self.marker_taken {
-            self.conn()
-                .execute("DELETE FROM adf_meta WHERE key = 'adf_clean_close'", [])
-                .at(&self.path)?;
+            self.conn().execute("DELETE FROM adf_meta WHERE key = 'adf_clean_close'", []).at(&self.path)?;
             self.marker_taken = true;
         }
         Ok(())
@@ -452,10 +432,7 @@ impl Store {
         self.writable()?;
         let path = self.path.clone();
         let take_marker = !self.marker_taken;
-        let tx = self
-            .conn_mut()
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .at(&path)?;
+        let tx = self.conn_mut().transaction_with_behavior(TransactionBehavior::Immediate).at(&path)?;
         if take_marker {
             // In the same transaction: a write that fails changes nothing.
             tx.execute("DELETE FROM adf_meta WHERE key = 'adf_clean_close'", []).at(&path)?;
@@ -479,13 +456,12 @@ impl Store {
         self.closed = true;
         let Some(conn) = self.conn.take() else { return Ok(()) };
         if self.marker_taken {
-            conn
-                .execute(
-                    "INSERT INTO adf_meta(key, value, protection) VALUES ('adf_clean_close', ?1, 'readonly')
+            conn.execute(
+                "INSERT INTO adf_meta(key, value, protection) VALUES ('adf_clean_close', ?1, 'readonly')
                      ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                    [now_iso()],
-                )
-                .at(&self.path)?;
+                [now_iso()],
+            )
+            .at(&self.path)?;
         }
         let closed = conn.close().map_err(|(_, e)| classify(&self.path, e));
         unregister(&self.path);

@@ -59,9 +59,8 @@ pub fn create(conn: &Connection) -> rusqlite::Result<()> {
 /// `schema_version`, else 0.
 pub fn read_version(conn: &Connection) -> rusqlite::Result<i64> {
     for key in ["adf_schema_version", "schema_version"] {
-        let v: Option<String> = conn
-            .query_row("SELECT value FROM adf_meta WHERE key = ?1", [key], |r| r.get(0))
-            .optional()?;
+        let v: Option<String> =
+            conn.query_row("SELECT value FROM adf_meta WHERE key = ?1", [key], |r| r.get(0)).optional()?;
         if let Some(v) = v {
             return Ok(v.trim().parse().unwrap_or(0));
         }
@@ -108,11 +107,7 @@ fn set_version(conn: &Connection, v: i64) -> rusqlite::Result<()> {
 /// Bring adf's own `adfrs_*` track to its current version.
 pub fn migrate_own(conn: &Connection) -> rusqlite::Result<()> {
     let has: bool = conn
-        .query_row(
-            "SELECT 1 FROM sqlite_master WHERE type='table' AND name='adfrs_schema'",
-            [],
-            |_| Ok(true),
-        )
+        .query_row("SELECT 1 FROM sqlite_master WHERE type='table' AND name='adfrs_schema'", [], |_| Ok(true))
         .optional()?
         .unwrap_or(false);
     let current: i64 = if has {
@@ -211,18 +206,13 @@ fn addable(def: &str) -> String {
 }
 
 fn strip_comments(sql: &str) -> String {
-    sql.lines()
-        .filter(|l| !l.trim_start().starts_with("--"))
-        .collect::<Vec<_>>()
-        .join("\n")
-        .trim()
-        .to_string()
+    sql.lines().filter(|l| !l.trim_start().starts_with("--")).collect::<Vec<_>>().join("\n").trim().to_string()
 }
 
 pub(crate) fn table_columns(conn: &Connection, table: &str) -> rusqlite::Result<Vec<String>> {
     let mut stmt = conn.prepare("SELECT name FROM pragma_table_info(?1)")?;
-    let cols = stmt.query_map([table], |r| r.get(0))?.collect();
-    cols
+
+    stmt.query_map([table], |r| r.get(0))?.collect()
 }
 
 /// Run a migration file statement by statement; `ALTER TABLE t ADD COLUMN c`
@@ -253,9 +243,8 @@ fn exec_idempotent(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
 // Rust steps: the parts of the ladder that rewrite JSON or need defaults.
 
 fn config(conn: &Connection) -> rusqlite::Result<Option<Value>> {
-    let text: Option<String> = conn
-        .query_row("SELECT config_json FROM adf_config WHERE id = 1", [], |r| r.get(0))
-        .optional()?;
+    let text: Option<String> =
+        conn.query_row("SELECT config_json FROM adf_config WHERE id = 1", [], |r| r.get(0)).optional()?;
     Ok(text.and_then(|t| serde_json::from_str(&t).ok()))
 }
 
@@ -269,35 +258,26 @@ fn save_config(conn: &Connection, cfg: &Value) -> rusqlite::Result<()> {
 
 /// Apply `f` to the config; persist only when it changed something.
 fn edit_config(conn: &Connection, f: impl FnOnce(&mut Value) -> bool) -> rusqlite::Result<()> {
-    if let Some(mut cfg) = config(conn)? {
-        if f(&mut cfg) {
-            save_config(conn, &cfg)?;
-        }
+    if let Some(mut cfg) = config(conn)?
+        && f(&mut cfg)
+    {
+        save_config(conn, &cfg)?;
     }
     Ok(())
 }
 
 fn meta_insert_missing(conn: &Connection, key: &str, value: &str) -> rusqlite::Result<()> {
-    conn.execute(
-        "INSERT OR IGNORE INTO adf_meta(key, value) VALUES (?1, ?2)",
-        params![key, value],
-    )?;
+    conn.execute("INSERT OR IGNORE INTO adf_meta(key, value) VALUES (?1, ?2)", params![key, value])?;
     Ok(())
 }
 
 fn step14_meta(conn: &Connection) -> rusqlite::Result<()> {
     let cfg = config(conn)?.unwrap_or(Value::Null);
     let name = cfg.get("name").and_then(Value::as_str).unwrap_or("untitled");
-    let handle = cfg
-        .get("handle")
-        .and_then(Value::as_str)
-        .map(str::to_string)
-        .unwrap_or_else(|| super::create::slug(name));
-    let created = cfg
-        .pointer("/metadata/created_at")
-        .and_then(Value::as_str)
-        .map(str::to_string)
-        .unwrap_or_else(now_iso);
+    let handle =
+        cfg.get("handle").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| super::create::slug(name));
+    let created =
+        cfg.pointer("/metadata/created_at").and_then(Value::as_str).map(str::to_string).unwrap_or_else(now_iso);
     let updated = cfg
         .pointer("/metadata/updated_at")
         .and_then(Value::as_str)
@@ -309,9 +289,8 @@ fn step14_meta(conn: &Connection) -> rusqlite::Result<()> {
     meta_insert_missing(conn, "adf_created_at", &created)?;
     meta_insert_missing(conn, "adf_updated_at", &updated)?;
     for (old, purpose) in [("identity_salt", "crypto:kdf:salt"), ("identity_kdf_params", "crypto:kdf:params")] {
-        let v: Option<String> = conn
-            .query_row("SELECT value FROM adf_meta WHERE key = ?1", [old], |r| r.get(0))
-            .optional()?;
+        let v: Option<String> =
+            conn.query_row("SELECT value FROM adf_meta WHERE key = ?1", [old], |r| r.get(0)).optional()?;
         if let Some(v) = v {
             conn.execute(
                 "INSERT OR IGNORE INTO adf_identity(purpose, value, encryption_algo) VALUES (?1, ?2, 'plain')",
@@ -342,7 +321,8 @@ fn step20_restricted(conn: &Connection) -> rusqlite::Result<()> {
     edit_config(conn, |cfg| {
         let mut changed = fold_require_approval(cfg.get_mut("tools"));
         changed |= fold_require_approval(cfg.pointer_mut("/mcp/servers"));
-        let legacy = cfg.get_mut("security").and_then(Value::as_object_mut).and_then(|s| s.remove("require_authorized"));
+        let legacy =
+            cfg.get_mut("security").and_then(Value::as_object_mut).and_then(|s| s.remove("require_authorized"));
         if let Some(legacy) = legacy {
             changed = true;
             if let Value::Array(methods) = legacy {
@@ -350,9 +330,8 @@ fn step20_restricted(conn: &Connection) -> rusqlite::Result<()> {
                     .as_object_mut()
                     .map(|o| o.entry("code_execution").or_insert_with(|| Value::Object(Default::default())));
                 if let Some(Value::Object(ce)) = ce {
-                    let list = ce
-                        .entry("restricted_methods")
-                        .or_insert_with(|| serde_json::json!(["attestation_issue"]));
+                    let list =
+                        ce.entry("restricted_methods").or_insert_with(|| serde_json::json!(["attestation_issue"]));
                     if let Value::Array(list) = list {
                         for m in methods {
                             if !list.contains(&m) {
@@ -372,11 +351,11 @@ fn step22_watch(conn: &Connection) -> rusqlite::Result<()> {
         let mut changed = false;
         if let Some(Value::Array(targets)) = cfg.pointer_mut("/triggers/on_file_change/targets") {
             for t in targets {
-                if let Some(w) = t.pointer_mut("/filter/watch") {
-                    if w.as_str() == Some("document.*") {
-                        *w = Value::String("README.*".into());
-                        changed = true;
-                    }
+                if let Some(w) = t.pointer_mut("/filter/watch")
+                    && w.as_str() == Some("document.*")
+                {
+                    *w = Value::String("README.*".into());
+                    changed = true;
                 }
             }
         }
@@ -401,12 +380,12 @@ fn step23_config(conn: &Connection) -> rusqlite::Result<()> {
         if let Some(obj) = cfg.as_object_mut() {
             changed |= obj.remove("max_loop_messages").is_some();
         }
-        if let Some(model) = cfg.get_mut("model").and_then(Value::as_object_mut) {
-            if let Some(tb) = model.remove("thinking_budget") {
-                changed = true;
-                if let Some(n) = tb.as_i64().filter(|n| *n > 0) {
-                    model.insert("reasoning".into(), serde_json::json!({"enabled": true, "max_tokens": n}));
-                }
+        if let Some(model) = cfg.get_mut("model").and_then(Value::as_object_mut)
+            && let Some(tb) = model.remove("thinking_budget")
+        {
+            changed = true;
+            if let Some(n) = tb.as_i64().filter(|n| *n > 0) {
+                model.insert("reasoning".into(), serde_json::json!({"enabled": true, "max_tokens": n}));
             }
         }
         changed
@@ -414,9 +393,8 @@ fn step23_config(conn: &Connection) -> rusqlite::Result<()> {
 }
 
 fn step24_attestations(conn: &Connection) -> rusqlite::Result<()> {
-    let legacy: Option<String> = conn
-        .query_row("SELECT value FROM adf_meta WHERE key = 'adf_attestations'", [], |r| r.get(0))
-        .optional()?;
+    let legacy: Option<String> =
+        conn.query_row("SELECT value FROM adf_meta WHERE key = 'adf_attestations'", [], |r| r.get(0)).optional()?;
     let Some(legacy) = legacy else { return Ok(()) };
     if let Ok(Value::Array(items)) = serde_json::from_str::<Value>(&legacy) {
         for a in items {
@@ -487,9 +465,8 @@ fn backfill_audit(conn: &Connection) -> rusqlite::Result<()> {
         "SELECT id, source, data FROM adf_audit WHERE (source = 'loop' AND start_seq IS NULL)
          OR (source IN ('inbox_message','outbox_message','file') AND ref IS NULL)",
     )?;
-    let rows: Vec<(i64, String, Vec<u8>)> = stmt
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
-        .collect::<rusqlite::Result<_>>()?;
+    let rows: Vec<(i64, String, Vec<u8>)> =
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?.collect::<rusqlite::Result<_>>()?;
     for (id, source, data) in rows {
         let Ok(json) = super::audit::decode(&data) else { continue };
         if source == "loop" {
@@ -498,10 +475,7 @@ fn backfill_audit(conn: &Connection) -> rusqlite::Result<()> {
                 .map(|a| a.iter().filter_map(|r| r.get("seq").and_then(Value::as_i64)).collect())
                 .unwrap_or_default();
             if let (Some(min), Some(max)) = (seqs.iter().min(), seqs.iter().max()) {
-                conn.execute(
-                    "UPDATE adf_audit SET start_seq = ?1, end_seq = ?2 WHERE id = ?3",
-                    params![min, max, id],
-                )?;
+                conn.execute("UPDATE adf_audit SET start_seq = ?1, end_seq = ?2 WHERE id = ?3", params![min, max, id])?;
             }
         } else {
             let key = if source == "file" { "path" } else { "id" };
@@ -527,13 +501,12 @@ fn ladder_tail(conn: &Connection) -> rusqlite::Result<()> {
                 }
             }
         }
-        if let Some(triggers) = cfg.get_mut("triggers").and_then(Value::as_object_mut) {
-            if triggers.contains_key("document") || triggers.contains_key("agent") {
-                if let Value::Object(d) = defaults::default_triggers() {
-                    *triggers = d;
-                    changed = true;
-                }
-            }
+        if let Some(triggers) = cfg.get_mut("triggers").and_then(Value::as_object_mut)
+            && (triggers.contains_key("document") || triggers.contains_key("agent"))
+            && let Value::Object(d) = defaults::default_triggers()
+        {
+            *triggers = d;
+            changed = true;
         }
         changed
     })?;
@@ -572,8 +545,18 @@ mod tests {
         assert_eq!(
             names,
             [
-                "adf_meta", "adf_config", "adf_loop", "adf_inbox", "adf_outbox", "adf_timers", "adf_files",
-                "adf_audit", "adf_identity", "adf_attestations", "adf_tasks", "adf_logs"
+                "adf_meta",
+                "adf_config",
+                "adf_loop",
+                "adf_inbox",
+                "adf_outbox",
+                "adf_timers",
+                "adf_files",
+                "adf_audit",
+                "adf_identity",
+                "adf_attestations",
+                "adf_tasks",
+                "adf_logs"
             ]
         );
         let inbox = base_tables().into_iter().find(|t| t.name == "adf_inbox").unwrap();

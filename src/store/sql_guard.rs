@@ -5,19 +5,26 @@
 use rusqlite::types::{ToSqlOutput, Value as Sql};
 use serde_json::{Map, Value};
 
-use super::error::{Result, StoreError};
 use super::Store;
+use super::error::{Result, StoreError};
 
 /// Row cap of `db_query` results shown to the model.
 pub const MAX_ROWS: usize = 500;
 
 const READ_TABLES: &[&str] = &[
-    "adf_loop", "adf_inbox", "adf_outbox", "adf_timers", "adf_files", "adf_audit", "adf_logs", "adf_tasks", "local_",
+    "adf_loop",
+    "adf_inbox",
+    "adf_outbox",
+    "adf_timers",
+    "adf_files",
+    "adf_audit",
+    "adf_logs",
+    "adf_tasks",
+    "local_",
     "sqlite_master",
 ];
-const WRITE_WORDS: &[&str] = &[
-    "insert", "update", "delete", "replace", "drop", "create", "alter", "attach", "detach", "vacuum", "reindex",
-];
+const WRITE_WORDS: &[&str] =
+    &["insert", "update", "delete", "replace", "drop", "create", "alter", "attach", "detach", "vacuum", "reindex"];
 
 fn refuse(msg: impl Into<String>) -> StoreError {
     StoreError::Invalid(msg.into())
@@ -92,7 +99,7 @@ fn has_word(s: &str, w: &str) -> bool {
 /// Check a read query.
 pub fn check_query(sql: &str) -> Result<()> {
     let body = single_statement(sql)?;
-    let first = body.trim_start().split_whitespace().next().unwrap_or("").to_ascii_lowercase();
+    let first = body.split_whitespace().next().unwrap_or("").to_ascii_lowercase();
     if !["select", "with", "explain"].contains(&first.as_str()) {
         return Err(refuse("Only read queries (SELECT/WITH/EXPLAIN) are allowed. Use db_execute for writes."));
     }
@@ -123,7 +130,7 @@ pub struct WriteTarget {
 }
 
 fn unquote(ident: &str) -> String {
-    let t = ident.trim_end_matches(|c| c == '(' || c == ',');
+    let t = ident.trim_end_matches(['(', ',']);
     let t = t.split('(').next().unwrap_or(t);
     t.trim_matches(|c| c == '"' || c == '`' || c == '[' || c == ']').to_string()
 }
@@ -145,7 +152,9 @@ pub fn check_execute(sql: &str, protections: &Map<String, Value>, authorized: bo
         _ => return Err(refuse("Only INSERT, UPDATE, DELETE, CREATE TABLE, and DROP TABLE statements are allowed.")),
     };
     if s.contains("adf_") {
-        return Err(refuse("Cannot modify adf_* system tables. They are managed by the runtime; use the dedicated tools."));
+        return Err(refuse(
+            "Cannot modify adf_* system tables. They are managed by the runtime; use the dedicated tools.",
+        ));
     }
     let skip = |from: usize, words: &[&str]| {
         let mut i = from;
@@ -164,13 +173,17 @@ pub fn check_execute(sql: &str, protections: &Map<String, Value>, authorized: bo
         "create" => {
             let i = skip(1, &["temp", "temporary", "virtual"]);
             if toks.get(i) != Some(&"table") {
-                return Err(refuse("Only INSERT, UPDATE, DELETE, CREATE TABLE, and DROP TABLE statements are allowed."));
+                return Err(refuse(
+                    "Only INSERT, UPDATE, DELETE, CREATE TABLE, and DROP TABLE statements are allowed.",
+                ));
             }
             skip(i + 1, &["if", "not", "exists"])
         }
         _ => {
             if toks.get(1) != Some(&"table") {
-                return Err(refuse("Only INSERT, UPDATE, DELETE, CREATE TABLE, and DROP TABLE statements are allowed."));
+                return Err(refuse(
+                    "Only INSERT, UPDATE, DELETE, CREATE TABLE, and DROP TABLE statements are allowed.",
+                ));
             }
             skip(2, &["if", "exists"])
         }
@@ -209,10 +222,7 @@ impl QueryOutput {
     pub fn render(&self) -> String {
         let mut s = serde_json::to_string_pretty(&self.rows).unwrap_or_else(|_| "[]".into());
         if self.truncated {
-            s.push_str(&format!(
-                "\n--- TRUNCATED at {MAX_ROWS} rows (query returned {} rows) ---",
-                self.total
-            ));
+            s.push_str(&format!("\n--- TRUNCATED at {MAX_ROWS} rows (query returned {} rows) ---", self.total));
         }
         s
     }

@@ -34,11 +34,8 @@ impl Store {
             .conn()
             .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")
             .at(self.path())?;
-        let names: Vec<String> = stmt
-            .query_map([], |r| r.get(0))
-            .at(self.path())?
-            .collect::<rusqlite::Result<_>>()
-            .at(self.path())?;
+        let names: Vec<String> =
+            stmt.query_map([], |r| r.get(0)).at(self.path())?.collect::<rusqlite::Result<_>>().at(self.path())?;
         let mut out = Vec::with_capacity(names.len());
         for name in names {
             let q = format!("SELECT count(*) FROM \"{}\"", name.replace('"', "\"\""));

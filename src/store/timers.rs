@@ -55,7 +55,15 @@ impl Store {
                 Some(scope) => tx.execute(
                     "INSERT INTO adf_timers(schedule_json, next_wake_at, payload, scope, lambda, locked, created_at)
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                    params![schedule, t.next_wake_at, t.payload, serde_json::to_string(scope).unwrap_or_default(), t.lambda, t.locked as i64, now_ms()],
+                    params![
+                        schedule,
+                        t.next_wake_at,
+                        t.payload,
+                        serde_json::to_string(scope).unwrap_or_default(),
+                        t.lambda,
+                        t.locked as i64,
+                        now_ms()
+                    ],
                 ),
                 None => tx.execute(
                     "INSERT INTO adf_timers(schedule_json, next_wake_at, payload, lambda, locked, created_at)

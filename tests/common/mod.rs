@@ -45,12 +45,7 @@ pub fn adf(cwd: &Path, args: &[&str], stdin: Option<&[u8]>) -> Output {
 }
 
 pub fn ok(out: &Output) -> String {
-    assert!(
-        out.status.success(),
-        "adf failed ({:?}): {}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "adf failed ({:?}): {}", out.status.code(), String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout.clone()).expect("utf8 stdout")
 }
 
