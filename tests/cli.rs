@@ -300,3 +300,32 @@ fn first_run_creates_an_example_fleet() {
     assert_eq!(list[0]["name"], "example");
     assert_eq!(list.as_array().unwrap().len(), 1);
 }
+
+#[test]
+fn inspect_survives_a_damaged_config() {
+    let dir = tmp();
+    let a = agent(dir.path());
+    rusqlite::Connection::open(&a).unwrap().execute("UPDATE adf_config SET config_json = '{not json'", []).unwrap();
+    let r = json(&adf(dir.path(), &["inspect", "a.adf", "--json"], None));
+    assert!(r["warnings"][0].as_str().unwrap().contains("adf_config is not valid JSON"), "{r}");
+    assert_eq!(r["files"].as_array().unwrap().len(), 4);
+    fails_unchanged(
+        dir.path(),
+        &a,
+        &["config", "set", "a.adf", "name", "x"],
+        &["a.adf", "adf_config is not valid JSON"],
+    );
+}
+
+#[test]
+fn odd_file_names_work() {
+    let dir = tmp();
+    ok(&adf(dir.path(), &["new", "my agent #1?.adf"], None));
+    let r = json(&adf(dir.path(), &["inspect", "my agent #1?.adf", "--json"], None));
+    assert_eq!(r["handle"], "my-agent-1");
+    ok(&adf(dir.path(), &["files", "put", "my agent #1?.adf", "ünïcødé/ファイル.md"], Some("héllo".as_bytes())));
+    assert_eq!(
+        adf(dir.path(), &["files", "cat", "my agent #1?.adf", "ünïcødé/ファイル.md"], None).stdout,
+        "héllo".as_bytes()
+    );
+}

@@ -45,7 +45,12 @@ pub struct IdentityRow {
 fn report(store: &Store) -> crate::store::Result<Report> {
     let meta = store.meta_list()?;
     let get = |k: &str| meta.iter().find(|m| m.key == k).map(|m| m.value.clone());
-    let cfg = store.config_value()?;
+    let mut warnings = store.warnings().to_vec();
+    // A damaged config does not hide the rest of the file.
+    let cfg = store.config_value().unwrap_or_else(|e| {
+        warnings.push(e.to_string());
+        Value::Null
+    });
     let mut pragmas = serde_json::Map::new();
     for p in ["journal_mode", "synchronous", "busy_timeout", "foreign_keys", "page_size"] {
         pragmas.insert(p.into(), Value::String(pragma_text(store.conn(), p)?));
@@ -77,7 +82,7 @@ fn report(store: &Store) -> crate::store::Result<Report> {
         did: get("adf_did"),
         name: get("adf_name"),
         handle: get("adf_handle"),
-        warnings: store.warnings().to_vec(),
+        warnings,
         pragmas,
         summary,
         config_issues: config::validate(&cfg),

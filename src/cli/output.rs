@@ -84,6 +84,15 @@ pub fn open_for_read(path: &Path) -> anyhow::Result<Store> {
     match Store::open(path) {
         Ok(s) => Ok(s),
         Err(StoreError::Held { .. }) => Store::open_read_only(path).map_err(|e| at(path, e)),
+        // A folder we cannot write to cannot hold the lock file: read instead.
+        Err(StoreError::Io { source, .. })
+            if matches!(
+                source.kind(),
+                std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
+            ) =>
+        {
+            Store::open_read_only(path).map_err(|e| at(path, e))
+        }
         Err(e) => Err(at(path, e)),
     }
 }

@@ -87,6 +87,21 @@ impl std::fmt::Debug for Store {
 
 const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
 
+/// A path for a `file:` URI: `%`, `?` and `#` percent-encoded.
+fn uri_path(path: &Path) -> String {
+    let raw = path.to_string_lossy();
+    let mut out = String::with_capacity(raw.len());
+    for c in raw.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '?' => out.push_str("%3f"),
+            '#' => out.push_str("%23"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 fn sidecar(path: &Path, suffix: &str) -> PathBuf {
     let mut s = path.as_os_str().to_owned();
     s.push(suffix);
@@ -291,7 +306,7 @@ impl Store {
             Err(_) => {
                 // A read-only folder cannot hold the -shm file of a WAL
                 // database: read the file as immutable instead.
-                let uri = format!("file:{}?immutable=1", path.display());
+                let uri = format!("file:{}?immutable=1", uri_path(&path));
                 conn::connect(Path::new(&uri), false, true)?
             }
         };
