@@ -393,27 +393,50 @@ impl Store {
         })
     }
 
-    /// Rename a file; fails when the target exists. Protected and core files
-    /// keep their names unless the caller may bypass protection.
+    /// Rename a file, or a folder (every `from/…` path) when `from` names
+    /// no file. Fails when a target exists. Protected and core files keep
+    /// their names unless the caller may bypass protection.
     pub fn file_rename(&mut self, caller: Caller, from: &str, to: &str) -> Result<()> {
+        let from = from.trim_end_matches('/');
+        let to = to.trim_end_matches('/');
         validate_path(to)?;
-        let e = self.file_stat(from)?.ok_or_else(|| not_found(from))?;
-        if self.file_stat(to)?.is_some() {
-            return Err(StoreError::Invalid(format!("Cannot rename \"{from}\": \"{to}\" already exists.")));
+        let moves: Vec<(FileEntry, String)> = match self.file_stat(from)? {
+            Some(e) => vec![(e, to.to_string())],
+            None => self
+                .file_list(&format!("{from}/"))?
+                .into_iter()
+                .map(|e| {
+                    let dest = format!("{to}{}", &e.path[from.len()..]);
+                    (e, dest)
+                })
+                .collect(),
+        };
+        if moves.is_empty() {
+            return Err(not_found(from));
         }
-        if (e.protection != Protection::None || CORE_FILES.contains(&from)) && !caller.bypasses() {
-            return Err(StoreError::Denied(Denial::new(
-                DenialKind::FileProtection,
-                from,
-                e.protection.as_str(),
-                format!("Cannot rename \"{from}\": file is protected ({}).", e.protection.as_str()),
-            )));
+        for (e, dest) in &moves {
+            if self.file_stat(dest)?.is_some() {
+                return Err(StoreError::Invalid(format!("Cannot rename \"{}\": \"{dest}\" already exists.", e.path)));
+            }
+            if (e.protection != Protection::None || CORE_FILES.contains(&e.path.as_str())) && !caller.bypasses() {
+                return Err(StoreError::Denied(Denial::new(
+                    DenialKind::FileProtection,
+                    &e.path,
+                    e.protection.as_str(),
+                    format!("Cannot rename \"{}\": file is protected ({}).", e.path, e.protection.as_str()),
+                )));
+            }
         }
         let now = now_iso();
         let file = self.path().to_path_buf();
         self.write(|tx| {
-            tx.execute("UPDATE adf_files SET path = ?2, updated_at = ?3 WHERE path = ?1", params![from, to, now])
+            for (e, dest) in &moves {
+                tx.execute(
+                    "UPDATE adf_files SET path = ?2, updated_at = ?3 WHERE path = ?1",
+                    params![e.path, dest, now],
+                )
                 .at(&file)?;
+            }
             Ok(())
         })
     }

@@ -252,11 +252,17 @@ impl Store {
             IntegrityCheck::Skipped => None,
         };
         let mut conn = conn;
+        let mut warnings = Vec::new();
         if let Some(pragma) = pragma
             && let Some(problem) = run_check(&conn, &path, pragma)?
         {
             drop(conn);
             repair(&path, &problem)?;
+            warnings.push(format!(
+                "{}: {pragma} found damage ({problem}); repaired, the damaged original is kept at {}",
+                path.display(),
+                sidecar(&path, ".corrupt").display()
+            ));
             conn = conn::open(&path, false, false)?;
         }
         registered.disarm();
@@ -270,7 +276,7 @@ impl Store {
             schema_version: 0,
             integrity,
             migrated_from: None,
-            warnings: Vec::new(),
+            warnings,
         };
         // A file that was not closed cleanly gets its marker back on close,
         // now that it has been checked.

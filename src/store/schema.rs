@@ -186,8 +186,7 @@ fn structure_pass(conn: &Connection) -> rusqlite::Result<()> {
             conn.execute_batch(&format!("ALTER TABLE {} ADD COLUMN {}", table.name, addable(def)))?;
         }
     }
-    for stmt in BASE.split(';').map(str::trim) {
-        let body = strip_comments(stmt);
+    for body in statements(BASE) {
         if body.starts_with("CREATE INDEX") {
             conn.execute_batch(&body)?;
         }
@@ -205,24 +204,23 @@ fn addable(def: &str) -> String {
     }
 }
 
-fn strip_comments(sql: &str) -> String {
-    sql.lines().filter(|l| !l.trim_start().starts_with("--")).collect::<Vec<_>>().join("\n").trim().to_string()
+/// The statements of a migration file: `--` comment lines dropped first (they
+/// may hold a `;`), then split on `;`. Migration files keep `;` out of
+/// string literals.
+fn statements(sql: &str) -> Vec<String> {
+    let code: Vec<&str> = sql.lines().filter(|l| !l.trim_start().starts_with("--")).collect();
+    code.join("\n").split(';').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()
 }
 
 pub(crate) fn table_columns(conn: &Connection, table: &str) -> rusqlite::Result<Vec<String>> {
     let mut stmt = conn.prepare("SELECT name FROM pragma_table_info(?1)")?;
-
     stmt.query_map([table], |r| r.get(0))?.collect()
 }
 
 /// Run a migration file statement by statement; `ALTER TABLE t ADD COLUMN c`
 /// is skipped when the column exists, so every step is idempotent.
 fn exec_idempotent(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
-    for stmt in sql.split(';') {
-        let body = strip_comments(stmt);
-        if body.is_empty() {
-            continue;
-        }
+    for body in statements(sql) {
         let words: Vec<&str> = body.split_whitespace().collect();
         if words.len() >= 6
             && words[0].eq_ignore_ascii_case("ALTER")
@@ -538,6 +536,16 @@ pub fn force_identity_readonly(conn: &Connection) -> rusqlite::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn migration_files_split_into_statements() {
+        assert_eq!(statements("-- a; b\nSELECT 1;\n-- c;\nSELECT 2"), ["SELECT 1", "SELECT 2"]);
+        for sql in LADDER.iter().filter_map(|s| s.sql) {
+            for stmt in statements(sql) {
+                assert!(!stmt.contains("--"), "{stmt}");
+            }
+        }
+    }
 
     #[test]
     fn base_ddl_parses_into_all_tables() {
