@@ -6,4 +6,6 @@
 
 pub mod cli;
 pub mod paths;
+pub mod protocol;
+pub mod runtime;
 pub mod store;

@@ -15,7 +15,10 @@ use crate::store::{Caller, Store};
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum Suite {
+    /// Open, create, write and append on real agent files.
     Store,
+    /// Event bus publish cost with 10 live subscribers.
+    Events,
 }
 
 #[derive(Debug, Serialize)]
@@ -41,7 +44,59 @@ fn measure(n: usize, mut f: impl FnMut(usize) -> anyhow::Result<()>) -> anyhow::
 }
 
 pub fn run(out: &Out, suite: Suite, iterations: usize) -> anyhow::Result<()> {
-    let Suite::Store = suite;
+    match suite {
+        Suite::Store => store(out, iterations),
+        Suite::Events => events(out, iterations),
+    }
+}
+
+fn events(out: &Out, iterations: usize) -> anyhow::Result<()> {
+    use crate::protocol::{Envelope, kind};
+    use crate::runtime::bus::{Bus, Filter, Item};
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let n = iterations.max(100) * 50;
+    let bus = Bus::new();
+    let received = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut handles = Vec::new();
+    for i in 0..10 {
+        let mut sub = bus.subscribe(None, Filter { agent_id: (i % 2 == 0).then(|| "a".into()), types: vec![] });
+        let received = received.clone();
+        handles.push(rt.spawn(async move {
+            while let Some(item) = sub.next().await {
+                if let Item::Event(_) = item {
+                    received.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    let payload = serde_json::json!({"name": "fs_read", "id": "toolu_1"});
+    let mut t: Vec<Duration> = Vec::with_capacity(n);
+    for _ in 0..n {
+        let e = Envelope::new(kind::TOOL_STARTED, Some("a"), "agent:t", payload.clone());
+        let start = Instant::now();
+        bus.publish(e);
+        t.push(start.elapsed());
+    }
+    t.sort();
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    let fig = Figure {
+        name: "publish one event, 10 subscribers",
+        samples: n,
+        median_us: us(t[n / 2]),
+        p90_us: us(t[n * 9 / 10]),
+        target_us: 1.0,
+        reference_us: Some(1.5),
+    };
+    drop(bus);
+    rt.block_on(async {
+        for h in handles {
+            let _ = h.await;
+        }
+    });
+    report(out, "EVENTS", &[fig])
+}
+
+fn store(out: &Out, iterations: usize) -> anyhow::Result<()> {
     let n = iterations.max(5);
     let dir = tempfile_dir()?;
     let mut figures = Vec::new();
@@ -119,8 +174,12 @@ pub fn run(out: &Out, suite: Suite, iterations: usize) -> anyhow::Result<()> {
     store.close()?;
     let _ = std::fs::remove_dir_all(&dir);
 
+    report(out, "STORE", &figures)
+}
+
+fn report(out: &Out, title: &str, figures: &[Figure]) -> anyhow::Result<()> {
     if out.json {
-        return out.json(&figures);
+        return out.json(figures);
     }
     let rows: Vec<Vec<String>> = figures
         .iter()
@@ -134,7 +193,7 @@ pub fn run(out: &Out, suite: Suite, iterations: usize) -> anyhow::Result<()> {
             ]
         })
         .collect();
-    out.table(&["STORE", "MEDIAN", "P90", "TARGET", "REFERENCE"], &rows)
+    out.table(&[title, "MEDIAN", "P90", "TARGET", "REFERENCE"], &rows)
 }
 
 fn fmt(us: f64) -> String {
