@@ -7,5 +7,6 @@
 pub mod cli;
 pub mod paths;
 pub mod protocol;
+pub mod providers;
 pub mod runtime;
 pub mod store;

@@ -1,0 +1,198 @@
+//! Which provider an agent talks to, and with what key. Accounts live in
+//! `settings.json` in the config folder (written with 0600 permissions);
+//! the usual environment variables work too. Keys never leave this module
+//! except inside a provider's HTTP request.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::Provider;
+use super::anthropic::Anthropic;
+use super::openai::OpenAi;
+
+/// Wire family of an account.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    Anthropic,
+    Openai,
+    OpenaiCompatible,
+    Openrouter,
+    Ollama,
+}
+
+/// One account in the settings file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Account {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: Kind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// The key itself (the file is 0600)…
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key: Option<String>,
+    /// …or the environment variable that holds it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_model: Option<String>,
+}
+
+/// The settings file.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Settings {
+    #[serde(default)]
+    pub accounts: Vec<Account>,
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+pub fn settings_path() -> PathBuf {
+    crate::paths::config_dir().join("settings.json")
+}
+
+/// Load the settings (absent file = defaults).
+pub fn load() -> Result<Settings, String> {
+    let path = settings_path();
+    match std::fs::read_to_string(&path) {
+        Ok(text) => serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Settings::default()),
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
+/// Save the settings atomically with 0600 permissions.
+pub fn save(s: &Settings) -> Result<(), String> {
+    let path = settings_path();
+    let dir = path.parent().map(PathBuf::from).unwrap_or_default();
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let tmp = dir.join(format!(".settings.json.{}", std::process::id()));
+    let text = serde_json::to_string_pretty(s).map_err(|e| e.to_string())?;
+    {
+        use std::io::Write;
+        let mut opts = std::fs::OpenOptions::new();
+        opts.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            opts.mode(0o600);
+        }
+        let mut f = opts.open(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
+        f.write_all(text.as_bytes()).and_then(|()| f.sync_all()).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    }
+    std::fs::rename(&tmp, &path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// Where a resolved provider's key came from (never the key itself).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Resolved {
+    pub id: String,
+    pub kind: Kind,
+    pub base_url: String,
+    pub key_source: Option<String>,
+}
+
+/// Resolve a provider id (`anthropic`, `openai`, `openrouter`, `ollama` or
+/// an account id) into a provider.
+pub fn resolve(id: &str, settings: &Settings) -> Result<(Arc<dyn Provider>, Resolved), String> {
+    if id.is_empty() {
+        return Err(format!(
+            "no model provider is set: run `adf config set FILE model.provider anthropic` (or openai, openrouter, ollama) \
+             and set its API key in the environment or in {}",
+            settings_path().display()
+        ));
+    }
+    let account = settings.accounts.iter().find(|a| a.id == id).cloned();
+    let (kind, base, key, source) = match (&account, id) {
+        (Some(a), _) => {
+            let (key, source) = match (&a.api_key, &a.api_key_env) {
+                (Some(k), _) => (Some(k.clone()), Some(format!("settings:{}", a.id))),
+                (None, Some(var)) => (env(var), Some(format!("env:{var}"))),
+                (None, None) => (None, None),
+            };
+            (a.kind, a.base_url.clone(), key, source)
+        }
+        (None, "anthropic") => {
+            (Kind::Anthropic, env("ANTHROPIC_BASE_URL"), env("ANTHROPIC_API_KEY"), Some("env:ANTHROPIC_API_KEY".into()))
+        }
+        (None, "openai") => {
+            (Kind::Openai, env("OPENAI_BASE_URL"), env("OPENAI_API_KEY"), Some("env:OPENAI_API_KEY".into()))
+        }
+        (None, "openrouter") => {
+            (Kind::Openrouter, None, env("OPENROUTER_API_KEY"), Some("env:OPENROUTER_API_KEY".into()))
+        }
+        (None, "ollama") => (Kind::Ollama, env("OLLAMA_HOST").map(|h| ollama_base(&h)), None, None),
+        (None, other) => {
+            return Err(format!(
+                "unknown provider \"{other}\": use anthropic, openai, openrouter, ollama, or an account id from {}",
+                settings_path().display()
+            ));
+        }
+    };
+    let base = base.unwrap_or_else(|| {
+        match kind {
+            Kind::Anthropic => super::anthropic::DEFAULT_BASE_URL,
+            Kind::Openai | Kind::OpenaiCompatible => super::openai::DEFAULT_BASE_URL,
+            Kind::Openrouter => "https://openrouter.ai/api/v1",
+            Kind::Ollama => "http://127.0.0.1:11434/v1",
+        }
+        .to_string()
+    });
+    let needs_key = matches!(kind, Kind::Anthropic | Kind::Openai | Kind::Openrouter);
+    if needs_key && key.is_none() {
+        let var = match kind {
+            Kind::Anthropic => "ANTHROPIC_API_KEY",
+            Kind::Openrouter => "OPENROUTER_API_KEY",
+            _ => "OPENAI_API_KEY",
+        };
+        return Err(format!(
+            "{id}: no API key: set {var} or add the key to an account in {}",
+            settings_path().display()
+        ));
+    }
+    let resolved = Resolved { id: id.to_string(), kind, base_url: base.clone(), key_source: key.as_ref().and(source) };
+    let provider: Arc<dyn Provider> = match kind {
+        Kind::Anthropic => Arc::new(Anthropic::new(id, &base, key.as_deref().unwrap_or(""))),
+        _ => Arc::new(OpenAi::new(id, &base, key.as_deref())),
+    };
+    Ok((provider, resolved))
+}
+
+/// `OLLAMA_HOST` may be `host:port` or a URL; its OpenAI API is under `/v1`.
+fn ollama_base(host: &str) -> String {
+    let h = host.trim_end_matches('/');
+    let h = if h.contains("://") { h.to_string() } else { format!("http://{h}") };
+    format!("{h}/v1")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accounts_win_and_errors_say_what_to_do() {
+        let s = Settings {
+            accounts: vec![Account {
+                id: "local".into(),
+                kind: Kind::OpenaiCompatible,
+                base_url: Some("http://127.0.0.1:8080/v1".into()),
+                api_key: None,
+                api_key_env: None,
+                default_model: None,
+            }],
+            extra: Default::default(),
+        };
+        let (_, r) = resolve("local", &s).unwrap();
+        assert_eq!(r.base_url, "http://127.0.0.1:8080/v1");
+        assert!(resolve("", &s).err().unwrap().contains("model.provider"));
+        assert!(resolve("nope", &s).err().unwrap().contains("unknown provider"));
+        assert_eq!(ollama_base("localhost:11434"), "http://localhost:11434/v1");
+    }
+}

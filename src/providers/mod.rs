@@ -1,0 +1,369 @@
+//! Model providers behind one trait: a request in, a stream of model events
+//! out (text and reasoning deltas, tool calls, usage, the stop reason).
+//! Anthropic Messages and OpenAI chat completions (and every endpoint that
+//! speaks either) stream over SSE; `scripted` is an in-process provider for
+//! tests and benchmarks.
+
+pub mod accounts;
+pub mod anthropic;
+pub mod openai;
+pub mod scripted;
+mod sse;
+
+use std::time::Duration;
+
+use futures_util::stream::BoxStream;
+use serde::Serialize;
+use serde_json::Value;
+
+/// One message of the conversation, content as stored in loop rows
+/// (provider-style blocks: text, tool_use, tool_result, thinking…).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Message {
+    pub role: Role,
+    pub content: Vec<Value>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    User,
+    Assistant,
+}
+
+/// A tool as advertised to the model.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    pub input_schema: Value,
+}
+
+/// One reasoning-effort setting, mapped per provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Effort {
+    Minimal,
+    Low,
+    Medium,
+    High,
+    Xhigh,
+}
+
+impl Effort {
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "minimal" => Effort::Minimal,
+            "low" => Effort::Low,
+            "medium" => Effort::Medium,
+            "high" => Effort::High,
+            "xhigh" => Effort::Xhigh,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModelRequest {
+    pub model: String,
+    pub system: String,
+    pub messages: Vec<Message>,
+    pub tools: Vec<ToolSpec>,
+    pub max_tokens: u64,
+    pub temperature: Option<f64>,
+    pub effort: Option<Effort>,
+    /// An explicit thinking budget (Anthropic), from `model.reasoning.max_tokens`.
+    pub reasoning_tokens: Option<u64>,
+}
+
+/// Token usage of one call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Usage {
+    pub input: u64,
+    pub output: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_read: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_write: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<u64>,
+}
+
+impl Usage {
+    /// Merge a later report into this one (providers report input and
+    /// output at different points of the stream).
+    pub fn merge(&mut self, other: Usage) {
+        self.input = self.input.max(other.input);
+        self.output = self.output.max(other.output);
+        self.cache_read = other.cache_read.or(self.cache_read);
+        self.cache_write = other.cache_write.or(self.cache_write);
+        self.reasoning = other.reasoning.or(self.reasoning);
+    }
+}
+
+/// What a provider stream yields.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelEvent {
+    TextDelta(String),
+    ReasoningDelta(String),
+    /// The opaque signature of a reasoning block (Anthropic).
+    ReasoningSignature(String),
+    ToolCall {
+        id: String,
+        name: String,
+        input: Value,
+    },
+    Usage(Usage),
+    /// The end of a complete response, with the provider's stop reason.
+    Stop(String),
+}
+
+/// How a provider failure should be handled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// Credentials or billing: the agent goes to `error`.
+    Auth,
+    /// Rate limits, overload, 5xx, timeouts, cut streams: retry later.
+    Transient,
+    /// Anything else the provider refused (bad model, bad request).
+    Structural,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{provider}: {message}")]
+pub struct ProviderError {
+    pub provider: String,
+    pub kind: ErrorKind,
+    pub status: Option<u16>,
+    pub message: String,
+    pub retry_after: Option<Duration>,
+}
+
+impl ProviderError {
+    pub fn new(provider: &str, kind: ErrorKind, status: Option<u16>, message: impl Into<String>) -> Self {
+        ProviderError { provider: provider.to_string(), kind, status, message: message.into(), retry_after: None }
+    }
+
+    /// Classify an HTTP error response (spec runtime.md §1.4).
+    pub fn from_status(provider: &str, status: u16, body: &str, retry_after: Option<Duration>) -> Self {
+        let lower = body.to_ascii_lowercase();
+        let auth_words = ["insufficient_quota", "invalid_api_key", "authentication_error", "billing_not_active"];
+        let kind = if (401..=403).contains(&status) || auth_words.iter().any(|w| lower.contains(w)) {
+            ErrorKind::Auth
+        } else if matches!(status, 408 | 429) || status >= 500 {
+            ErrorKind::Transient
+        } else {
+            ErrorKind::Structural
+        };
+        let message = error_message(body).unwrap_or_else(|| body.chars().take(300).collect());
+        ProviderError {
+            provider: provider.to_string(),
+            kind,
+            status: Some(status),
+            message: format!("HTTP {status}: {message}"),
+            retry_after,
+        }
+    }
+
+    /// A transport failure (connect, timeout, reset): transient.
+    pub fn transport(provider: &str, e: &reqwest::Error) -> Self {
+        let mut msg = e.to_string();
+        let mut src = std::error::Error::source(e);
+        while let Some(s) = src {
+            msg.push_str(": ");
+            msg.push_str(&s.to_string());
+            src = s.source();
+        }
+        ProviderError::new(provider, ErrorKind::Transient, None, msg)
+    }
+}
+
+/// The human message inside a provider's JSON error body.
+fn error_message(body: &str) -> Option<String> {
+    let v: Value = serde_json::from_str(body).ok()?;
+    let e = v.get("error")?;
+    e.get("message").and_then(Value::as_str).map(str::to_string).or_else(|| e.as_str().map(str::to_string))
+}
+
+/// `Retry-After`: seconds, or an HTTP date.
+pub fn parse_retry_after(v: &str) -> Option<Duration> {
+    if let Ok(secs) = v.trim().parse::<f64>() {
+        return (secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+    }
+    let when = chrono::DateTime::parse_from_rfc2822(v.trim()).ok()?;
+    let ms = when.timestamp_millis() - chrono::Utc::now().timestamp_millis();
+    Some(Duration::from_millis(ms.max(0) as u64))
+}
+
+pub type EventStream = BoxStream<'static, Result<ModelEvent, ProviderError>>;
+
+/// A model provider.
+pub trait Provider: Send + Sync {
+    /// The provider id (`anthropic`, `openai`, an account id…).
+    fn id(&self) -> &str;
+    /// Start one streaming call.
+    fn stream(&self, req: ModelRequest) -> futures_util::future::BoxFuture<'_, Result<EventStream, ProviderError>>;
+}
+
+/// A whole response, assembled from a stream.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Response {
+    /// Assistant content blocks in loop-row shape.
+    pub content: Vec<Value>,
+    pub usage: Usage,
+    pub stop_reason: String,
+}
+
+impl Response {
+    pub fn tool_calls(&self) -> impl Iterator<Item = &Value> {
+        self.content.iter().filter(|b| b["type"] == "tool_use")
+    }
+
+    pub fn text(&self) -> String {
+        self.content.iter().filter(|b| b["type"] == "text").filter_map(|b| b["text"].as_str()).collect()
+    }
+}
+
+/// Collects model events into a `Response`. Only a stream that ended with
+/// `Stop` yields one: a cut or malformed stream never becomes a turn.
+#[derive(Debug, Default)]
+pub struct Assembler {
+    text: String,
+    reasoning: String,
+    signature: Option<String>,
+    blocks: Vec<Value>,
+    usage: Usage,
+    stop: Option<String>,
+}
+
+impl Assembler {
+    pub fn push(&mut self, e: ModelEvent) {
+        match e {
+            ModelEvent::TextDelta(t) => {
+                self.flush_reasoning();
+                self.text.push_str(&t);
+            }
+            ModelEvent::ReasoningDelta(t) => self.reasoning.push_str(&t),
+            ModelEvent::ReasoningSignature(s) => self.signature = Some(s),
+            ModelEvent::ToolCall { id, name, input } => {
+                self.flush_reasoning();
+                self.flush_text();
+                self.blocks.push(serde_json::json!({"type": "tool_use", "id": id, "name": name, "input": input}));
+            }
+            ModelEvent::Usage(u) => self.usage.merge(u),
+            ModelEvent::Stop(r) => self.stop = Some(r),
+        }
+    }
+
+    fn flush_text(&mut self) {
+        if !self.text.is_empty() {
+            self.blocks.push(serde_json::json!({"type": "text", "text": std::mem::take(&mut self.text)}));
+        }
+    }
+
+    fn flush_reasoning(&mut self) {
+        if !self.reasoning.is_empty() || self.signature.is_some() {
+            let mut b = serde_json::json!({"type": "thinking", "thinking": std::mem::take(&mut self.reasoning)});
+            if let Some(s) = self.signature.take() {
+                b["signature"] = Value::String(s);
+            }
+            self.blocks.push(b);
+        }
+    }
+
+    /// The response, if the stream completed.
+    pub fn finish(mut self) -> Option<Response> {
+        let stop = self.stop.take()?;
+        self.flush_reasoning();
+        self.flush_text();
+        Some(Response { content: self.blocks, usage: self.usage, stop_reason: stop })
+    }
+}
+
+/// Run a stream to completion, calling `on_event` for each event (for live
+/// deltas), and return the whole response.
+pub async fn collect(
+    mut stream: EventStream,
+    provider: &str,
+    mut on_event: impl FnMut(&ModelEvent),
+) -> Result<Response, ProviderError> {
+    use futures_util::StreamExt;
+    let mut asm = Assembler::default();
+    while let Some(e) = stream.next().await {
+        let e = e?;
+        on_event(&e);
+        asm.push(e);
+    }
+    asm.finish().ok_or_else(|| {
+        ProviderError::new(provider, ErrorKind::Transient, None, "the response stream ended before the model finished")
+    })
+}
+
+/// The HTTP client shared by providers (rustls with the ring provider).
+pub fn http_client() -> reqwest::Client {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(15))
+        .read_timeout(Duration::from_secs(300))
+        .build()
+        .unwrap_or_else(|_| reqwest::Client::new())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classification() {
+        assert_eq!(ProviderError::from_status("p", 401, "{}", None).kind, ErrorKind::Auth);
+        assert_eq!(
+            ProviderError::from_status("p", 429, r#"{"error":{"code":"insufficient_quota","message":"x"}}"#, None).kind,
+            ErrorKind::Auth
+        );
+        assert_eq!(ProviderError::from_status("p", 429, "{}", None).kind, ErrorKind::Transient);
+        assert_eq!(ProviderError::from_status("p", 529, "{}", None).kind, ErrorKind::Transient);
+        let e = ProviderError::from_status(
+            "p",
+            404,
+            r#"{"error":{"type":"not_found_error","message":"model: nope"}}"#,
+            None,
+        );
+        assert_eq!(e.kind, ErrorKind::Structural);
+        assert_eq!(e.message, "HTTP 404: model: nope");
+    }
+
+    #[test]
+    fn retry_after() {
+        assert_eq!(parse_retry_after("3"), Some(Duration::from_secs(3)));
+        assert!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT").is_some());
+        assert_eq!(parse_retry_after("soon"), None);
+    }
+
+    #[test]
+    fn assembler_orders_blocks_and_needs_a_stop() {
+        let mut a = Assembler::default();
+        a.push(ModelEvent::ReasoningDelta("hmm".into()));
+        a.push(ModelEvent::TextDelta("Hel".into()));
+        a.push(ModelEvent::TextDelta("lo".into()));
+        a.push(ModelEvent::ToolCall {
+            id: "t1".into(),
+            name: "fs_read".into(),
+            input: serde_json::json!({"path": "a"}),
+        });
+        a.push(ModelEvent::Usage(Usage { input: 10, ..Default::default() }));
+        a.push(ModelEvent::Usage(Usage { output: 5, ..Default::default() }));
+        let mut cut = Assembler::default();
+        cut.push(ModelEvent::TextDelta("partial".into()));
+        assert!(cut.finish().is_none());
+        a.push(ModelEvent::Stop("tool_use".into()));
+        let r = a.finish().unwrap();
+        let types: Vec<_> = r.content.iter().map(|b| b["type"].as_str().unwrap()).collect();
+        assert_eq!(types, ["thinking", "text", "tool_use"]);
+        assert_eq!(r.text(), "Hello");
+        assert_eq!((r.usage.input, r.usage.output), (10, 5));
+    }
+}
