@@ -10,3 +10,4 @@ pub mod protocol;
 pub mod providers;
 pub mod runtime;
 pub mod store;
+pub mod tools;

@@ -293,6 +293,7 @@ fn p09_timer_scope_default_and_mode_discriminant() {
         payload: None,
         scope: None,
         lambda: None,
+        warm: false,
         locked: false,
     })
     .unwrap();

@@ -42,7 +42,31 @@ pub struct NewTimer<'a> {
     /// `None` keeps the column default `["system"]`.
     pub scope: Option<&'a [&'a str]>,
     pub lambda: Option<&'a str>,
+    pub warm: bool,
     pub locked: bool,
+}
+
+/// A stored timer.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TimerRow {
+    pub id: i64,
+    /// The parsed schedule, or the raw text if it does not parse.
+    pub schedule: Result<Schedule, String>,
+    pub next_wake_at: i64,
+    pub payload: Option<String>,
+    /// Scope list; legacy rows may hold a bare string.
+    pub scope: Vec<String>,
+    pub lambda: Option<String>,
+    pub warm: bool,
+    pub run_count: i64,
+    pub created_at: i64,
+    pub last_fired_at: Option<i64>,
+    pub locked: bool,
+    pub expired: bool,
+}
+
+fn parse_scope(s: &str) -> Vec<String> {
+    serde_json::from_str::<Vec<String>>(s).unwrap_or_else(|_| vec![s.trim_matches('"').to_string()])
 }
 
 impl Store {
@@ -66,13 +90,66 @@ impl Store {
                     ],
                 ),
                 None => tx.execute(
-                    "INSERT INTO adf_timers(schedule_json, next_wake_at, payload, lambda, locked, created_at)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                    params![schedule, t.next_wake_at, t.payload, t.lambda, t.locked as i64, now_ms()],
+                    "INSERT INTO adf_timers(schedule_json, next_wake_at, payload, lambda, warm, locked, created_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    params![schedule, t.next_wake_at, t.payload, t.lambda, t.warm as i64, t.locked as i64, now_ms()],
                 ),
             }
             .at(&file)?;
             Ok(tx.last_insert_rowid())
+        })
+    }
+}
+
+impl Store {
+    /// Timers in listing order (`expired ASC, next_wake_at ASC`).
+    pub fn timer_list(&self, include_expired: bool) -> Result<Vec<TimerRow>> {
+        let mut stmt = self
+            .conn()
+            .prepare(
+                "SELECT id, schedule_json, next_wake_at, payload, scope, lambda, warm, run_count, created_at,
+                        last_fired_at, locked, expired
+                 FROM adf_timers WHERE ?1 OR expired = 0 ORDER BY expired ASC, next_wake_at ASC",
+            )
+            .at(self.path())?;
+        stmt.query_map([include_expired], |r| {
+            let sched: String = r.get(1)?;
+            let scope: String = r.get(4)?;
+            Ok(TimerRow {
+                id: r.get(0)?,
+                schedule: serde_json::from_str(&sched).map_err(|_| sched),
+                next_wake_at: r.get(2)?,
+                payload: r.get(3)?,
+                scope: parse_scope(&scope),
+                lambda: r.get(5)?,
+                warm: r.get::<_, i64>(6)? != 0,
+                run_count: r.get(7)?,
+                created_at: r.get(8)?,
+                last_fired_at: r.get(9)?,
+                locked: r.get::<_, i64>(10)? != 0,
+                expired: r.get::<_, i64>(11)? != 0,
+            })
+        })
+        .at(self.path())?
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .at(self.path())
+    }
+
+    /// Delete a timer; locked timers are refused unless the caller may bypass.
+    pub fn timer_delete(&mut self, caller: super::Caller, id: i64) -> Result<()> {
+        let row = self.timer_list(true)?.into_iter().find(|t| t.id == id);
+        let Some(row) = row else {
+            return Err(super::StoreError::Missing(format!("Timer {id} not found.")));
+        };
+        if row.locked && caller != super::Caller::Owner && !caller.bypasses() {
+            return Err(super::StoreError::Invalid(format!(
+                "Timer {id} is locked and cannot be deleted by the agent; only the owner can remove it."
+            )));
+        }
+        let file = self.path().to_path_buf();
+        self.write(|tx| {
+            tx.execute("DELETE FROM adf_timers WHERE id = ?1", [id]).at(&file)?;
+            Ok(())
         })
     }
 }

@@ -1,0 +1,167 @@
+//! Tool names, descriptions and input schemas (tools.md). Parameter names
+//! are part of the file contract: they are stored in loop rows and lambdas.
+
+use serde_json::{Value, json};
+
+pub struct ToolDef {
+    pub name: &'static str,
+    pub description: &'static str,
+    pub schema: fn() -> Value,
+}
+
+macro_rules! tool {
+    ($name:literal, $desc:literal, $schema:tt) => {
+        ToolDef { name: $name, description: $desc, schema: || json!($schema) }
+    };
+}
+
+static CATALOG: &[ToolDef] = &[
+    tool!("fs_read", "Read a file of your virtual filesystem (optionally a line range of a text file).", {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "Exact file path, e.g. notes/today.md"},
+            "start_line": {"type": "integer", "exclusiveMinimum": 0},
+            "end_line": {"type": "integer", "exclusiveMinimum": 0}
+        },
+        "required": ["path"]
+    }),
+    tool!("fs_write", "Write, append to, or edit a file. mode=write replaces the content, append adds to the end, edit replaces exact text (old_text must occur once unless replace_all; edits[] applies several edits atomically).", {
+        "type": "object",
+        "properties": {
+            "mode": {"type": "string", "enum": ["write", "edit", "append"]},
+            "path": {"type": "string", "minLength": 1},
+            "content": {"type": "string"},
+            "old_text": {"type": "string", "minLength": 1},
+            "new_text": {"type": "string"},
+            "replace_all": {"type": "boolean"},
+            "edits": {"type": "array", "items": {"type": "object", "properties": {
+                "old_text": {"type": "string", "minLength": 1},
+                "new_text": {"type": "string"},
+                "replace_all": {"type": "boolean"}
+            }, "required": ["old_text", "new_text"]}},
+            "protection": {"type": "string", "enum": ["read_only", "no_delete", "none"]},
+            "encoding": {"type": "string", "enum": ["utf8", "base64"]},
+            "mime_type": {"type": "string"}
+        },
+        "required": ["mode", "path"]
+    }),
+    tool!("fs_list", "List files, optionally only those whose path starts with prefix.", {
+        "type": "object",
+        "properties": {"prefix": {"type": "string"}}
+    }),
+    tool!("fs_delete", "Delete a file (protected files cannot be deleted).", {
+        "type": "object",
+        "properties": {"path": {"type": "string", "minLength": 1}},
+        "required": ["path"]
+    }),
+    tool!("db_query", "Run a read-only SQL query (SELECT/WITH/EXPLAIN) on your local_* tables and the readable adf_* tables.", {
+        "type": "object",
+        "properties": {"sql": {"type": "string", "minLength": 1}, "params": {"type": "array"}},
+        "required": ["sql"]
+    }),
+    tool!("db_execute", "Run one INSERT, UPDATE, DELETE, CREATE TABLE or DROP TABLE statement on a local_* table.", {
+        "type": "object",
+        "properties": {"sql": {"type": "string", "minLength": 1}, "params": {"type": "array"}},
+        "required": ["sql"]
+    }),
+    tool!("sys_get_meta", "Read one metadata key, or list all keys.", {
+        "type": "object",
+        "properties": {"key": {"type": "string"}}
+    }),
+    tool!("sys_set_meta", "Set a metadata key to a value, or add delta to a numeric key atomically.", {
+        "type": "object",
+        "properties": {
+            "key": {"type": "string", "minLength": 1},
+            "value": {"type": "string"},
+            "delta": {"type": "number"},
+            "protection": {"type": "string", "enum": ["none", "readonly", "increment"]}
+        },
+        "required": ["key"],
+        "oneOf": [{"required": ["value"]}, {"required": ["delta"]}]
+    }),
+    tool!("sys_delete_meta", "Delete a metadata key.", {
+        "type": "object",
+        "properties": {"key": {"type": "string", "minLength": 1}},
+        "required": ["key"]
+    }),
+    tool!("sys_get_config", "Read your configuration (secrets redacted), or one section of it.", {
+        "type": "object",
+        "properties": {"section": {"type": "string", "enum": ["config", "card", "provider_status", "tools", "limits"]}}
+    }),
+    tool!("sys_update_config", "Change your configuration at a dot path (e.g. tools.fs_delete.enabled).", {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "minLength": 1},
+            "value": {},
+            "action": {"type": "string", "enum": ["set", "append", "remove"]},
+            "index": {"type": "integer", "minimum": 0}
+        },
+        "required": ["path"]
+    }),
+    tool!("sys_set_state", "Set your state: idle (rest until something happens), hibernate (only timers wake you) or off. Ends the turn.", {
+        "type": "object",
+        "properties": {"state": {"type": "string", "enum": ["idle", "hibernate", "off"]}},
+        "required": ["state"]
+    }),
+    tool!("sys_set_timer", "Set a timer: once at a time, after a delay, every interval, or on a cron schedule (times in epoch ms).", {
+        "type": "object",
+        "properties": {
+            "schedule": {"type": "object", "properties": {
+                "type": {"type": "string", "enum": ["once", "delay", "interval", "cron"]},
+                "at": {"type": "integer", "exclusiveMinimum": 0},
+                "delay_ms": {"type": "integer", "exclusiveMinimum": 0},
+                "every_ms": {"type": "integer", "exclusiveMinimum": 0},
+                "start_at": {"type": "integer", "exclusiveMinimum": 0},
+                "end_at": {"type": "integer", "exclusiveMinimum": 0},
+                "max_runs": {"type": "integer", "exclusiveMinimum": 0},
+                "cron": {"type": "string", "minLength": 1}
+            }, "required": ["type"]},
+            "payload": {"type": "string"},
+            "scope": {"type": "array", "minItems": 1, "items": {"type": "string", "enum": ["system", "agent"]}},
+            "lambda": {"type": "string"},
+            "warm": {"type": "boolean"},
+            "locked": {"type": "boolean"}
+        },
+        "required": ["schedule"]
+    }),
+    tool!("sys_list_timers", "List your timers.", {
+        "type": "object",
+        "properties": {"include_expired": {"type": "boolean"}}
+    }),
+    tool!("sys_delete_timer", "Delete a timer by id.", {
+        "type": "object",
+        "properties": {"id": {"type": "integer", "exclusiveMinimum": 0}},
+        "required": ["id"]
+    }),
+    tool!("loop_compact", "Summarise your conversation so far into a briefing and continue from it.", {
+        "type": "object",
+        "properties": {"instructions": {"type": "string"}}
+    }),
+    tool!("loop_clear", "Clear your conversation loop (archived first when loop audit is on).", {
+        "type": "object",
+        "properties": {"start": {"type": "integer"}, "end": {"type": "integer"}}
+    }),
+    tool!("respond", "Reply to your principal; in interactive mode this ends the turn.", {
+        "type": "object",
+        "properties": {"message": {"type": "string"}},
+        "required": ["message"]
+    }),
+    tool!("say", "Tell your principal about progress without ending the turn.", {
+        "type": "object",
+        "properties": {"message": {"type": "string", "minLength": 1}},
+        "required": ["message"]
+    }),
+    tool!("ask", "Ask your principal a question and wait for the answer.", {
+        "type": "object",
+        "properties": {"question": {"type": "string", "minLength": 1}},
+        "required": ["question"]
+    }),
+];
+
+pub fn catalog() -> &'static [ToolDef] {
+    CATALOG
+}
+
+pub fn def(name: &str) -> Option<&'static ToolDef> {
+    CATALOG.iter().find(|d| d.name == name)
+}

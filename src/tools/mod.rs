@@ -1,0 +1,153 @@
+//! The built-in tool catalog: names, descriptions and JSON schemas (part of
+//! the file contract), input validation, and dispatch to one file per
+//! family. Tools run against the agent's `Store` as a given `Caller`;
+//! gating (enabled, restricted, approvals) is the executor's job.
+
+mod catalog;
+mod db;
+mod fs;
+pub mod schema;
+mod sys;
+mod timers;
+
+use serde_json::{Map, Value, json};
+
+pub use catalog::{ToolDef, catalog, def};
+
+use crate::store::{Caller, Denial, Store, StoreError};
+
+/// What a tool call produced.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ToolOutput {
+    pub content: String,
+    pub is_error: bool,
+    /// The turn ends after this call (`respond`, `sys_set_state`).
+    pub end_turn: bool,
+    /// A state the agent asked for (`sys_set_state`).
+    pub target_state: Option<String>,
+    /// A protection denial a human may override once.
+    pub denial: Option<Denial>,
+    /// A signal for the executor (`loop_compact`, `loop_clear`).
+    pub signal: Option<Signal>,
+}
+
+/// Work only the executor can do, requested by a tool.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Signal {
+    Compact { instructions: Option<String> },
+    Clear { start: Option<i64>, end: Option<i64> },
+}
+
+impl ToolOutput {
+    pub fn ok(content: impl Into<String>) -> Self {
+        ToolOutput { content: content.into(), ..Default::default() }
+    }
+
+    pub fn err(content: impl Into<String>) -> Self {
+        ToolOutput { content: content.into(), is_error: true, ..Default::default() }
+    }
+
+    pub fn json(v: &Value) -> Self {
+        Self::ok(serde_json::to_string_pretty(v).unwrap_or_default())
+    }
+}
+
+impl From<StoreError> for ToolOutput {
+    fn from(e: StoreError) -> Self {
+        let denial = e.denial().cloned();
+        ToolOutput { content: e.to_string(), is_error: true, denial, ..Default::default() }
+    }
+}
+
+/// Where a call runs.
+pub struct Ctx<'a> {
+    pub store: &'a mut Store,
+    pub caller: Caller,
+    /// Called from code (`adf.*`), not from the model: results are not
+    /// capped for the model and binary content comes back as base64.
+    pub from_code: bool,
+    /// Lift output caps (`_full`, code only).
+    pub full: bool,
+    /// Observable facts (`file.written`, `db.read`…).
+    pub emit: &'a mut dyn FnMut(&'static str, Value),
+}
+
+/// Keys the runtime reserves: never part of a tool's own input.
+pub const RESERVED: &[&str] = &["_reason", "_async", "_full", "_authorized", "_protection_override"];
+
+/// Run one built-in tool. Unknown names, bad input and failures come back
+/// as error results with the registry's messages.
+pub fn execute(ctx: &mut Ctx<'_>, name: &str, input: &Value) -> ToolOutput {
+    let Some(def) = def(name) else {
+        return ToolOutput::err(format!("Unknown tool: {name}"));
+    };
+    let Some(obj) = input.as_object() else {
+        let shown: String = input.to_string().chars().take(200).collect();
+        return ToolOutput::err(format!(
+            "Invalid input for tool \"{name}\": arguments must be a JSON object, got {shown}"
+        ));
+    };
+    let clean: Map<String, Value> =
+        obj.iter().filter(|(k, _)| !RESERVED.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect();
+    let clean = Value::Object(clean);
+    if let Err(msg) = schema::validate(&(def.schema)(), &clean) {
+        return ToolOutput::err(format!("Invalid input for tool \"{name}\": {msg}"));
+    }
+    match name {
+        "fs_read" => fs::read(ctx, &clean),
+        "fs_write" => fs::write(ctx, &clean),
+        "fs_list" => fs::list(ctx, &clean),
+        "fs_delete" => fs::delete(ctx, &clean),
+        "db_query" => db::query(ctx, &clean),
+        "db_execute" => db::execute(ctx, &clean),
+        "sys_get_meta" => sys::get_meta(ctx, &clean),
+        "sys_set_meta" => sys::set_meta(ctx, &clean),
+        "sys_delete_meta" => sys::delete_meta(ctx, &clean),
+        "sys_get_config" => sys::get_config(ctx, &clean),
+        "sys_update_config" => sys::update_config(ctx, &clean),
+        "sys_set_state" => sys::set_state(&clean),
+        "sys_set_timer" => timers::set(ctx, &clean),
+        "sys_list_timers" => timers::list(ctx, &clean),
+        "sys_delete_timer" => timers::delete(ctx, &clean),
+        "say" => ToolOutput::ok("ok"),
+        "respond" => ToolOutput { content: "ok".into(), end_turn: true, ..Default::default() },
+        "loop_compact" => ToolOutput {
+            content: "Compaction requested; it runs when this step ends.".into(),
+            signal: Some(Signal::Compact { instructions: clean["instructions"].as_str().map(str::to_string) }),
+            ..Default::default()
+        },
+        "loop_clear" => ToolOutput {
+            content: "Loop clear requested; it runs when this step ends.".into(),
+            signal: Some(Signal::Clear { start: clean["start"].as_i64(), end: clean["end"].as_i64() }),
+            ..Default::default()
+        },
+        // `ask` is answered by the executor; reaching here means no one can.
+        "ask" => ToolOutput::err("ask is answered by the runtime and cannot run here."),
+        _ => ToolOutput::err(format!("Unknown tool: {name}")),
+    }
+}
+
+/// A panic inside a tool must not take the agent down.
+pub fn execute_guarded(ctx: &mut Ctx<'_>, name: &str, input: &Value) -> ToolOutput {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| execute(ctx, name, input))) {
+        Ok(out) => out,
+        Err(_) => ToolOutput::err(format!("Tool \"{name}\" execution failed: internal error")),
+    }
+}
+
+/// The schema advertised to the model: the tool's own plus `_reason` (and
+/// `_async` for the async-capable tools).
+pub fn advertised_schema(name: &str) -> Option<Value> {
+    let d = def(name)?;
+    let mut s = (d.schema)();
+    if let Some(props) = s.get_mut("properties").and_then(Value::as_object_mut) {
+        props.insert(
+            "_reason".into(),
+            json!({"type": "string", "description": "Why you are calling this tool, in about ten words."}),
+        );
+        if ["adf_shell", "sys_code", "sys_lambda", "sys_fetch"].contains(&name) || name.starts_with("mcp_") {
+            props.insert("_async".into(), json!({"type": "boolean", "default": false}));
+        }
+    }
+    Some(s)
+}
