@@ -19,7 +19,7 @@ fn main() -> ExitCode {
     }));
     let cli = adf::cli::Cli::parse();
     match adf::cli::run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(e) => {
             if is_broken_pipe(&e) {
                 return ExitCode::SUCCESS;

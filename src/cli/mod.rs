@@ -3,6 +3,7 @@
 //! `main` as one line naming the file and the cause.
 
 mod bench;
+mod chat;
 mod config;
 mod files;
 mod fleet;
@@ -81,6 +82,14 @@ pub enum Command {
     },
     /// List the agents of the fleet (the default when no command is given).
     Agents,
+    /// Run one turn with a message; the reply streams to stdout.
+    Chat {
+        path: PathBuf,
+        message: String,
+        /// The loop to talk to.
+        #[arg(long = "loop", default_value = "main")]
+        loop_name: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -155,19 +164,27 @@ pub enum ConfigCmd {
     Check { path: PathBuf },
 }
 
-/// Run one parsed command line.
-pub fn run(cli: Cli) -> anyhow::Result<()> {
+/// Run one parsed command line; returns the exit status.
+pub fn run(cli: Cli) -> anyhow::Result<u8> {
     let out = Out::new(cli.json);
-    match cli.command {
-        None | Some(Command::Agents) => fleet::agents(&out),
+    if let Some(Command::Chat { path, message, loop_name }) = &cli.command {
+        return chat::run(&out, path, message, loop_name);
+    }
+    run_simple(cli.command, &out).map(|()| 0)
+}
+
+fn run_simple(command: Option<Command>, out: &Out) -> anyhow::Result<()> {
+    match command {
+        None | Some(Command::Agents) => fleet::agents(out),
         Some(Command::New { path, name, handle, provider, model, description }) => {
-            fleet::new(&out, &path, name, handle, provider, model, description)
+            fleet::new(out, &path, name, handle, provider, model, description)
         }
-        Some(Command::Inspect { path }) => inspect::run(&out, &path),
-        Some(Command::Files(cmd)) => files::run(&out, cmd),
-        Some(Command::Meta(cmd)) => meta::run(&out, cmd),
-        Some(Command::Config(cmd)) => config::run(&out, cmd),
-        Some(Command::Sql { path, sql, params }) => sql::run(&out, &path, &sql, &params),
-        Some(Command::Bench { suite, iterations }) => bench::run(&out, suite, iterations),
+        Some(Command::Inspect { path }) => inspect::run(out, &path),
+        Some(Command::Files(cmd)) => files::run(out, cmd),
+        Some(Command::Meta(cmd)) => meta::run(out, cmd),
+        Some(Command::Config(cmd)) => config::run(out, cmd),
+        Some(Command::Sql { path, sql, params }) => sql::run(out, &path, &sql, &params),
+        Some(Command::Bench { suite, iterations }) => bench::run(out, suite, iterations),
+        Some(Command::Chat { .. }) => Ok(()),
     }
 }

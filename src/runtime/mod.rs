@@ -1,4 +1,6 @@
-//! The agent runtime: the event bus, the fleet of loaded agents and each
-//! agent's executor.
+//! The agent runtime: the event bus, prompt assembly and each agent's
+//! executor (the turn loop).
 
 pub mod bus;
+pub mod executor;
+pub mod prompt;

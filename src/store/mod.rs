@@ -22,6 +22,7 @@ pub mod mime;
 pub mod schema;
 pub mod sql_guard;
 pub mod tables;
+pub mod tasks;
 pub mod template;
 pub mod timers;
 
@@ -413,6 +414,19 @@ impl Store {
         }
         let path = self.path.clone();
         self.write(|tx| schema::migrate_own(tx).at(&path))
+    }
+
+    /// Runtime-managed meta (`adf_*`, `runtime_*`): plain upsert, the
+    /// protection applies only when the key is created.
+    pub fn set_system_meta(&mut self, key: &str, value: &str, protection: meta::MetaProtection) -> Result<()> {
+        let path = self.path.clone();
+        self.write(|tx| Store::meta_put_system(tx, key, value, protection).at(&path))
+    }
+
+    /// Append a row to `adf_logs`.
+    pub fn log(&mut self, level: &str, origin: &str, event: &str, message: &str) -> Result<()> {
+        let path = self.path.clone();
+        self.write(|tx| logs::insert(tx, level, origin, event, None, message).map(|_| ()).at(&path))
     }
 
     /// The current value of a pragma on this file's connection.

@@ -21,11 +21,19 @@ pub struct Scripted {
     pub chunks: Vec<String>,
     /// Abort the connection after the chunks instead of ending cleanly.
     pub cut: bool,
+    /// Wait this long before answering.
+    pub pause_ms: u64,
 }
 
 impl Scripted {
     pub fn sse(chunks: Vec<String>) -> Self {
-        Scripted { status: 200, headers: vec![("content-type".into(), "text/event-stream".into())], chunks, cut: false }
+        Scripted {
+            status: 200,
+            headers: vec![("content-type".into(), "text/event-stream".into())],
+            chunks,
+            cut: false,
+            pause_ms: 0,
+        }
     }
 
     pub fn error(status: u16, body: &str) -> Self {
@@ -34,6 +42,7 @@ impl Scripted {
             headers: vec![("content-type".into(), "application/json".into())],
             chunks: vec![body.into()],
             cut: false,
+            pause_ms: 0,
         }
     }
 }
@@ -76,6 +85,11 @@ async fn handle(State(shared): State<Shared>, headers: HeaderMap, body: axum::bo
     let json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     shared.seen.lock().unwrap().push((headers, json));
     let next = shared.script.lock().unwrap().pop_front();
+    if let Some(s) = &next
+        && s.pause_ms > 0
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(s.pause_ms)).await;
+    }
     let Some(s) = next else {
         return Response::builder()
             .status(500)

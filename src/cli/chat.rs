@@ -1,0 +1,170 @@
+//! `adf chat PATH MESSAGE`: one turn in-process. The reply streams to
+//! stdout (JSON lines of events with `--json`); approvals and asks are put
+//! to the terminal when stdin is one, otherwise the command exits with
+//! status 3 and the task stays pending in the file.
+
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use serde_json::json;
+
+use super::output::{Out, at, open};
+use crate::providers::{ModelEvent, accounts};
+use crate::runtime::bus::{Bus, Filter, Item};
+use crate::runtime::executor::{Absent, ApprovalRequest, Decision, Executor, Owner, TurnEnd};
+
+/// Exit status when the turn waits on the owner.
+pub const EXIT_AWAITING_OWNER: u8 = 3;
+
+/// The owner at this terminal.
+struct Terminal;
+
+fn prompt(text: String) -> BoxFuture<'static, Option<String>> {
+    Box::pin(async move {
+        tokio::task::spawn_blocking(move || {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "{text}");
+            let _ = err.flush();
+            let mut line = String::new();
+            match std::io::stdin().read_line(&mut line) {
+                Ok(0) | Err(_) => None,
+                Ok(_) => Some(line.trim_end_matches(['\n', '\r']).to_string()),
+            }
+        })
+        .await
+        .ok()
+        .flatten()
+    })
+}
+
+impl Owner for Terminal {
+    fn approve<'a>(&'a self, req: &'a ApprovalRequest) -> BoxFuture<'a, Decision> {
+        Box::pin(async move {
+            let why = req.justification.as_deref().map(|j| format!("\n  reason: {j}")).unwrap_or_default();
+            let what = match &req.denial {
+                Some(d) => format!("override of {} ({})", d.target, d.description),
+                None => "restricted tool".into(),
+            };
+            let text = format!(
+                "\n⚠ approval needed: {} — {what}\n  input: {}{why}\n  [a] approve once  [A] approve always  [r] reject: ",
+                req.tool,
+                serde_json::to_string(&req.input).unwrap_or_default()
+            );
+            loop {
+                match prompt(text.clone()).await.as_deref().map(str::trim) {
+                    None => return Decision::Defer,
+                    Some("a") => return Decision::Approve { always: false },
+                    Some("A") => return Decision::Approve { always: true },
+                    Some("r") => {
+                        let feedback = prompt("  feedback for the model (optional): ".into())
+                            .await
+                            .filter(|f| !f.trim().is_empty());
+                        return Decision::Deny { feedback };
+                    }
+                    Some(_) => continue,
+                }
+            }
+        })
+    }
+
+    fn answer<'a>(&'a self, _task: &'a str, question: &'a str) -> BoxFuture<'a, Option<String>> {
+        prompt(format!("\n? {question}\n> "))
+    }
+}
+
+pub fn run(out: &Out, path: &Path, message: &str, loop_name: &str) -> anyhow::Result<u8> {
+    if loop_name != "main" {
+        anyhow::bail!("{}: loop \"{loop_name}\" does not exist (this version runs the main loop only)", path.display());
+    }
+    let store = open(path)?;
+    let cfg = store.config_value().map_err(|e| at(path, e))?;
+    let provider_id = cfg.pointer("/model/provider").and_then(|v| v.as_str()).unwrap_or("");
+    let settings = accounts::load().map_err(|e| anyhow::anyhow!(e))?;
+    let (provider, _) =
+        accounts::resolve(provider_id, &settings).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    if cfg.pointer("/model/model_id").and_then(|v| v.as_str()).unwrap_or("").is_empty() {
+        anyhow::bail!(
+            "{}: no model is set: run `adf config set {} model.model_id MODEL`",
+            path.display(),
+            path.display()
+        );
+    }
+    let owner: Arc<dyn Owner> = if std::io::stdin().is_terminal() { Arc::new(Terminal) } else { Arc::new(Absent) };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let bus = Bus::new();
+    let json_mode = out.json;
+    let mut ex = Executor::new(store, provider, bus.clone(), owner).map_err(|e| at(path, e))?;
+    let agent_id = ex.agent_id().to_string();
+    ex.on_delta(move |e| {
+        let mut o = std::io::stdout().lock();
+        match (json_mode, e) {
+            (false, ModelEvent::TextDelta(t)) => {
+                let _ = o.write_all(t.as_bytes());
+                let _ = o.flush();
+            }
+            (true, ModelEvent::TextDelta(t) | ModelEvent::ReasoningDelta(t)) => {
+                let k = if matches!(e, ModelEvent::TextDelta(_)) { "text" } else { "thinking" };
+                let line = json!({"seq": 0, "event_type": "turn.delta", "timestamp": crate::store::now_ms(),
+                    "source": "agent", "agent_id": agent_id, "payload": {"kind": k, "text": t}});
+                let _ = writeln!(o, "{line}");
+            }
+            _ => {}
+        }
+    });
+    let mut sub = bus.subscribe(None, Filter::default());
+    let print = move |item: Item| {
+        let Item::Event(e) = item else { return };
+        if json_mode {
+            let _ = writeln!(std::io::stdout().lock(), "{}", serde_json::to_string(&e.event).unwrap_or_default());
+        } else if e.event.event_type == "tool.started" {
+            let p = &e.event.payload;
+            let args: String = p["input"].to_string().chars().take(100).collect();
+            let _ = writeln!(std::io::stderr().lock(), "\n▸ {} {args}", p["name"].as_str().unwrap_or(""));
+        } else if e.event.event_type == "tool.failed" {
+            let r: String = e.event.payload["result"].as_str().unwrap_or("").chars().take(200).collect();
+            let _ = writeln!(std::io::stderr().lock(), "  ✗ {r}");
+        }
+    };
+    let end = rt.block_on(async {
+        ex.recover()?;
+        let turn = ex.chat(message);
+        tokio::pin!(turn);
+        loop {
+            tokio::select! {
+                biased;
+                end = &mut turn => {
+                    while let Some(item) = sub.try_next() {
+                        print(item);
+                    }
+                    break end;
+                }
+                Some(item) = sub.next() => print(item),
+            }
+        }
+    });
+    let store = ex.store;
+    let end = end.map_err(|e| at(path, e));
+    super::output::close(store)?;
+    match end? {
+        TurnEnd::Completed { .. } | TurnEnd::State { .. } => {
+            if !json_mode {
+                println!();
+            }
+            Ok(0)
+        }
+        TurnEnd::AwaitingOwner { task_id } => {
+            eprintln!(
+                "\nadf: {}: waiting for the owner on task {task_id}; it stays pending in the file",
+                path.display()
+            );
+            Ok(EXIT_AWAITING_OWNER)
+        }
+        TurnEnd::Suspended => {
+            eprintln!("\nadf: {}: suspended after limits.max_active_turns model calls", path.display());
+            Ok(EXIT_AWAITING_OWNER)
+        }
+        TurnEnd::Failed { error, state } => anyhow::bail!("{}: {error} (agent is now {state})", path.display()),
+    }
+}

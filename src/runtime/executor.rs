@@ -1,0 +1,873 @@
+//! One agent's executor: the turn loop of runtime.md §2. A trigger message
+//! goes into the loop; the model is called with the advertised tools; tool
+//! calls are gated (enabled, restricted → approval, protection → override
+//! approval), run, and answered in one row; the turn ends on plain text
+//! (interactive), a state change, or a failure. Everything is a loop row
+//! or an event; the turn checkpoint in meta makes a crash visible later.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::future::BoxFuture;
+use serde_json::{Value, json};
+
+use super::bus::Bus;
+use super::prompt;
+use crate::protocol::{Envelope, kind};
+use crate::providers::{ErrorKind, ModelEvent, ModelRequest, Provider, ProviderError, Response, ToolSpec, Usage};
+use crate::store::config::AgentConfig;
+use crate::store::loop_rows::NewLoopRow;
+use crate::store::meta::MetaProtection;
+use crate::store::tasks::NewTask;
+use crate::store::template::Snapshot;
+use crate::store::{Caller, Denial, Store, StoreError};
+use crate::tools::{self, Ctx, ToolOutput};
+
+const CHECKPOINT: &str = "adf_runtime_turn_checkpoint";
+const SEQ_KEY: &str = "runtime_umbilical_next_seq";
+const SEQ_BLOCK: u64 = 1000;
+
+/// The owner's answer to an approval request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    Approve {
+        always: bool,
+    },
+    Deny {
+        feedback: Option<String>,
+    },
+    /// Nobody can answer now: leave the task pending and pause the turn.
+    Defer,
+}
+
+/// What the owner is asked to approve.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApprovalRequest {
+    pub task_id: String,
+    pub tool: String,
+    pub input: Value,
+    /// `restricted` or `protection`.
+    pub reason: &'static str,
+    pub denial: Option<Denial>,
+    /// The model's stated `_reason`.
+    pub justification: Option<String>,
+}
+
+/// How the executor reaches the owner (terminal, TUI, daemon).
+pub trait Owner: Send + Sync {
+    fn approve<'a>(&'a self, req: &'a ApprovalRequest) -> BoxFuture<'a, Decision>;
+    /// `None`: nobody can answer now.
+    fn answer<'a>(&'a self, task_id: &'a str, question: &'a str) -> BoxFuture<'a, Option<String>>;
+}
+
+/// An owner who is never there: approvals and asks wait as rows.
+pub struct Absent;
+
+impl Owner for Absent {
+    fn approve<'a>(&'a self, _: &'a ApprovalRequest) -> BoxFuture<'a, Decision> {
+        Box::pin(async { Decision::Defer })
+    }
+    fn answer<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Option<String>> {
+        Box::pin(async { None })
+    }
+}
+
+/// How a turn ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TurnEnd {
+    /// The model replied (interactive) or the loop finished.
+    Completed { text: String },
+    /// The agent chose a state (`sys_set_state`).
+    State { state: String },
+    /// Waiting for the owner on this task.
+    AwaitingOwner { task_id: String },
+    /// `max_active_turns` was reached.
+    Suspended,
+    /// The provider failed; `state` is where the agent went.
+    Failed { error: String, state: &'static str },
+}
+
+/// Receives streamed text and reasoning deltas.
+type DeltaSink = Box<dyn FnMut(&ModelEvent) + Send>;
+
+/// The executor of one agent.
+pub struct Executor {
+    pub store: Store,
+    provider: Arc<dyn Provider>,
+    bus: Arc<Bus>,
+    owner: Arc<dyn Owner>,
+    agent_id: String,
+    seq_next: u64,
+    seq_limit: u64,
+    snapshot: Snapshot,
+    /// `error`, `idle`, … as last set by a turn.
+    pub state: String,
+    on_delta: Option<DeltaSink>,
+}
+
+fn iso(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|d| d.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
+        .unwrap_or_default()
+}
+
+fn elapsed(ms: i64) -> String {
+    let m = ms.max(0) / 60_000;
+    match (m / 60, m % 60) {
+        (0, 0) => format!("{}s", ms.max(0) / 1000),
+        (0, m) => format!("{m}m"),
+        (h, m) => format!("{h}h {m}m"),
+    }
+}
+
+impl Executor {
+    pub fn new(
+        store: Store,
+        provider: Arc<dyn Provider>,
+        bus: Arc<Bus>,
+        owner: Arc<dyn Owner>,
+    ) -> Result<Self, StoreError> {
+        let cfg = store.config_value()?;
+        let agent_id = cfg.get("id").and_then(Value::as_str).unwrap_or("").to_string();
+        Ok(Executor {
+            store,
+            provider,
+            bus,
+            owner,
+            agent_id,
+            seq_next: 0,
+            seq_limit: 0,
+            snapshot: Snapshot::new(),
+            state: "idle".into(),
+            on_delta: None,
+        })
+    }
+
+    /// Receive text and reasoning deltas as they stream.
+    pub fn on_delta(&mut self, f: impl FnMut(&ModelEvent) + Send + 'static) {
+        self.on_delta = Some(Box::new(f));
+    }
+
+    pub fn agent_id(&self) -> &str {
+        &self.agent_id
+    }
+
+    /// Publish an event with the next per-agent seq (reserved in blocks
+    /// persisted to meta, so numbering never goes back after a restart).
+    pub fn emit(&mut self, ty: &'static str, source: &str, payload: Value) {
+        if self.seq_next >= self.seq_limit {
+            let start = self
+                .store
+                .meta_get(SEQ_KEY)
+                .ok()
+                .flatten()
+                .and_then(|m| m.value.parse::<u64>().ok())
+                .unwrap_or(1)
+                .max(self.seq_next);
+            self.seq_limit = start + SEQ_BLOCK;
+            let _ = self.store.set_system_meta(SEQ_KEY, &self.seq_limit.to_string(), MetaProtection::None);
+            self.seq_next = start;
+        }
+        let mut e = Envelope::new(ty, Some(&self.agent_id), source, payload);
+        e.seq = self.seq_next;
+        self.seq_next += 1;
+        self.bus.publish(e);
+    }
+
+    fn checkpoint(&mut self, v: &Value) {
+        let _ = self.store.set_system_meta(CHECKPOINT, &v.to_string(), MetaProtection::Readonly);
+    }
+
+    fn append(
+        &mut self,
+        role: &str,
+        content: &Value,
+        model: Option<&str>,
+        tokens: Option<&Value>,
+    ) -> Result<i64, StoreError> {
+        self.store.loop_append(&NewLoopRow { role, content, model, tokens, ord: None })
+    }
+
+    fn user_text(&mut self, text: &str) -> Result<i64, StoreError> {
+        self.append("user", &json!([{"type": "text", "text": text}]), None, None)
+    }
+
+    /// On load: a turn left `in_progress` means the last process died in
+    /// it. Tell the agent (start, last progress, now, elapsed; the trigger
+    /// was not replayed), fail running tasks, cancel executor-managed
+    /// approvals (runtime.md §9.3).
+    pub fn recover(&mut self) -> Result<bool, StoreError> {
+        let mut recovered = false;
+        let raw = self.store.meta_get(CHECKPOINT)?.map(|m| m.value);
+        if let Some(raw) = raw {
+            let now = crate::store::now_ms();
+            match serde_json::from_str::<Value>(&raw) {
+                Ok(cp) if cp["status"] == "in_progress" => {
+                    let started = cp["started_at"].as_i64().unwrap_or(now);
+                    let updated = cp["updated_at"].as_i64().unwrap_or(started);
+                    let notice = format!(
+                        "[System] The previous run of this agent stopped in the middle of a turn (scope {}, turn {}, trigger {}). \
+                         It started at {} and last made progress at {}; it is now {}, {} after it started. \
+                         The trigger of that turn was NOT replayed: check what was done, and account for the gap in anything time-sensitive.",
+                        cp["scope"].as_str().unwrap_or("agent"),
+                        cp["id"].as_str().unwrap_or("?"),
+                        cp["event_type"].as_str().unwrap_or("?"),
+                        iso(started),
+                        iso(updated),
+                        iso(now),
+                        elapsed(now - started)
+                    );
+                    self.user_text(&notice)?;
+                    let mut cp = cp;
+                    cp["status"] = json!("interrupted");
+                    cp["replay"] = json!("not_replayed");
+                    cp["reason"] = json!("stale_checkpoint_recovered_on_load");
+                    cp["updated_at"] = json!(now);
+                    self.checkpoint(&cp);
+                    self.store.log("warn", "executor", "turn_checkpoint_recovered", &notice)?;
+                    self.emit(kind::LOOP_RECOVERED, "system:executor", json!({"reason": "stale_checkpoint"}));
+                    recovered = true;
+                }
+                Ok(_) => {}
+                Err(_) => {
+                    self.user_text(&format!(
+                        "[System] A turn-progress record of this agent could not be read, so it may have stopped mid-turn \
+                         at an unknown time (now {}). Nothing was replayed.",
+                        iso(now)
+                    ))?;
+                    self.checkpoint(
+                        &json!({"status": "interrupted", "reason": "malformed_checkpoint", "updated_at": now}),
+                    );
+                    self.emit(kind::LOOP_RECOVERED, "system:executor", json!({"reason": "malformed_checkpoint"}));
+                    recovered = true;
+                }
+            }
+        }
+        let mut running = 0;
+        let mut cancelled = 0;
+        for t in self.store.task_list(None)? {
+            if t.status == "running" {
+                self.store.task_set(
+                    &t.id,
+                    "failed",
+                    None,
+                    Some("The runtime stopped while this task ran; outcome unknown."),
+                )?;
+                running += 1;
+            } else if t.status == "pending_approval" && t.executor_managed && recovered {
+                self.store.task_set(
+                    &t.id,
+                    "cancelled",
+                    None,
+                    Some("The turn waiting on this approval ended with the runtime."),
+                )?;
+                self.emit(
+                    kind::HIL_RESOLVED,
+                    "system:executor",
+                    json!({"request_id": t.id, "task_id": t.id, "approved": false, "orphaned": true}),
+                );
+                cancelled += 1;
+            }
+        }
+        if running + cancelled > 0 {
+            self.emit(
+                kind::LOOP_RECOVERED,
+                "system:executor",
+                json!({"reason": "orphaned_tasks", "running": running, "awaiting_approval": cancelled}),
+            );
+        }
+        Ok(recovered || running + cancelled > 0)
+    }
+
+    /// Close a turn that was paused on the owner: pending approvals are
+    /// denied and unanswered calls get placeholders, as an interrupt does.
+    fn settle_dangling(&mut self) -> Result<(), StoreError> {
+        let rows = self.store.loop_rows(None)?;
+        let Some(last_assistant) = rows.iter().rposition(|r| r.role == "assistant") else { return Ok(()) };
+        let uses: Vec<(String, String)> = rows[last_assistant]
+            .content
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|b| b["type"] == "tool_use")
+            .map(|b| (b["id"].as_str().unwrap_or("").to_string(), b["name"].as_str().unwrap_or("").to_string()))
+            .collect();
+        let answered: Vec<String> = rows[last_assistant + 1..]
+            .iter()
+            .flat_map(|r| r.content.as_array().cloned().unwrap_or_default())
+            .filter(|b| b["type"] == "tool_result")
+            .filter_map(|b| b["tool_use_id"].as_str().map(String::from))
+            .collect();
+        let mut results = Vec::new();
+        for (id, name) in uses.into_iter().filter(|(id, _)| !answered.contains(id)) {
+            for t in self.store.task_list(Some("pending_approval"))? {
+                if t.origin.as_deref() == Some(&format!("hil:{name}:{id}")) {
+                    self.store.task_set(&t.id, "denied", None, Some("Rejected"))?;
+                    self.emit(
+                        kind::HIL_RESOLVED,
+                        "system:executor",
+                        json!({"request_id": t.id, "task_id": t.id, "approved": false}),
+                    );
+                }
+            }
+            results.push(json!({"type": "tool_result", "tool_use_id": id,
+                "content": "[Tool execution cancelled — user interrupted the turn]", "is_error": true}));
+        }
+        if !results.is_empty() {
+            self.append("user", &Value::Array(results), None, None)?;
+        }
+        Ok(())
+    }
+
+    /// Run one turn started by an owner chat message.
+    pub async fn chat(&mut self, text: &str) -> Result<TurnEnd, StoreError> {
+        self.settle_dangling()?;
+        let turn_id = format!("turn_{}", crate::store::create::nanoid(10));
+        let now = crate::store::now_ms();
+        self.checkpoint(&json!({"id": turn_id, "status": "in_progress", "started_at": now, "updated_at": now,
+            "event_type": "chat", "scope": "agent", "replay": "not_attempted"}));
+        self.user_text(text)?;
+        self.set_state("active");
+        let end = self.run_loop(&turn_id).await;
+        let end = match end {
+            Ok(e) => e,
+            Err(e) => {
+                self.finish_checkpoint(&turn_id, now, "failed", Some("turn_error"));
+                self.set_state("error");
+                let _ = self.store.log("error", "executor", "turn_error", &e.to_string());
+                return Err(e);
+            }
+        };
+        let (status, reason, state) = match &end {
+            TurnEnd::Completed { .. } => ("completed", None, "idle".to_string()),
+            TurnEnd::State { state } => ("completed", None, state.clone()),
+            TurnEnd::AwaitingOwner { .. } => ("awaiting_owner", None, "idle".to_string()),
+            TurnEnd::Suspended => ("interrupted", Some("suspended"), "suspended".to_string()),
+            TurnEnd::Failed { state, .. } => ("failed", Some("provider_error"), state.to_string()),
+        };
+        self.finish_checkpoint(&turn_id, now, status, reason);
+        let content = match &end {
+            TurnEnd::Completed { text } => text.clone(),
+            _ => String::new(),
+        };
+        self.emit(
+            kind::TURN_COMPLETED,
+            &format!("agent:{turn_id}"),
+            json!({"filePath": self.store.path().display().to_string(), "content": content, "targetState": state}),
+        );
+        self.set_state(&state);
+        Ok(end)
+    }
+
+    fn finish_checkpoint(&mut self, id: &str, started: i64, status: &str, reason: Option<&str>) {
+        let mut cp = json!({"id": id, "status": status, "started_at": started, "updated_at": crate::store::now_ms(),
+            "completed_at": crate::store::now_ms(), "event_type": "chat", "scope": "agent", "replay": "not_replayed"});
+        if let Some(r) = reason {
+            cp["reason"] = json!(r);
+        }
+        self.checkpoint(&cp);
+    }
+
+    fn set_state(&mut self, state: &str) {
+        if self.state != state {
+            self.state = state.to_string();
+            self.emit(
+                kind::AGENT_STATE_CHANGED,
+                "system:executor",
+                json!({"filePath": self.store.path().display().to_string(), "state": state}),
+            );
+        }
+    }
+
+    fn touch_checkpoint(&mut self) {
+        if let Ok(Some(m)) = self.store.meta_get(CHECKPOINT)
+            && let Ok(mut cp) = serde_json::from_str::<Value>(&m.value)
+        {
+            cp["updated_at"] = json!(crate::store::now_ms());
+            self.checkpoint(&cp);
+        }
+    }
+
+    async fn run_loop(&mut self, turn_id: &str) -> Result<TurnEnd, StoreError> {
+        let source = format!("agent:{turn_id}");
+        let mut active_turns: u64 = 0;
+        let mut narration = 0;
+        loop {
+            let cfg = self.store.config_value()?;
+            let typed = AgentConfig::from_value(&cfg).unwrap_or_default();
+            let max_turns = typed.limits.as_ref().and_then(|l| l.max_active_turns).flatten();
+            if let Some(max) = max_turns
+                && active_turns >= max
+            {
+                self.emit(kind::SUSPEND_REQUESTED, &source, json!({"reason": "max_active_turns"}));
+                return Ok(TurnEnd::Suspended);
+            }
+            active_turns += 1;
+            let request = self.request(&cfg, &typed)?;
+            let response = match self.call(&cfg, request, &source).await {
+                Ok(r) => r,
+                Err(e) => {
+                    let state = match e.kind {
+                        ErrorKind::Transient => "idle",
+                        _ => "error",
+                    };
+                    let event = if e.kind == ErrorKind::Auth {
+                        "provider_credentials_invalid"
+                    } else if state == "idle" {
+                        "provider_error"
+                    } else {
+                        "turn_error"
+                    };
+                    let level = if state == "idle" { "warn" } else { "error" };
+                    self.store.log(level, "executor", event, &e.to_string())?;
+                    return Ok(TurnEnd::Failed { error: e.to_string(), state });
+                }
+            };
+            let tokens = usage_json(&response.usage);
+            let model = typed.model.as_ref().and_then(|m| m.model_id.clone()).unwrap_or_default();
+            self.append("assistant", &Value::Array(response.content.clone()), Some(&model), Some(&tokens))?;
+            self.touch_checkpoint();
+            let calls: Vec<Value> = response.tool_calls().cloned().collect();
+            if calls.is_empty() {
+                if !prompt::is_autonomous(&cfg) {
+                    return Ok(TurnEnd::Completed { text: response.text() });
+                }
+                narration += 1;
+                if narration >= 4 {
+                    self.store.log(
+                        "warn",
+                        "executor",
+                        "narration_loop_break",
+                        "4 replies in a row without a tool call",
+                    )?;
+                    return Ok(TurnEnd::Completed { text: response.text() });
+                }
+                let nudge = if narration == 1 {
+                    "[Continue working autonomously according to your instructions. Control your state with sys_set_state().]"
+                } else {
+                    "[You replied without calling a tool again. Call a tool to make progress, or yield with sys_set_state(\"idle\").]"
+                };
+                self.user_text(nudge)?;
+                continue;
+            }
+            narration = 0;
+            let mut results = Vec::new();
+            let mut end: Option<TurnEnd> = None;
+            for call in &calls {
+                let id = call["id"].as_str().unwrap_or("").to_string();
+                let name = call["name"].as_str().unwrap_or("").to_string();
+                let input = call["input"].clone();
+                self.emit(kind::TOOL_STARTED, &source, json!({"name": name, "id": id, "input": input}));
+                let out = match self.gate_and_run(&cfg, &typed, &id, &name, &input, &source).await? {
+                    Gate::Done(out) => out,
+                    Gate::Paused(task_id) => {
+                        if !results.is_empty() {
+                            self.append("user", &Value::Array(results), None, None)?;
+                        }
+                        return Ok(TurnEnd::AwaitingOwner { task_id });
+                    }
+                };
+                let out = limit(&typed, &name, out);
+                let ty = if out.is_error { kind::TOOL_FAILED } else { kind::TOOL_COMPLETED };
+                self.emit(ty, &source, json!({"name": name, "id": id, "result": out.content, "isError": out.is_error}));
+                let mut block = json!({"type": "tool_result", "tool_use_id": id, "content": out.content});
+                if out.is_error {
+                    block["is_error"] = json!(true);
+                }
+                results.push(block);
+                if let Some(s) = out.target_state {
+                    end = Some(TurnEnd::State { state: s });
+                } else if out.end_turn && end.is_none() {
+                    end = Some(TurnEnd::Completed { text: input["message"].as_str().unwrap_or("").to_string() });
+                }
+            }
+            self.append("user", &Value::Array(results), None, None)?;
+            self.touch_checkpoint();
+            if let Some(e) = end {
+                return Ok(e);
+            }
+        }
+    }
+
+    /// The provider request for the current loop.
+    fn request(&mut self, cfg: &Value, typed: &AgentConfig) -> Result<ModelRequest, StoreError> {
+        let system = prompt::system_prompt(&self.store, cfg, &mut self.snapshot);
+        let rows = self.store.loop_rows(None)?;
+        let messages = prompt::messages(&rows);
+        let (decls, _) = typed.effective_tools();
+        let tools: Vec<ToolSpec> = decls
+            .iter()
+            .filter(|d| d.is_enabled() && d.is_visible())
+            .filter_map(|d| {
+                let def = tools::def(&d.name)?;
+                Some(ToolSpec {
+                    name: d.name.clone(),
+                    description: def.description.into(),
+                    input_schema: tools::advertised_schema(&d.name)?,
+                })
+            })
+            .collect();
+        let model = typed.model.clone().unwrap_or_default();
+        let effort =
+            cfg.pointer("/model/reasoning/effort").and_then(Value::as_str).and_then(crate::providers::Effort::parse);
+        let reasoning_tokens = (cfg.pointer("/model/reasoning/enabled") == Some(&json!(true)))
+            .then(|| cfg.pointer("/model/reasoning/max_tokens").and_then(Value::as_u64))
+            .flatten();
+        Ok(ModelRequest {
+            model: model.model_id.unwrap_or_default(),
+            system,
+            messages,
+            tools,
+            max_tokens: model.max_tokens.flatten().unwrap_or(4096),
+            temperature: model.temperature.flatten(),
+            effort,
+            reasoning_tokens,
+        })
+    }
+
+    /// One model call, with backoff retries for transient failures
+    /// (`recovery`: 5 attempts, 15 s doubling, capped at 300 s, ±20 %).
+    async fn call(&mut self, cfg: &Value, req: ModelRequest, source: &str) -> Result<Response, ProviderError> {
+        let r = |k: &str, d: u64| cfg.pointer(&format!("/recovery/{k}")).and_then(Value::as_u64).unwrap_or(d);
+        let auto = cfg.pointer("/recovery/auto_retry").and_then(Value::as_bool).unwrap_or(true);
+        let (max_attempts, base, max_delay) =
+            (r("max_attempts", 5), r("base_delay_ms", 15_000), r("max_delay_ms", 300_000));
+        let mut attempt = 0u64;
+        loop {
+            attempt += 1;
+            let started = Instant::now();
+            let mut on_delta = self.on_delta.take();
+            let provider = self.provider.clone();
+            let result = match provider.stream(req.clone()).await {
+                Ok(stream) => {
+                    crate::providers::collect(stream, provider.id(), |e| {
+                        if let Some(f) = on_delta.as_mut() {
+                            f(e);
+                        }
+                    })
+                    .await
+                }
+                Err(e) => Err(e),
+            };
+            self.on_delta = on_delta;
+            let ms = started.elapsed().as_millis() as u64;
+            match result {
+                Ok(resp) => {
+                    self.emit(
+                        kind::LLM_COMPLETED,
+                        source,
+                        json!({
+                        "provider": self.provider.id(), "model": req.model,
+                        "input_tokens": resp.usage.input, "output_tokens": resp.usage.output,
+                        "cache_read_tokens": resp.usage.cache_read, "cache_write_tokens": resp.usage.cache_write,
+                        "reasoning_tokens": resp.usage.reasoning, "duration_ms": ms,
+                        "stop_reason": resp.stop_reason, "call_source": "turn"}),
+                    );
+                    return Ok(resp);
+                }
+                Err(e) => {
+                    self.emit(
+                        kind::LLM_FAILED,
+                        source,
+                        json!({"provider": self.provider.id(), "model": req.model,
+                        "duration_ms": ms, "stop_reason": "error", "error": e.message, "call_source": "turn"}),
+                    );
+                    if e.kind != ErrorKind::Transient || !auto || attempt >= max_attempts {
+                        return Err(e);
+                    }
+                    let exp = base.saturating_mul(1u64 << (attempt - 1).min(20)).min(max_delay);
+                    let jitter = 0.8 + rand::random::<f64>() * 0.4;
+                    let mut delay = (exp as f64 * jitter) as u64;
+                    if let Some(ra) = e.retry_after {
+                        delay = delay.max(ra.as_millis() as u64).min(max_delay);
+                    }
+                    let _ = self.store.log(
+                        "warn",
+                        "executor",
+                        "provider_error",
+                        &format!("{e} (retry {attempt}/{max_attempts} in {delay} ms)"),
+                    );
+                    self.emit(
+                        kind::PROVIDER_RETRY_SCHEDULED,
+                        source,
+                        json!({"attempt": attempt, "max_attempts": max_attempts,
+                        "delay_ms": delay, "next_retry_at": crate::store::now_ms() + delay as i64}),
+                    );
+                    tokio::time::sleep(Duration::from_millis(delay)).await;
+                    self.emit(
+                        kind::PROVIDER_RETRY_STARTED,
+                        source,
+                        json!({"attempt": attempt + 1, "max_attempts": max_attempts}),
+                    );
+                }
+            }
+        }
+    }
+
+    /// Gating of one call from the loop (runtime.md §2.1, §8).
+    async fn gate_and_run(
+        &mut self,
+        cfg: &Value,
+        typed: &AgentConfig,
+        id: &str,
+        name: &str,
+        input: &Value,
+        source: &str,
+    ) -> Result<Gate, StoreError> {
+        let decl = typed.tool(name).filter(|d| d.is_enabled());
+        let Some(decl) = decl else {
+            return Ok(Gate::Done(ToolOutput::err(format!(
+                "Tool \"{name}\" is not enabled. Check your agent configuration to enable it."
+            ))));
+        };
+        let mut input = input.clone();
+        if let Some(obj) = input.as_object_mut() {
+            for k in ["_full", "_authorized", "_protection_override"] {
+                obj.remove(k);
+            }
+        }
+        let justification = input.get("_reason").and_then(Value::as_str).map(str::to_string);
+        if name == "ask" {
+            return self.ask(&input, id, source).await;
+        }
+        if decl.is_restricted() {
+            let task_id = self.store.task_create(&NewTask {
+                tool: name,
+                args: &input,
+                status: "pending_approval",
+                origin: &format!("hil:{name}:{id}"),
+                requires_authorization: true,
+                executor_managed: true,
+                approval_meta: Some(&json!({"reason": "restricted"})),
+            })?;
+            let req = ApprovalRequest {
+                task_id: task_id.clone(),
+                tool: name.into(),
+                input: input.clone(),
+                reason: "restricted",
+                denial: None,
+                justification,
+            };
+            self.emit(kind::HIL_REQUESTED, source, json!({"request_id": task_id, "task_id": task_id, "tool": name, "reason": "restricted", "input": strip_reserved(&input)}));
+            let decision = self.owner.approve(&req).await;
+            match decision {
+                Decision::Defer => return Ok(Gate::Paused(task_id)),
+                Decision::Deny { feedback } => {
+                    self.store.task_set(&task_id, "denied", None, Some(feedback.as_deref().unwrap_or("Rejected")))?;
+                    self.emit(
+                        kind::HIL_RESOLVED,
+                        source,
+                        json!({"request_id": task_id, "task_id": task_id, "approved": false, "feedback": feedback}),
+                    );
+                    let mut msg = format!("Tool call \"{name}\" was rejected by authorizer.");
+                    if let Some(f) = feedback.filter(|f| !f.is_empty()) {
+                        msg.push_str(&format!(" Feedback: {f}"));
+                    }
+                    return Ok(Gate::Done(ToolOutput::err(msg)));
+                }
+                Decision::Approve { always } => {
+                    self.emit(
+                        kind::HIL_RESOLVED,
+                        source,
+                        json!({"request_id": task_id, "task_id": task_id, "approved": true}),
+                    );
+                    if always && !decl.is_locked() {
+                        self.approve_always(cfg, name)?;
+                    }
+                    let out = self.run_tool(name, &input, Caller::AGENT);
+                    let (status, res, err) = if out.is_error {
+                        ("failed", None, Some(out.content.as_str()))
+                    } else {
+                        ("completed", Some(out.content.as_str()), None)
+                    };
+                    self.store.task_set(&task_id, status, res, err)?;
+                    return self.after_protection(name, &input, out, id, source).await;
+                }
+            }
+        }
+        let out = self.run_tool(name, &input, Caller::AGENT);
+        self.after_protection(name, &input, out, id, source).await
+    }
+
+    /// A protection denial opens an override approval; approved, the call
+    /// runs once more with the override (runtime.md §8.3).
+    async fn after_protection(
+        &mut self,
+        name: &str,
+        input: &Value,
+        out: ToolOutput,
+        id: &str,
+        source: &str,
+    ) -> Result<Gate, StoreError> {
+        let Some(denial) = out.denial.clone() else { return Ok(Gate::Done(out)) };
+        let meta = json!({"reason": "protection", "protection": denial});
+        let task_id = self.store.task_create(&NewTask {
+            tool: name,
+            args: input,
+            status: "pending_approval",
+            origin: &format!("hil:{name}:{id}"),
+            requires_authorization: true,
+            executor_managed: true,
+            approval_meta: Some(&meta),
+        })?;
+        self.emit(kind::HIL_REQUESTED, source, json!({"request_id": task_id, "task_id": task_id, "tool": name, "reason": "protection", "input": strip_reserved(input)}));
+        let req = ApprovalRequest {
+            task_id: task_id.clone(),
+            tool: name.into(),
+            input: input.clone(),
+            reason: "protection",
+            denial: Some(denial.clone()),
+            justification: None,
+        };
+        match self.owner.approve(&req).await {
+            Decision::Defer => Ok(Gate::Paused(task_id)),
+            Decision::Deny { feedback } => {
+                self.store.task_set(&task_id, "denied", None, Some(feedback.as_deref().unwrap_or("Rejected")))?;
+                self.emit(
+                    kind::HIL_RESOLVED,
+                    source,
+                    json!({"request_id": task_id, "task_id": task_id, "approved": false, "feedback": feedback}),
+                );
+                let kind = serde_json::to_value(denial.kind)
+                    .ok()
+                    .and_then(|v| v.as_str().map(String::from))
+                    .unwrap_or_default();
+                let mut msg = format!(
+                    "Tool call \"{name}\" was blocked ({kind}: \"{}\" is {}) and the authorizer rejected the override.",
+                    denial.target, denial.level
+                );
+                if let Some(f) = feedback.filter(|f| !f.is_empty()) {
+                    msg.push_str(&format!(" Feedback: {f}"));
+                }
+                msg.push_str(" Do not retry.");
+                Ok(Gate::Done(ToolOutput::err(msg)))
+            }
+            Decision::Approve { .. } => {
+                self.emit(
+                    kind::HIL_RESOLVED,
+                    source,
+                    json!({"request_id": task_id, "task_id": task_id, "approved": true}),
+                );
+                let out = self.run_tool(name, input, Caller::Agent { authorized: false, override_approved: true });
+                let (status, res, err) = if out.is_error {
+                    ("failed", None, Some(out.content.clone()))
+                } else {
+                    ("completed", Some("approved".to_string()), None)
+                };
+                self.store.task_set(&task_id, status, res.as_deref(), err.as_deref())?;
+                Ok(Gate::Done(out))
+            }
+        }
+    }
+
+    async fn ask(&mut self, input: &Value, id: &str, source: &str) -> Result<Gate, StoreError> {
+        let question = input["question"].as_str().unwrap_or("").to_string();
+        if question.is_empty() {
+            return Ok(Gate::Done(ToolOutput::err("Invalid input for tool \"ask\": \"question\" is required")));
+        }
+        let task_id = self.store.task_create(&NewTask {
+            tool: "ask",
+            args: &json!({"question": question}),
+            status: "pending",
+            origin: &format!("ask:{id}"),
+            requires_authorization: false,
+            executor_managed: true,
+            approval_meta: None,
+        })?;
+        self.emit(kind::ASK_REQUESTED, source, json!({"request_id": task_id, "question": question}));
+        match self.owner.answer(&task_id, &question).await {
+            None => Ok(Gate::Paused(task_id)),
+            Some(answer) => {
+                self.store.task_set(&task_id, "completed", Some(&answer), None)?;
+                let preview: String = answer.chars().take(200).collect();
+                self.emit(
+                    kind::ASK_RESOLVED,
+                    source,
+                    json!({"request_id": task_id, "has_response": !answer.is_empty(),
+                    "response_length": answer.chars().count(), "preview": preview}),
+                );
+                Ok(Gate::Done(ToolOutput::ok(format!("Human answered: {answer}"))))
+            }
+        }
+    }
+
+    /// "Always approve": the declaration becomes `{enabled, restricted:false}`.
+    fn approve_always(&mut self, cfg: &Value, name: &str) -> Result<(), StoreError> {
+        let mut next = cfg.clone();
+        if let Some(Value::Array(tools)) = next.get_mut("tools") {
+            for t in tools.iter_mut().filter(|t| t["name"] == name) {
+                t["enabled"] = json!(true);
+                t["restricted"] = json!(false);
+            }
+        }
+        self.store.config_replace(next)
+    }
+
+    fn run_tool(&mut self, name: &str, input: &Value, caller: Caller) -> ToolOutput {
+        let mut events: Vec<(&'static str, Value)> = Vec::new();
+        let out = {
+            let mut emit = |k: &'static str, v: Value| events.push((k, v));
+            let mut ctx = Ctx { store: &mut self.store, caller, from_code: false, full: false, emit: &mut emit };
+            tools::execute_guarded(&mut ctx, name, input)
+        };
+        for (k, v) in events {
+            self.emit(k, "system:tools", v);
+        }
+        out
+    }
+}
+
+enum Gate {
+    Done(ToolOutput),
+    Paused(String),
+}
+
+fn strip_reserved(v: &Value) -> Value {
+    let mut v = v.clone();
+    if let Some(o) = v.as_object_mut() {
+        for k in tools::RESERVED {
+            o.remove(*k);
+        }
+    }
+    v
+}
+
+/// The `tokens` JSON of a loop row.
+pub fn usage_json(u: &Usage) -> Value {
+    let mut t = json!({"input": u.input, "output": u.output});
+    if let Some(c) = u.cache_read {
+        t["cache_read"] = json!(c);
+    }
+    if let Some(c) = u.cache_write {
+        t["cache_write"] = json!(c);
+    }
+    if let Some(r) = u.reasoning {
+        t["reasoning"] = json!(r);
+    }
+    t
+}
+
+/// Tool-result limits for the model's context (runtime.md §9.1).
+fn limit(cfg: &AgentConfig, name: &str, mut out: ToolOutput) -> ToolOutput {
+    let lim = cfg.limits.as_ref();
+    let max_tokens = lim.and_then(|l| l.max_tool_result_tokens).unwrap_or(16_000) as usize;
+    let preview =
+        lim.and_then(|l| l.extra.get("max_tool_result_preview_chars")).and_then(Value::as_u64).unwrap_or(5_000)
+            as usize;
+    let chars = out.content.chars().count();
+    if chars <= max_tokens * 3 {
+        return out;
+    }
+    let approx = chars / 4;
+    if approx <= max_tokens {
+        return out;
+    }
+    let head: String = out.content.chars().take(preview / 2).collect();
+    let tail: String = out.content.chars().skip(chars - preview / 2).collect();
+    out.content = format!(
+        "[TRUNCATED] Tool \"{name}\" returned ~{approx} tokens (limit: {max_tokens}). The full result was discarded; \
+         narrow the request. Preview:\n{head}\n[… {} characters omitted …]\n{tail}",
+        chars - 2 * (preview / 2)
+    );
+    out
+}

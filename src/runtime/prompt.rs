@@ -1,0 +1,165 @@
+//! Prompt assembly (runtime.md §3): the system prompt from the base prompt,
+//! the agent's instructions and identity, templated over its files; and the
+//! provider-bound messages built from loop rows, decorated with timestamps
+//! and `[S<seq>]` citation markers that are never stored.
+
+use serde_json::Value;
+
+use crate::providers::{Message, Role};
+use crate::store::Store;
+use crate::store::loop_rows::LoopRow;
+use crate::store::template::Snapshot;
+
+/// The default base prompt (an owner-editable setting later).
+pub const BASE_PROMPT: &str = "You are an agent that lives in a single file. Your memory is your files: \
+{{mind.md}} is your index, injected on every turn; keep it short and put details in pages under mind/. \
+{{soul.md}} is your voice. Record what you learn as you go, cite loop messages as [S<seq>] when you do, \
+and prefer small, verifiable steps. Use tools to act; plain text is your reply to your principal.";
+
+const SEP: &str = "\n\n---\n\n";
+
+/// Build the system prompt. `snapshot` holds the session's file reads.
+pub fn system_prompt(store: &Store, cfg: &Value, snapshot: &mut Snapshot) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    if cfg.get("include_base_prompt").and_then(Value::as_bool) != Some(false) {
+        parts.push(BASE_PROMPT.to_string());
+    }
+    if let Some(i) = cfg.get("instructions").and_then(Value::as_str).filter(|i| !i.trim().is_empty()) {
+        parts.push(format!("## Agent-Specific Instructions\n\n{i}"));
+    }
+    let s = |p: &str| cfg.pointer(p).and_then(Value::as_str).unwrap_or("");
+    parts.push(format!(
+        "## Your Identity\n\nName: {}\nProvider: {}\nModel: {}\nID: {}",
+        s("/name"),
+        s("/model/provider"),
+        s("/model/model_id"),
+        s("/id")
+    ));
+    let joined = parts.join(SEP);
+    let mut out = snapshot.render(&joined, |p| store.file_read_text(p).ok());
+    if is_autonomous(cfg) {
+        out.push_str(SEP);
+        out.push_str(
+            "## Autonomous Mode\n\nYou work without waiting for replies. Keep going with tools until the work is done, \
+             then call sys_set_state(\"idle\") to rest.",
+        );
+    }
+    out
+}
+
+/// `loop_mode` wins over `autonomous` when present.
+pub fn is_autonomous(cfg: &Value) -> bool {
+    match cfg.get("loop_mode").and_then(Value::as_str) {
+        Some(m) => m == "autonomous",
+        None => cfg.get("autonomous").and_then(Value::as_bool).unwrap_or(false),
+    }
+}
+
+/// Whether a row is an injected context row (audit only, never replayed).
+pub fn is_context_row(r: &LoopRow) -> bool {
+    r.role == "user"
+        && r.content.as_array().and_then(|a| a.first()).and_then(|b| b["text"].as_str()).is_some_and(|t| {
+            t.starts_with("[Context: system_prompt]") || t.starts_with("[Context: dynamic_instructions]")
+        })
+}
+
+fn stamp(created_at: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(created_at)
+        .map(|d| d.format("%Y-%m-%d %H:%M:%S UTC").to_string())
+        .unwrap_or_default()
+}
+
+/// Provider messages from loop rows: consecutive rows of the same role are
+/// merged; the first text of a user row gets `[<time>] [S<seq>] `, of an
+/// assistant row the time only.
+pub fn messages(rows: &[LoopRow]) -> Vec<Message> {
+    let mut out: Vec<Message> = Vec::new();
+    for r in rows.iter().filter(|r| !is_context_row(r)) {
+        let role = if r.role == "assistant" { Role::Assistant } else { Role::User };
+        let mut content: Vec<Value> = match &r.content {
+            Value::Array(a) => a.clone(),
+            Value::String(s) => vec![serde_json::json!({"type": "text", "text": s})],
+            _ => continue,
+        };
+        // Assistant text is left as the model wrote it: a timestamp there
+        // invites the model to start imitating it.
+        if role == Role::User
+            && let Some(b) = content.iter_mut().find(|b| b["type"] == "text")
+            && let Some(t) = b["text"].as_str()
+        {
+            b["text"] = Value::String(format!("[{}] [S{}] {t}", stamp(r.created_at), r.seq));
+        }
+        match out.last_mut() {
+            Some(last) if last.role == role => last.content.extend(content),
+            _ => out.push(Message { role, content }),
+        }
+    }
+    repair_pairs(&mut out);
+    out
+}
+
+/// Drop `tool_result` blocks whose `tool_use` is not in the previous
+/// assistant message, and `tool_use` blocks left unanswered at the end, so
+/// providers accept the history (runtime.md §9.4).
+fn repair_pairs(msgs: &mut Vec<Message>) {
+    let mut prev_uses: Vec<String> = Vec::new();
+    for m in msgs.iter_mut() {
+        match m.role {
+            Role::Assistant => {
+                prev_uses = m
+                    .content
+                    .iter()
+                    .filter(|b| b["type"] == "tool_use")
+                    .filter_map(|b| b["id"].as_str().map(String::from))
+                    .collect();
+            }
+            Role::User => {
+                m.content.retain(|b| {
+                    b["type"] != "tool_result"
+                        || b["tool_use_id"].as_str().is_some_and(|id| prev_uses.iter().any(|u| u == id))
+                });
+                prev_uses.clear();
+            }
+        }
+    }
+    if let Some(last) = msgs.last_mut()
+        && last.role == Role::Assistant
+    {
+        last.content.retain(|b| b["type"] != "tool_use");
+    }
+    msgs.retain(|m| !m.content.is_empty());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn row(seq: i64, role: &str, content: Value) -> LoopRow {
+        LoopRow { seq, role: role.into(), content, model: None, tokens: None, created_at: 0, ord: None }
+    }
+
+    #[test]
+    fn decoration_merging_and_pairing() {
+        let rows = vec![
+            row(1, "user", json!([{"type": "text", "text": "hi"}])),
+            row(2, "assistant", json!([{"type": "tool_use", "id": "t1", "name": "fs_list", "input": {}}])),
+            row(
+                3,
+                "user",
+                json!([{"type": "tool_result", "tool_use_id": "t1", "content": "[]"}, {"type": "tool_result", "tool_use_id": "zz", "content": "x"}]),
+            ),
+            row(4, "user", json!([{"type": "text", "text": "[Context: system_prompt] ..."}])),
+            row(
+                5,
+                "assistant",
+                json!([{"type": "text", "text": "done"}, {"type": "tool_use", "id": "t2", "name": "x", "input": {}}]),
+            ),
+        ];
+        let m = messages(&rows);
+        assert_eq!(m.len(), 4);
+        assert_eq!(m[0].content[0]["text"], "[1970-01-01 00:00:00 UTC] [S1] hi");
+        assert_eq!(m[2].content.len(), 1, "orphan result dropped");
+        assert_eq!(m[3].content.len(), 1, "dangling tool_use dropped");
+    }
+}
