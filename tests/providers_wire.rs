@@ -16,7 +16,10 @@ fn request() -> ModelRequest {
     ModelRequest {
         model: "test-model".into(),
         system: "You are a test.".into(),
-        messages: vec![Message { role: Role::User, content: vec![json!({"type": "text", "text": "hi"})] }],
+        messages: std::sync::Arc::new(vec![Message {
+            role: Role::User,
+            content: vec![json!({"type": "text", "text": "hi"})],
+        }]),
         tools: vec![ToolSpec {
             name: "fs_read".into(),
             description: "Read a file".into(),

@@ -10,6 +10,7 @@ mod fleet;
 mod inspect;
 mod meta;
 mod output;
+mod scenario;
 mod sql;
 
 use std::path::PathBuf;
@@ -71,7 +72,7 @@ pub enum Command {
         #[arg(long = "param", short = 'p')]
         params: Vec<String>,
     },
-    /// Measure the hot paths and print medians.
+    /// Measure the hot paths and print medians, or run a runtime scenario.
     Bench {
         /// What to measure.
         #[arg(value_enum, default_value_t = bench::Suite::Store)]
@@ -79,6 +80,15 @@ pub enum Command {
         /// Samples per measurement.
         #[arg(long, default_value_t = 200)]
         iterations: usize,
+        /// Run a runtime scenario instead (real agents, scripted model).
+        #[arg(long, value_enum)]
+        scenario: Option<scenario::Scenario>,
+        /// Override the scenario's agent count.
+        #[arg(long)]
+        agents: Option<usize>,
+        /// Override the scenario's duration.
+        #[arg(long)]
+        seconds: Option<u64>,
     },
     /// List the agents of the fleet (the default when no command is given).
     Agents,
@@ -184,7 +194,8 @@ fn run_simple(command: Option<Command>, out: &Out) -> anyhow::Result<()> {
         Some(Command::Meta(cmd)) => meta::run(out, cmd),
         Some(Command::Config(cmd)) => config::run(out, cmd),
         Some(Command::Sql { path, sql, params }) => sql::run(out, &path, &sql, &params),
-        Some(Command::Bench { suite, iterations }) => bench::run(out, suite, iterations),
+        Some(Command::Bench { scenario: Some(sc), agents, seconds, .. }) => scenario::run(out, sc, agents, seconds),
+        Some(Command::Bench { suite, iterations, .. }) => bench::run(out, suite, iterations),
         Some(Command::Chat { .. }) => Ok(()),
     }
 }

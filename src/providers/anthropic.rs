@@ -284,7 +284,7 @@ mod tests {
         let req = ModelRequest {
             model: "m".into(),
             system: "s".into(),
-            messages: vec![],
+            messages: Default::default(),
             tools: vec![],
             max_tokens: 4096,
             temperature: Some(0.7),

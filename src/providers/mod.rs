@@ -67,7 +67,9 @@ impl Effort {
 pub struct ModelRequest {
     pub model: String,
     pub system: String,
-    pub messages: Vec<Message>,
+    /// Shared with the executor's transcript, so a call does not copy the
+    /// whole history.
+    pub messages: std::sync::Arc<Vec<Message>>,
     pub tools: Vec<ToolSpec>,
     pub max_tokens: u64,
     pub temperature: Option<f64>,

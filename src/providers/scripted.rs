@@ -32,6 +32,8 @@ pub struct Scripted {
     /// Used when the script runs out.
     fallback: Option<Fallback>,
     calls: Mutex<Vec<ModelRequest>>,
+    count: std::sync::atomic::AtomicUsize,
+    record: bool,
 }
 
 impl Scripted {
@@ -42,6 +44,8 @@ impl Scripted {
             replies: Mutex::new(replies.into_iter().collect()),
             fallback: None,
             calls: Mutex::new(Vec::new()),
+            count: std::sync::atomic::AtomicUsize::new(0),
+            record: true,
         }
     }
 
@@ -55,13 +59,19 @@ impl Scripted {
         self
     }
 
+    /// Keep only a count of requests, not the requests (benchmarks).
+    pub fn without_recording(mut self) -> Self {
+        self.record = false;
+        self
+    }
+
     /// The requests seen so far.
     pub fn requests(&self) -> Vec<ModelRequest> {
         self.calls.lock().map(|c| c.clone()).unwrap_or_default()
     }
 
     pub fn call_count(&self) -> usize {
-        self.calls.lock().map(|c| c.len()).unwrap_or(0)
+        self.count.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -72,7 +82,9 @@ impl Provider for Scripted {
 
     fn stream(&self, req: ModelRequest) -> futures_util::future::BoxFuture<'_, Result<EventStream, ProviderError>> {
         Box::pin(async move {
-            if !self.latency.is_zero() {
+            if self.latency.is_zero() {
+                tokio::task::yield_now().await;
+            } else {
                 tokio::time::sleep(self.latency).await;
             }
             let next = self.replies.lock().ok().and_then(|mut r| r.pop_front());
@@ -81,7 +93,10 @@ impl Provider for Scripted {
                 (None, Some(f)) => f(&req),
                 (None, None) => Reply::Text("(script exhausted)".into()),
             };
-            if let Ok(mut c) = self.calls.lock() {
+            self.count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if self.record
+                && let Ok(mut c) = self.calls.lock()
+            {
                 c.push(req);
             }
             let mut events = Vec::new();

@@ -16,7 +16,7 @@ use super::prompt;
 use crate::protocol::{Envelope, kind};
 use crate::providers::{ErrorKind, ModelEvent, ModelRequest, Provider, ProviderError, Response, ToolSpec, Usage};
 use crate::store::config::AgentConfig;
-use crate::store::loop_rows::NewLoopRow;
+use crate::store::loop_rows::{LoopRow, NewLoopRow};
 use crate::store::meta::MetaProtection;
 use crate::store::tasks::NewTask;
 use crate::store::template::Snapshot;
@@ -100,6 +100,10 @@ pub struct Executor {
     seq_next: u64,
     seq_limit: u64,
     snapshot: Snapshot,
+    /// The loop rows of the session, read once and extended as rows are
+    /// written (the file stays the truth; this saves re-reading it).
+    session: Option<Vec<LoopRow>>,
+    transcript: prompt::Transcript,
     /// `error`, `idle`, … as last set by a turn.
     pub state: String,
     on_delta: Option<DeltaSink>,
@@ -138,6 +142,8 @@ impl Executor {
             seq_next: 0,
             seq_limit: 0,
             snapshot: Snapshot::new(),
+            session: None,
+            transcript: prompt::Transcript::default(),
             state: "idle".into(),
             on_delta: None,
         })
@@ -185,7 +191,20 @@ impl Executor {
         model: Option<&str>,
         tokens: Option<&Value>,
     ) -> Result<i64, StoreError> {
-        self.store.loop_append(&NewLoopRow { role, content, model, tokens, ord: None })
+        let row = self.store.loop_append_row(&NewLoopRow { role, content, model, tokens, ord: None })?;
+        let seq = row.seq;
+        if let Some(s) = self.session.as_mut() {
+            s.push(row);
+        }
+        Ok(seq)
+    }
+
+    /// The session's rows, read from the file the first time.
+    fn session(&mut self) -> Result<&[LoopRow], StoreError> {
+        if self.session.is_none() {
+            self.session = Some(self.store.loop_rows(None)?);
+        }
+        Ok(self.session.as_deref().unwrap_or_default())
     }
 
     fn user_text(&mut self, text: &str) -> Result<i64, StoreError> {
@@ -282,9 +301,10 @@ impl Executor {
     /// Close a turn that was paused on the owner: pending approvals are
     /// denied and unanswered calls get placeholders, as an interrupt does.
     fn settle_dangling(&mut self) -> Result<(), StoreError> {
-        let rows = self.store.loop_rows(None)?;
+        let rows = self.session()?;
         let Some(last_assistant) = rows.iter().rposition(|r| r.role == "assistant") else { return Ok(()) };
-        let uses: Vec<(String, String)> = rows[last_assistant]
+        let rows = &rows[last_assistant..];
+        let uses: Vec<(String, String)> = rows[0]
             .content
             .as_array()
             .into_iter()
@@ -292,7 +312,7 @@ impl Executor {
             .filter(|b| b["type"] == "tool_use")
             .map(|b| (b["id"].as_str().unwrap_or("").to_string(), b["name"].as_str().unwrap_or("").to_string()))
             .collect();
-        let answered: Vec<String> = rows[last_assistant + 1..]
+        let answered: Vec<String> = rows[1..]
             .iter()
             .flat_map(|r| r.content.as_array().cloned().unwrap_or_default())
             .filter(|b| b["type"] == "tool_result")
@@ -393,6 +413,9 @@ impl Executor {
         let mut active_turns: u64 = 0;
         let mut narration = 0;
         loop {
+            // Let other agents run between steps: the SQLite work here is
+            // short but never awaits.
+            tokio::task::yield_now().await;
             let cfg = self.store.config_value()?;
             let typed = AgentConfig::from_value(&cfg).unwrap_or_default();
             let max_turns = typed.limits.as_ref().and_then(|l| l.max_active_turns).flatten();
@@ -492,8 +515,10 @@ impl Executor {
     /// The provider request for the current loop.
     fn request(&mut self, cfg: &Value, typed: &AgentConfig) -> Result<ModelRequest, StoreError> {
         let system = prompt::system_prompt(&self.store, cfg, &mut self.snapshot);
-        let rows = self.store.loop_rows(None)?;
-        let messages = prompt::messages(&rows);
+        self.session()?;
+        let rows = self.session.as_deref().unwrap_or_default();
+        self.transcript.sync(rows);
+        let messages = self.transcript.view();
         let (decls, _) = typed.effective_tools();
         let tools: Vec<ToolSpec> = decls
             .iter()

@@ -3,6 +3,8 @@
 //! provider-bound messages built from loop rows, decorated with timestamps
 //! and `[S<seq>]` citation markers that are never stored.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use crate::providers::{Message, Role};
@@ -69,39 +71,123 @@ fn stamp(created_at: i64) -> String {
         .unwrap_or_default()
 }
 
-/// Provider messages from loop rows: consecutive rows of the same role are
-/// merged; the first text of a user row gets `[<time>] [S<seq>] `, of an
-/// assistant row the time only.
-pub fn messages(rows: &[LoopRow]) -> Vec<Message> {
-    let mut out: Vec<Message> = Vec::new();
-    for r in rows.iter().filter(|r| !is_context_row(r)) {
-        let role = if r.role == "assistant" { Role::Assistant } else { Role::User };
-        let mut content: Vec<Value> = match &r.content {
-            Value::Array(a) => a.clone(),
-            Value::String(s) => vec![serde_json::json!({"type": "text", "text": s})],
-            _ => continue,
-        };
-        // Assistant text is left as the model wrote it: a timestamp there
-        // invites the model to start imitating it.
-        if role == Role::User
-            && let Some(b) = content.iter_mut().find(|b| b["type"] == "text")
-            && let Some(t) = b["text"].as_str()
-        {
-            b["text"] = Value::String(format!("[{}] [S{}] {t}", stamp(r.created_at), r.seq));
-        }
-        match out.last_mut() {
-            Some(last) if last.role == role => last.content.extend(content),
-            _ => out.push(Message { role, content }),
-        }
+/// One loop row as provider content, or `None` for rows never replayed.
+fn row_message(r: &LoopRow) -> Option<Message> {
+    if is_context_row(r) {
+        return None;
     }
-    repair_pairs(&mut out);
+    let role = if r.role == "assistant" { Role::Assistant } else { Role::User };
+    let mut content: Vec<Value> = match &r.content {
+        Value::Array(a) => a.clone(),
+        Value::String(s) => vec![serde_json::json!({"type": "text", "text": s})],
+        _ => return None,
+    };
+    // Assistant text is left as the model wrote it: a timestamp there
+    // invites the model to start imitating it.
+    if role == Role::User
+        && let Some(b) = content.iter_mut().find(|b| b["type"] == "text")
+        && let Some(t) = b["text"].as_str()
+    {
+        b["text"] = Value::String(format!("[{}] [S{}] {t}", stamp(r.created_at), r.seq));
+    }
+    Some(Message { role, content })
+}
+
+/// Provider messages from loop rows: consecutive rows of the same role are
+/// merged; the first text of a user row gets `[<time>] [S<seq>] `.
+pub fn messages(rows: &[LoopRow]) -> Vec<Message> {
+    let mut out = build(rows);
+    strip_dangling(&mut out);
     out
+}
+
+/// Merged messages with orphaned results dropped; calls still waiting for
+/// results at the end are kept (they may be answered by the next row).
+fn build(rows: &[LoopRow]) -> Vec<Message> {
+    let mut out: Vec<Message> = Vec::new();
+    for m in rows.iter().filter_map(row_message) {
+        push(&mut out, m);
+    }
+    drop_orphans(&mut out);
+    out
+}
+
+fn push(out: &mut Vec<Message>, m: Message) {
+    match out.last_mut() {
+        Some(last) if last.role == m.role => last.content.extend(m.content),
+        _ => out.push(m),
+    }
+}
+
+/// The provider-bound transcript of a session, built once and extended as
+/// rows are appended; each call shares it instead of copying the history.
+#[derive(Debug, Default)]
+pub struct Transcript {
+    msgs: Arc<Vec<Message>>,
+    folded: usize,
+}
+
+impl Transcript {
+    /// Fold in the rows appended since the last call (`rows` is the whole
+    /// session); rebuilds when the session was reset.
+    pub fn sync(&mut self, rows: &[LoopRow]) {
+        if rows.len() < self.folded || self.folded == 0 {
+            self.msgs = Arc::new(build(rows));
+            self.folded = rows.len();
+            return;
+        }
+        if rows.len() == self.folded {
+            return;
+        }
+        let msgs = Arc::make_mut(&mut self.msgs);
+        for m in rows[self.folded..].iter().filter_map(row_message) {
+            let mut m = m;
+            if m.role == Role::User {
+                // Results must answer the assistant message just before.
+                let uses: Vec<&str> = msgs
+                    .last()
+                    .filter(|l| l.role == Role::Assistant)
+                    .map(|l| {
+                        l.content.iter().filter(|b| b["type"] == "tool_use").filter_map(|b| b["id"].as_str()).collect()
+                    })
+                    .unwrap_or_default();
+                m.content.retain(|b| {
+                    b["type"] != "tool_result" || b["tool_use_id"].as_str().is_some_and(|id| uses.contains(&id))
+                });
+                if m.content.is_empty() {
+                    continue;
+                }
+            }
+            push(msgs, m);
+        }
+        self.folded = rows.len();
+    }
+
+    /// The messages to send: shared, unless the last assistant message has
+    /// calls without results (then a copy without them).
+    pub fn view(&self) -> Arc<Vec<Message>> {
+        let dangling = self
+            .msgs
+            .last()
+            .is_some_and(|m| m.role == Role::Assistant && m.content.iter().any(|b| b["type"] == "tool_use"));
+        if !dangling {
+            return self.msgs.clone();
+        }
+        let mut v = (*self.msgs).clone();
+        strip_dangling(&mut v);
+        Arc::new(v)
+    }
+
+    /// Forget everything (compaction, clear).
+    pub fn reset(&mut self) {
+        *self = Transcript::default();
+    }
 }
 
 /// Drop `tool_result` blocks whose `tool_use` is not in the previous
 /// assistant message, and `tool_use` blocks left unanswered at the end, so
 /// providers accept the history (runtime.md §9.4).
-fn repair_pairs(msgs: &mut Vec<Message>) {
+fn drop_orphans(msgs: &mut Vec<Message>) {
     let mut prev_uses: Vec<String> = Vec::new();
     for m in msgs.iter_mut() {
         match m.role {
@@ -122,6 +208,11 @@ fn repair_pairs(msgs: &mut Vec<Message>) {
             }
         }
     }
+    msgs.retain(|m| !m.content.is_empty());
+}
+
+/// Calls at the very end that were never answered are not sent.
+fn strip_dangling(msgs: &mut Vec<Message>) {
     if let Some(last) = msgs.last_mut()
         && last.role == Role::Assistant
     {
@@ -161,5 +252,35 @@ mod tests {
         assert_eq!(m[0].content[0]["text"], "[1970-01-01 00:00:00 UTC] [S1] hi");
         assert_eq!(m[2].content.len(), 1, "orphan result dropped");
         assert_eq!(m[3].content.len(), 1, "dangling tool_use dropped");
+    }
+
+    #[test]
+    fn incremental_transcript_equals_a_full_build() {
+        let all = vec![
+            row(1, "user", json!([{"type": "text", "text": "hi"}])),
+            row(
+                2,
+                "assistant",
+                json!([{"type": "text", "text": "let me look"}, {"type": "tool_use", "id": "t1", "name": "fs_list", "input": {}}]),
+            ),
+            row(3, "user", json!([{"type": "tool_result", "tool_use_id": "t1", "content": "[]"}])),
+            row(4, "user", json!([{"type": "text", "text": "[Context: dynamic_instructions] x"}])),
+            row(5, "assistant", json!([{"type": "text", "text": "done"}])),
+            row(6, "user", json!([{"type": "text", "text": "next"}])),
+            row(7, "user", json!([{"type": "tool_result", "tool_use_id": "zz", "content": "orphan"}])),
+            row(8, "assistant", json!([{"type": "tool_use", "id": "t9", "name": "x", "input": {}}])),
+        ];
+        for split in 1..all.len() {
+            let mut t = Transcript::default();
+            t.sync(&all[..split]);
+            for end in split + 1..=all.len() {
+                t.sync(&all[..end]);
+                assert_eq!(*t.view(), messages(&all[..end]), "split {split} end {end}");
+            }
+        }
+        let mut t = Transcript::default();
+        t.sync(&all);
+        t.sync(&all[..2]);
+        assert_eq!(*t.view(), messages(&all[..2]), "a shorter session rebuilds");
     }
 }

@@ -776,6 +776,18 @@ pub fn load_patches(cfg: &mut Value, meta_handle: Option<&str>) -> bool {
 impl Store {
     /// The raw config document.
     pub fn config_value(&self) -> Result<Value> {
+        if let Some(v) = self.config_cache.borrow().as_ref() {
+            return Ok(v.clone());
+        }
+        let v = self.read_config()?;
+        // Read-only handles share the file with a writer: never cache there.
+        if !self.is_read_only() {
+            *self.config_cache.borrow_mut() = Some(v.clone());
+        }
+        Ok(v)
+    }
+
+    fn read_config(&self) -> Result<Value> {
         let text: Option<String> = self
             .conn()
             .query_row("SELECT config_json FROM adf_config WHERE id = 1", [], |r| r.get(0))
@@ -808,7 +820,10 @@ impl Store {
             m.insert("updated_at".into(), Value::String(now.clone()));
         }
         let file = self.path().to_path_buf();
-        self.write(|tx| write_config(tx, &next, &now).at(&file))
+        self.config_cache.borrow_mut().take();
+        self.write(|tx| write_config(tx, &next, &now).at(&file))?;
+        *self.config_cache.borrow_mut() = Some(next);
+        Ok(())
     }
 
     /// Set one dotted path as the given caller.

@@ -37,6 +37,25 @@ pub struct NewLoopRow<'a> {
 impl Store {
     /// Append one row; returns its `seq`.
     pub fn loop_append(&mut self, row: &NewLoopRow<'_>) -> Result<i64> {
+        self.loop_append_at(row, now_ms())
+    }
+
+    /// Append one row and return it as stored.
+    pub fn loop_append_row(&mut self, row: &NewLoopRow<'_>) -> Result<LoopRow> {
+        let created_at = now_ms();
+        let seq = self.loop_append_at(row, created_at)?;
+        Ok(LoopRow {
+            seq,
+            role: row.role.to_string(),
+            content: row.content.clone(),
+            model: row.model.map(str::to_string),
+            tokens: row.tokens.cloned(),
+            created_at,
+            ord: row.ord,
+        })
+    }
+
+    fn loop_append_at(&mut self, row: &NewLoopRow<'_>, created_at: i64) -> Result<i64> {
         self.touch()?;
         let content = serde_json::to_string(row.content).unwrap_or_else(|_| "[]".into());
         let tokens = row.tokens.map(|t| t.to_string());
@@ -46,7 +65,7 @@ impl Store {
                 "INSERT INTO adf_loop(role, content_json, model, tokens, created_at, ord) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             )
             .at(self.path())?;
-        stmt.execute(params![row.role, content, row.model, tokens, now_ms(), row.ord]).at(self.path())?;
+        stmt.execute(params![row.role, content, row.model, tokens, created_at, row.ord]).at(self.path())?;
         Ok(self.conn().last_insert_rowid())
     }
 

@@ -78,6 +78,8 @@ pub struct Store {
     integrity: IntegrityCheck,
     migrated_from: Option<i64>,
     warnings: Vec<String>,
+    /// The parsed config document; this process is the only writer.
+    config_cache: std::cell::RefCell<Option<serde_json::Value>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -278,6 +280,7 @@ impl Store {
             integrity,
             migrated_from: None,
             warnings,
+            config_cache: Default::default(),
         };
         // A file that was not closed cleanly gets its marker back on close,
         // now that it has been checked.
@@ -343,6 +346,7 @@ impl Store {
             integrity: IntegrityCheck::Skipped,
             migrated_from: None,
             warnings,
+            config_cache: Default::default(),
         })
     }
 
