@@ -104,6 +104,8 @@ pub struct Executor {
     /// written (the file stays the truth; this saves re-reading it).
     session: Option<Vec<LoopRow>>,
     transcript: prompt::Transcript,
+    /// The memory-flush grace turn was given since the last compaction.
+    flush_done: bool,
     /// `error`, `idle`, … as last set by a turn.
     pub state: String,
     on_delta: Option<DeltaSink>,
@@ -144,6 +146,7 @@ impl Executor {
             snapshot: Snapshot::new(),
             session: None,
             transcript: prompt::Transcript::default(),
+            flush_done: false,
             state: "idle".into(),
             on_delta: None,
         })
@@ -426,6 +429,7 @@ impl Executor {
                 return Ok(TurnEnd::Suspended);
             }
             active_turns += 1;
+            self.compaction_check(&cfg, &source).await?;
             let request = self.request(&cfg, &typed)?;
             let response = match self.call(&cfg, request, &source).await {
                 Ok(r) => r,
@@ -475,6 +479,7 @@ impl Executor {
             }
             narration = 0;
             let mut results = Vec::new();
+            let mut signals = Vec::new();
             let mut end: Option<TurnEnd> = None;
             for call in &calls {
                 let id = call["id"].as_str().unwrap_or("").to_string();
@@ -490,7 +495,10 @@ impl Executor {
                         return Ok(TurnEnd::AwaitingOwner { task_id });
                     }
                 };
-                let out = limit(&typed, &name, out);
+                let mut out = limit(&typed, &name, out);
+                if let Some(sig) = out.signal.take() {
+                    signals.push(sig);
+                }
                 let ty = if out.is_error { kind::TOOL_FAILED } else { kind::TOOL_COMPLETED };
                 self.emit(ty, &source, json!({"name": name, "id": id, "result": out.content, "isError": out.is_error}));
                 let mut block = json!({"type": "tool_result", "tool_use_id": id, "content": out.content});
@@ -506,10 +514,164 @@ impl Executor {
             }
             self.append("user", &Value::Array(results), None, None)?;
             self.touch_checkpoint();
+            for signal in signals {
+                match signal {
+                    tools::Signal::Compact { instructions } => {
+                        self.compact(&cfg, instructions.as_deref(), 2, "voluntary loop_compact".into(), &source)
+                            .await?;
+                    }
+                    tools::Signal::Clear { start, end: stop } => {
+                        if self.clear(&cfg, start, stop, &source)? {
+                            // An empty loop has nothing left to answer.
+                            return Ok(TurnEnd::Completed { text: String::new() });
+                        }
+                    }
+                }
+            }
             if let Some(e) = end {
                 return Ok(e);
             }
         }
+    }
+
+    /// Tokens in context: the last call's input + output, else an estimate.
+    fn token_count(&mut self) -> Result<u64, StoreError> {
+        let rows = self.session()?;
+        let last = rows
+            .iter()
+            .rev()
+            .find(|r| r.role == "assistant")
+            .and_then(|r| r.tokens.as_ref())
+            .and_then(|t| Some(t.get("input")?.as_u64()? + t.get("output").and_then(Value::as_u64).unwrap_or(0)));
+        Ok(match last {
+            Some(n) => n,
+            None => estimate(rows),
+        })
+    }
+
+    /// Compaction at the top of an iteration (runtime.md §4): the first
+    /// crossing gives a memory-flush grace turn, the next one compacts; the
+    /// pre-flight guard compacts before sending when the session grew past
+    /// the bound since the last call.
+    async fn compaction_check(&mut self, cfg: &Value, source: &str) -> Result<(), StoreError> {
+        let threshold = compact_threshold(cfg);
+        let count = self.token_count()?;
+        if count >= threshold {
+            if !self.flush_done {
+                self.flush_done = true;
+                self.user_text(MEMORY_FLUSH)?;
+                self.emit(kind::CONTEXT_INJECTED, source, json!({"category": "memory_flush", "origin": "executor"}));
+                return Ok(());
+            }
+            return self.compact(cfg, None, 0, format!("auto: {count} >= {threshold}"), source).await;
+        }
+        let est = count.max(estimate(self.session()?));
+        let bound = if self.flush_done { (threshold + 30_000).min(threshold * 13 / 10) } else { threshold };
+        if est >= bound {
+            return self.compact(cfg, None, 0, format!("preflight: {est} >= {bound}"), source).await;
+        }
+        Ok(())
+    }
+
+    /// Summarise the session into one `[Loop Compacted]` row, keeping the
+    /// last `preserve` rows after it (their seqs unchanged).
+    async fn compact(
+        &mut self,
+        cfg: &Value,
+        instructions: Option<&str>,
+        preserve: usize,
+        reason: String,
+        source: &str,
+    ) -> Result<(), StoreError> {
+        let rows = self.session()?.to_vec();
+        let keep_from = rows.len().saturating_sub(preserve);
+        let (summarise, kept) = rows.split_at(keep_from);
+        if summarise.is_empty() {
+            return Ok(());
+        }
+        let transcript = transcript_text(summarise);
+        let mut ask = format!(
+            "Here is a conversation transcript with {} entries. Produce a concise briefing that lets the agent continue: \
+             goals, decisions, facts learned, work done, open questions and next steps. Keep [S<seq>] citations.",
+            summarise.len()
+        );
+        if let Some(i) = instructions.filter(|i| !i.trim().is_empty()) {
+            ask.push_str(&format!("\n\n<compaction_instructions>\n{i}\n</compaction_instructions>"));
+        }
+        ask.push_str(&format!("\n\n<transcript>\n{transcript}\n</transcript>"));
+        let model = cfg.pointer("/model/model_id").and_then(Value::as_str).unwrap_or("").to_string();
+        let req = ModelRequest {
+            model: model.clone(),
+            system: COMPACTION_PROMPT.into(),
+            messages: Arc::new(vec![crate::providers::Message {
+                role: crate::providers::Role::User,
+                content: vec![json!({"type": "text", "text": ask})],
+            }]),
+            tools: Vec::new(),
+            max_tokens: 2048,
+            temperature: Some(0.3),
+            effort: None,
+            reasoning_tokens: None,
+        };
+        let started = Instant::now();
+        let provider = self.provider.clone();
+        let result = match provider.stream(req).await {
+            Ok(st) => crate::providers::collect(st, provider.id(), |_| {}).await,
+            Err(e) => Err(e),
+        };
+        let (summary, tokens) = match &result {
+            Ok(r) if r.text().trim().is_empty() => {
+                ("(Summary generation produced empty output.)".to_string(), Some(usage_json(&r.usage)))
+            }
+            Ok(r) => (r.text(), Some(usage_json(&r.usage))),
+            Err(_) => ("(Summary generation failed.)".to_string(), None),
+        };
+        let ev = if result.is_ok() { kind::LLM_COMPLETED } else { kind::LLM_FAILED };
+        self.emit(
+            ev,
+            source,
+            json!({"provider": provider.id(), "model": model, "duration_ms": started.elapsed().as_millis() as u64,
+            "call_source": "compaction"}),
+        );
+        let audited = crate::store::config::audit_enabled(cfg, "loop");
+        let head = if audited { "[Loop Compacted, audited]" } else { "[Loop Compacted]" };
+        let text = format!("{head} {summary}\n\n---\n{COMPACTION_FOOTER}");
+        let ord = kept.iter().map(|r| r.ord.unwrap_or(r.seq)).min().map(|k| k - 1);
+        let content = json!([{"type": "text", "text": text}]);
+        let remove: Vec<i64> = summarise.iter().map(|r| r.seq).collect();
+        self.store.loop_replace(
+            &remove,
+            audited,
+            Some(&NewLoopRow { role: "user", content: &content, model: Some(&model), tokens: tokens.as_ref(), ord }),
+        )?;
+        self.reset_session();
+        let new_count = estimate(self.session()?);
+        self.emit(kind::LOOP_COMPACTED, source, json!({"reason": reason, "new_token_count": new_count}));
+        Ok(())
+    }
+
+    /// `loop_clear`: a Python-style slice of the rows in display order
+    /// (`end` exclusive, negative indices count from the end), or all rows.
+    /// Returns true when the loop is now empty.
+    fn clear(&mut self, cfg: &Value, start: Option<i64>, end: Option<i64>, source: &str) -> Result<bool, StoreError> {
+        let rows = self.session()?.to_vec();
+        let n = rows.len() as i64;
+        let norm = |i: i64| if i < 0 { (n + i).max(0) } else { i.min(n) };
+        let (a, b) = (norm(start.unwrap_or(0)), norm(end.unwrap_or(n)));
+        let remove: Vec<i64> =
+            if a < b { rows[a as usize..b as usize].iter().map(|r| r.seq).collect() } else { Vec::new() };
+        let audited = crate::store::config::audit_enabled(cfg, "loop");
+        self.store.loop_replace(&remove, audited, None)?;
+        self.reset_session();
+        self.emit(kind::LOOP_CLEARED, source, json!({"method": "clear"}));
+        Ok(self.session()?.is_empty())
+    }
+
+    fn reset_session(&mut self) {
+        self.session = None;
+        self.transcript.reset();
+        self.snapshot.reset();
+        self.flush_done = false;
     }
 
     /// The provider request for the current loop.
@@ -895,4 +1057,67 @@ fn limit(cfg: &AgentConfig, name: &str, mut out: ToolOutput) -> ToolOutput {
         chars - 2 * (preview / 2)
     );
     out
+}
+
+/// The default compaction threshold in tokens.
+pub const DEFAULT_COMPACT_THRESHOLD: u64 = 100_000;
+
+/// `context.compact_threshold`, then legacy `model.compact_threshold`.
+pub fn compact_threshold(cfg: &Value) -> u64 {
+    cfg.pointer("/context/compact_threshold")
+        .and_then(Value::as_u64)
+        .or_else(|| cfg.pointer("/model/compact_threshold").and_then(Value::as_u64))
+        .unwrap_or(DEFAULT_COMPACT_THRESHOLD)
+}
+
+/// A character-based token estimate (4 characters a token).
+fn estimate(rows: &[LoopRow]) -> u64 {
+    rows.iter().map(|r| r.content.to_string().len() as u64).sum::<u64>() / 4
+}
+
+const MEMORY_FLUSH: &str = "[Context: memory_flush] Your context is nearly full and will be compacted soon. \
+Before that happens, write anything you need to keep to mind.md (one line each) or to pages under mind/ \
+with an entry in mind/log.md, citing the messages it came from as [S<seq>]. Then continue.";
+
+const COMPACTION_PROMPT: &str = "You compress an agent's working conversation into a briefing it will continue \
+from. Be concrete and complete about state, decisions and open questions; drop chatter.";
+
+const COMPACTION_FOOTER: &str = "Your loop was compacted: the briefing above is what survived of the earlier \
+conversation, open questions included. Continue from it.";
+
+fn clip(s: &str, n: usize) -> String {
+    if s.chars().count() <= n { s.to_string() } else { format!("{}…", s.chars().take(n).collect::<String>()) }
+}
+
+/// The transcript the summariser reads (last 100 000 characters).
+fn transcript_text(rows: &[LoopRow]) -> String {
+    let mut out = String::new();
+    for r in rows {
+        out.push_str(&format!("[{} S{}] ", r.role.to_uppercase(), r.seq));
+        for b in r.content.as_array().into_iter().flatten() {
+            match b["type"].as_str() {
+                Some("text") => out.push_str(b["text"].as_str().unwrap_or("")),
+                Some("tool_use") => out.push_str(&format!(
+                    "[Called {}({})]",
+                    b["name"].as_str().unwrap_or(""),
+                    clip(&b["input"].to_string(), 200)
+                )),
+                Some("tool_result") => {
+                    let c = match &b["content"] {
+                        Value::String(s) => s.clone(),
+                        v => v.to_string(),
+                    };
+                    out.push_str(&format!("[Result: {}]", clip(&c, 300)));
+                }
+                Some("thinking") => {
+                    out.push_str(&format!("[Thinking: {}]", clip(b["thinking"].as_str().unwrap_or(""), 200)))
+                }
+                _ => {}
+            }
+            out.push(' ');
+        }
+        out.push('\n');
+    }
+    let n = out.chars().count();
+    if n > 100_000 { out.chars().skip(n - 100_000).collect() } else { out }
 }

@@ -113,3 +113,47 @@ impl Store {
         })
     }
 }
+
+impl Store {
+    /// Remove rows (archived first to `adf_audit` when `archive`) and
+    /// optionally insert one row, all in one transaction: compaction and
+    /// loop clears either happen whole or not at all. Returns the seq of
+    /// the inserted row.
+    pub fn loop_replace(
+        &mut self,
+        remove: &[i64],
+        archive: bool,
+        insert: Option<&NewLoopRow<'_>>,
+    ) -> Result<Option<i64>> {
+        let rows: Vec<LoopRow> = if archive && !remove.is_empty() {
+            self.loop_rows(None)?.into_iter().filter(|r| remove.contains(&r.seq)).collect()
+        } else {
+            Vec::new()
+        };
+        let file = self.path().to_path_buf();
+        self.write(|tx| {
+            if let (Some(start), Some(end)) = (rows.iter().map(|r| r.seq).min(), rows.iter().map(|r| r.seq).max()) {
+                let value = serde_json::to_value(&rows).unwrap_or(Value::Null);
+                super::audit::append(tx, "loop", super::audit::Address::Seqs { start, end }, rows.len(), &value).at(&file)?;
+            }
+            let mut del = tx.prepare_cached("DELETE FROM adf_loop WHERE seq = ?1").at(&file)?;
+            for seq in remove {
+                del.execute([seq]).at(&file)?;
+            }
+            let Some(row) = insert else { return Ok(None) };
+            tx.execute(
+                "INSERT INTO adf_loop(role, content_json, model, tokens, created_at, ord) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    row.role,
+                    serde_json::to_string(row.content).unwrap_or_else(|_| "[]".into()),
+                    row.model,
+                    row.tokens.map(|t| t.to_string()),
+                    now_ms(),
+                    row.ord
+                ],
+            )
+            .at(&file)?;
+            Ok(Some(tx.last_insert_rowid()))
+        })
+    }
+}

@@ -72,6 +72,10 @@ pub struct Ctx<'a> {
     pub emit: &'a mut dyn FnMut(&'static str, Value),
 }
 
+/// Tools whose work the executor does after the model's step, or that
+/// talk to the owner: refused from `adf.*` code and the shell.
+pub const EXCLUDED_FROM_CODE: &[&str] = &["loop_compact", "loop_clear", "say", "ask"];
+
 /// Keys the runtime reserves: never part of a tool's own input.
 pub const RESERVED: &[&str] = &["_reason", "_async", "_full", "_authorized", "_protection_override"];
 
@@ -81,6 +85,11 @@ pub fn execute(ctx: &mut Ctx<'_>, name: &str, input: &Value) -> ToolOutput {
     let Some(def) = def(name) else {
         return ToolOutput::err(format!("Unknown tool: {name}"));
     };
+    if ctx.from_code && EXCLUDED_FROM_CODE.contains(&name) {
+        return ToolOutput::err(format!(
+            "EXCLUDED_TOOL: {name} cannot be called from code; only the model's loop can use it."
+        ));
+    }
     let Some(obj) = input.as_object() else {
         let shown: String = input.to_string().chars().take(200).collect();
         return ToolOutput::err(format!(

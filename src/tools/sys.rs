@@ -265,10 +265,22 @@ fn integrity(before: &Value, after: &Value) -> Result<(), String> {
             }
         }
     }
+    let before_decl = |name: &str, flag: &str| {
+        before["tools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|t| t["name"] == name)
+            .map(|t| t[flag].clone())
+            .collect::<Vec<_>>()
+    };
     for t in after["tools"].as_array().into_iter().flatten() {
         let name = t["name"].as_str().unwrap_or("");
         for flag in ["restricted", "locked"] {
-            if t[flag] == false && effective_flag(before, name, flag) {
+            // Only a write that sets `false` now is refused; an owner's
+            // earlier "approve always" stays as it is.
+            let already = before_decl(name, flag).contains(&Value::Bool(false));
+            if t[flag] == false && !already && effective_flag(before, name, flag) {
                 return Err(format!("Cannot set {flag}:false on \"{name}\": it is {flag}."));
             }
         }
