@@ -283,3 +283,58 @@ async fn a_killed_turn_is_recovered_on_the_next_run() {
     let users = body["messages"].as_array().unwrap().iter().filter(|m| m["role"] == "user").count();
     assert_eq!(users, 1, "consecutive user rows merge into one message");
 }
+
+/// Run `adf` under a pseudo-terminal (util-linux `script`), typing `input`.
+async fn run_tty(dir: &Path, base: &str, args: &[&str], input: &str) -> Output {
+    let (dir, base, input) = (dir.to_path_buf(), base.to_string(), input.to_string());
+    let cmd = std::iter::once(env!("CARGO_BIN_EXE_adf").to_string())
+        .chain(args.iter().map(|a| format!("'{a}'")))
+        .collect::<Vec<_>>()
+        .join(" ");
+    tokio::task::spawn_blocking(move || {
+        use std::io::Write;
+        let mut child = Command::new("script")
+            .args(["-qec", &cmd, "/dev/null"])
+            .current_dir(&dir)
+            .env("ADF_HOME", dir.join(".adf-home"))
+            .env("ANTHROPIC_API_KEY", "sk-test")
+            .env("ANTHROPIC_BASE_URL", &base)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn approvals_and_asks_are_answered_at_the_terminal() {
+    let dir = tmp();
+    let fake = FakeProvider::start(vec![
+        Scripted::sse(anthropic_tool(
+            "toolu_1",
+            "sys_update_config",
+            r#"{"path":"description","value":"approved at the tty"}"#,
+        )),
+        Scripted::sse(anthropic_tool("toolu_2", "ask", r#"{"question":"Which colour?"}"#)),
+        Scripted::sse(anthropic_text(&["All ", "set."], 3, 2)),
+    ])
+    .await;
+    let a = new_agent(dir.path(), "anthropic");
+    let out = run_tty(dir.path(), &fake.base_url, &["chat", "a.adf", "configure yourself"], "a\nteal\n").await;
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{screen}");
+    assert!(screen.contains("approval needed: sys_update_config"), "{screen}");
+    assert!(screen.contains("? Which colour?"), "{screen}");
+    assert!(screen.contains("All set."), "{screen}");
+    assert_eq!(ok(&adf(dir.path(), &["config", "get", "a.adf", "description"], None)).trim(), "approved at the tty");
+    let r = rows(&a);
+    assert_eq!(r[4].1[0]["content"], "Human answered: teal");
+    let t = query(&a, "SELECT tool, status FROM adf_tasks ORDER BY created_at");
+    assert_eq!(t.len(), 2);
+    assert!(t.iter().all(|x| x[1] == "Text(\"completed\")"), "{t:?}");
+}
