@@ -21,7 +21,9 @@ fn setup(dir: &Path, account: Value) {
     std::fs::create_dir_all(&home).unwrap();
     std::fs::write(home.join("settings.json"), json!({"accounts": [account]}).to_string()).unwrap();
     ok(&adf(dir, &["new", "a.adf", "--provider", account["id"].as_str().unwrap(), "--model", "smollm2"], None));
-    for (k, v) in [("tools", "[]"), ("model.temperature", "0"), ("model.max_tokens", "24"), ("include_base_prompt", "false")] {
+    for (k, v) in
+        [("tools", "[]"), ("model.temperature", "0"), ("model.max_tokens", "24"), ("include_base_prompt", "false")]
+    {
         ok(&adf(dir, &["config", "set", "a.adf", k, v], None));
     }
 }
