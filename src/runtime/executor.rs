@@ -100,9 +100,10 @@ pub struct Executor {
     seq_next: u64,
     seq_limit: u64,
     snapshot: Snapshot,
-    /// The loop rows of the session, read once and extended as rows are
-    /// written (the file stays the truth; this saves re-reading it).
-    session: Option<Vec<LoopRow>>,
+    /// What the executor needs to know of the session without keeping its
+    /// rows: read once, then kept up to date as rows are appended (the
+    /// file stays the truth; compaction and clears read it again).
+    session: Option<Session>,
     transcript: prompt::Transcript,
     /// The memory-flush grace turn was given since the last compaction.
     flush_done: bool,
@@ -195,19 +196,25 @@ impl Executor {
         tokens: Option<&Value>,
     ) -> Result<i64, StoreError> {
         let row = self.store.loop_append_row(&NewLoopRow { role, content, model, tokens, ord: None })?;
-        let seq = row.seq;
         if let Some(s) = self.session.as_mut() {
-            s.push(row);
+            s.add(&row);
+            self.transcript.push(&row);
         }
-        Ok(seq)
+        Ok(row.seq)
     }
 
-    /// The session's rows, read from the file the first time.
-    fn session(&mut self) -> Result<&[LoopRow], StoreError> {
+    /// The session summary, read from the file the first time.
+    fn session(&mut self) -> Result<&Session, StoreError> {
         if self.session.is_none() {
-            self.session = Some(self.store.loop_rows(None)?);
+            let rows = self.store.loop_rows(None)?;
+            let mut s = Session::default();
+            for r in &rows {
+                s.add(r);
+            }
+            self.transcript.rebuild(&rows);
+            self.session = Some(s);
         }
-        Ok(self.session.as_deref().unwrap_or_default())
+        Ok(self.session.get_or_insert_with(Session::default))
     }
 
     fn user_text(&mut self, text: &str) -> Result<i64, StoreError> {
@@ -304,25 +311,9 @@ impl Executor {
     /// Close a turn that was paused on the owner: pending approvals are
     /// denied and unanswered calls get placeholders, as an interrupt does.
     fn settle_dangling(&mut self) -> Result<(), StoreError> {
-        let rows = self.session()?;
-        let Some(last_assistant) = rows.iter().rposition(|r| r.role == "assistant") else { return Ok(()) };
-        let rows = &rows[last_assistant..];
-        let uses: Vec<(String, String)> = rows[0]
-            .content
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|b| b["type"] == "tool_use")
-            .map(|b| (b["id"].as_str().unwrap_or("").to_string(), b["name"].as_str().unwrap_or("").to_string()))
-            .collect();
-        let answered: Vec<String> = rows[1..]
-            .iter()
-            .flat_map(|r| r.content.as_array().cloned().unwrap_or_default())
-            .filter(|b| b["type"] == "tool_result")
-            .filter_map(|b| b["tool_use_id"].as_str().map(String::from))
-            .collect();
+        let uses = self.session()?.pending.clone();
         let mut results = Vec::new();
-        for (id, name) in uses.into_iter().filter(|(id, _)| !answered.contains(id)) {
+        for (id, name) in uses {
             for t in self.store.task_list(Some("pending_approval"))? {
                 if t.origin.as_deref() == Some(&format!("hil:{name}:{id}")) {
                     self.store.task_set(&t.id, "denied", None, Some("Rejected"))?;
@@ -536,17 +527,8 @@ impl Executor {
 
     /// Tokens in context: the last call's input + output, else an estimate.
     fn token_count(&mut self) -> Result<u64, StoreError> {
-        let rows = self.session()?;
-        let last = rows
-            .iter()
-            .rev()
-            .find(|r| r.role == "assistant")
-            .and_then(|r| r.tokens.as_ref())
-            .and_then(|t| Some(t.get("input")?.as_u64()? + t.get("output").and_then(Value::as_u64).unwrap_or(0)));
-        Ok(match last {
-            Some(n) => n,
-            None => estimate(rows),
-        })
+        let s = self.session()?;
+        Ok(s.last_tokens.unwrap_or(s.chars / 4))
     }
 
     /// Compaction at the top of an iteration (runtime.md §4): the first
@@ -565,7 +547,7 @@ impl Executor {
             }
             return self.compact(cfg, None, 0, format!("auto: {count} >= {threshold}"), source).await;
         }
-        let est = count.max(estimate(self.session()?));
+        let est = count.max(self.session()?.chars / 4);
         let bound = if self.flush_done { (threshold + 30_000).min(threshold * 13 / 10) } else { threshold };
         if est >= bound {
             return self.compact(cfg, None, 0, format!("preflight: {est} >= {bound}"), source).await;
@@ -583,7 +565,7 @@ impl Executor {
         reason: String,
         source: &str,
     ) -> Result<(), StoreError> {
-        let rows = self.session()?.to_vec();
+        let rows = self.store.loop_rows(None)?;
         let keep_from = rows.len().saturating_sub(preserve);
         let (summarise, kept) = rows.split_at(keep_from);
         if summarise.is_empty() {
@@ -645,7 +627,7 @@ impl Executor {
             Some(&NewLoopRow { role: "user", content: &content, model: Some(&model), tokens: tokens.as_ref(), ord }),
         )?;
         self.reset_session();
-        let new_count = estimate(self.session()?);
+        let new_count = self.session()?.chars / 4;
         self.emit(kind::LOOP_COMPACTED, source, json!({"reason": reason, "new_token_count": new_count}));
         Ok(())
     }
@@ -654,7 +636,7 @@ impl Executor {
     /// (`end` exclusive, negative indices count from the end), or all rows.
     /// Returns true when the loop is now empty.
     fn clear(&mut self, cfg: &Value, start: Option<i64>, end: Option<i64>, source: &str) -> Result<bool, StoreError> {
-        let rows = self.session()?.to_vec();
+        let rows = self.store.loop_rows(None)?;
         let n = rows.len() as i64;
         let norm = |i: i64| if i < 0 { (n + i).max(0) } else { i.min(n) };
         let (a, b) = (norm(start.unwrap_or(0)), norm(end.unwrap_or(n)));
@@ -664,7 +646,7 @@ impl Executor {
         self.store.loop_replace(&remove, audited, None)?;
         self.reset_session();
         self.emit(kind::LOOP_CLEARED, source, json!({"method": "clear"}));
-        Ok(self.session()?.is_empty())
+        Ok(self.session()?.rows == 0)
     }
 
     fn reset_session(&mut self) {
@@ -678,8 +660,6 @@ impl Executor {
     fn request(&mut self, cfg: &Value, typed: &AgentConfig) -> Result<ModelRequest, StoreError> {
         let system = prompt::system_prompt(&self.store, cfg, &mut self.snapshot);
         self.session()?;
-        let rows = self.session.as_deref().unwrap_or_default();
-        self.transcript.sync(rows);
         let messages = self.transcript.view();
         let (decls, _) = typed.effective_tools();
         let tools: Vec<ToolSpec> = decls
@@ -1070,9 +1050,40 @@ pub fn compact_threshold(cfg: &Value) -> u64 {
         .unwrap_or(DEFAULT_COMPACT_THRESHOLD)
 }
 
-/// A character-based token estimate (4 characters a token).
-fn estimate(rows: &[LoopRow]) -> u64 {
-    rows.iter().map(|r| r.content.to_string().len() as u64).sum::<u64>() / 4
+/// What the executor tracks of the loop instead of holding its rows.
+#[derive(Debug, Default)]
+struct Session {
+    rows: usize,
+    /// Characters of content, for the 4-characters-a-token estimate.
+    chars: u64,
+    /// `input + output` of the last assistant row.
+    last_tokens: Option<u64>,
+    /// Tool calls of the last assistant row not answered yet: (id, name).
+    pending: Vec<(String, String)>,
+}
+
+impl Session {
+    fn add(&mut self, r: &LoopRow) {
+        self.rows += 1;
+        self.chars += r.content.to_string().len() as u64;
+        let blocks = r.content.as_array().map(Vec::as_slice).unwrap_or_default();
+        if r.role == "assistant" {
+            if let Some(t) = r.tokens.as_ref()
+                && let Some(i) = t.get("input").and_then(Value::as_u64)
+            {
+                self.last_tokens = Some(i + t.get("output").and_then(Value::as_u64).unwrap_or(0));
+            }
+            self.pending = blocks
+                .iter()
+                .filter(|b| b["type"] == "tool_use")
+                .map(|b| (b["id"].as_str().unwrap_or("").to_string(), b["name"].as_str().unwrap_or("").to_string()))
+                .collect();
+        } else {
+            for b in blocks.iter().filter(|b| b["type"] == "tool_result") {
+                self.pending.retain(|(id, _)| b["tool_use_id"].as_str() != Some(id.as_str()));
+            }
+        }
+    }
 }
 
 const MEMORY_FLUSH: &str = "[Context: memory_flush] Your context is nearly full and will be compacted soon. \

@@ -128,39 +128,39 @@ pub struct Transcript {
 }
 
 impl Transcript {
-    /// Fold in the rows appended since the last call (`rows` is the whole
-    /// session); rebuilds when the session was reset.
-    pub fn sync(&mut self, rows: &[LoopRow]) {
-        if rows.len() < self.folded || self.folded == 0 {
-            self.msgs = Arc::new(build(rows));
-            self.folded = rows.len();
-            return;
-        }
-        if rows.len() == self.folded {
-            return;
-        }
-        let msgs = Arc::make_mut(&mut self.msgs);
-        for m in rows[self.folded..].iter().filter_map(row_message) {
-            let mut m = m;
-            if m.role == Role::User {
-                // Results must answer the assistant message just before.
-                let uses: Vec<&str> = msgs
-                    .last()
-                    .filter(|l| l.role == Role::Assistant)
-                    .map(|l| {
-                        l.content.iter().filter(|b| b["type"] == "tool_use").filter_map(|b| b["id"].as_str()).collect()
-                    })
-                    .unwrap_or_default();
-                m.content.retain(|b| {
-                    b["type"] != "tool_result" || b["tool_use_id"].as_str().is_some_and(|id| uses.contains(&id))
-                });
-                if m.content.is_empty() {
-                    continue;
-                }
-            }
-            push(msgs, m);
-        }
+    /// Build from a whole session.
+    pub fn rebuild(&mut self, rows: &[LoopRow]) {
+        self.msgs = Arc::new(build(rows));
         self.folded = rows.len();
+    }
+
+    /// Fold in one appended row.
+    pub fn push(&mut self, row: &LoopRow) {
+        self.folded += 1;
+        let Some(mut m) = row_message(row) else { return };
+        let msgs = Arc::make_mut(&mut self.msgs);
+        if m.role == Role::User {
+            // Results must answer the assistant message just before.
+            let uses: Vec<&str> = msgs
+                .last()
+                .filter(|l| l.role == Role::Assistant)
+                .map(|l| {
+                    l.content.iter().filter(|b| b["type"] == "tool_use").filter_map(|b| b["id"].as_str()).collect()
+                })
+                .unwrap_or_default();
+            m.content.retain(|b| {
+                b["type"] != "tool_result" || b["tool_use_id"].as_str().is_some_and(|id| uses.contains(&id))
+            });
+            if m.content.is_empty() {
+                return;
+            }
+        }
+        push(msgs, m);
+    }
+
+    /// Rows folded in so far.
+    pub fn rows(&self) -> usize {
+        self.folded
     }
 
     /// The messages to send: shared, unless the last assistant message has
@@ -256,7 +256,7 @@ mod tests {
 
     #[test]
     fn incremental_transcript_equals_a_full_build() {
-        let all = vec![
+        let all = [
             row(1, "user", json!([{"type": "text", "text": "hi"}])),
             row(
                 2,
@@ -272,15 +272,12 @@ mod tests {
         ];
         for split in 1..all.len() {
             let mut t = Transcript::default();
-            t.sync(&all[..split]);
+            t.rebuild(&all[..split]);
             for end in split + 1..=all.len() {
-                t.sync(&all[..end]);
+                t.push(&all[end - 1]);
                 assert_eq!(*t.view(), messages(&all[..end]), "split {split} end {end}");
             }
+            assert_eq!(t.rows(), all.len());
         }
-        let mut t = Transcript::default();
-        t.sync(&all);
-        t.sync(&all[..2]);
-        assert_eq!(*t.view(), messages(&all[..2]), "a shorter session rebuilds");
     }
 }
