@@ -105,6 +105,9 @@ pub struct Executor {
     /// file stays the truth; compaction and clears read it again).
     session: Option<Session>,
     transcript: prompt::Transcript,
+    /// The parsed config and advertised tools, refreshed when the config
+    /// revision changes.
+    cfg: Option<Arc<CachedConfig>>,
     /// The memory-flush grace turn was given since the last compaction.
     flush_done: bool,
     /// `error`, `idle`, … as last set by a turn.
@@ -148,6 +151,7 @@ impl Executor {
             session: None,
             transcript: prompt::Transcript::default(),
             flush_done: false,
+            cfg: None,
             state: "idle".into(),
             on_delta: None,
         })
@@ -410,8 +414,8 @@ impl Executor {
             // Let other agents run between steps: the SQLite work here is
             // short but never awaits.
             tokio::task::yield_now().await;
-            let cfg = self.store.config_value()?;
-            let typed = AgentConfig::from_value(&cfg).unwrap_or_default();
+            let cached = self.config()?;
+            let (cfg, typed) = (&cached.value, &cached.typed);
             let max_turns = typed.limits.as_ref().and_then(|l| l.max_active_turns).flatten();
             if let Some(max) = max_turns
                 && active_turns >= max
@@ -421,7 +425,7 @@ impl Executor {
             }
             active_turns += 1;
             self.compaction_check(&cfg, &source).await?;
-            let request = self.request(&cfg, &typed)?;
+            let request = self.request(&cached)?;
             let response = match self.call(&cfg, request, &source).await {
                 Ok(r) => r,
                 Err(e) => {
@@ -656,11 +660,16 @@ impl Executor {
         self.flush_done = false;
     }
 
-    /// The provider request for the current loop.
-    fn request(&mut self, cfg: &Value, typed: &AgentConfig) -> Result<ModelRequest, StoreError> {
-        let system = prompt::system_prompt(&self.store, cfg, &mut self.snapshot);
-        self.session()?;
-        let messages = self.transcript.view();
+    /// The parsed config, the typed view and the advertised tools.
+    fn config(&mut self) -> Result<Arc<CachedConfig>, StoreError> {
+        let rev = self.store.config_rev();
+        if let Some(c) = &self.cfg
+            && c.rev == rev
+        {
+            return Ok(c.clone());
+        }
+        let value = self.store.config_value()?;
+        let typed = AgentConfig::from_value(&value).unwrap_or_default();
         let (decls, _) = typed.effective_tools();
         let tools: Vec<ToolSpec> = decls
             .iter()
@@ -674,6 +683,17 @@ impl Executor {
                 })
             })
             .collect();
+        let c = Arc::new(CachedConfig { rev, value, typed, tools });
+        self.cfg = Some(c.clone());
+        Ok(c)
+    }
+
+    /// The provider request for the current loop.
+    fn request(&mut self, c: &CachedConfig) -> Result<ModelRequest, StoreError> {
+        let (cfg, typed) = (&c.value, &c.typed);
+        let system = prompt::system_prompt(&self.store, cfg, &mut self.snapshot);
+        self.session()?;
+        let messages = self.transcript.view();
         let model = typed.model.clone().unwrap_or_default();
         let effort =
             cfg.pointer("/model/reasoning/effort").and_then(Value::as_str).and_then(crate::providers::Effort::parse);
@@ -684,7 +704,7 @@ impl Executor {
             model: model.model_id.unwrap_or_default(),
             system,
             messages,
-            tools,
+            tools: c.tools.clone(),
             max_tokens: model.max_tokens.flatten().unwrap_or(4096),
             temperature: model.temperature.flatten(),
             effort,
@@ -1131,4 +1151,12 @@ fn transcript_text(rows: &[LoopRow]) -> String {
     }
     let n = out.chars().count();
     if n > 100_000 { out.chars().skip(n - 100_000).collect() } else { out }
+}
+
+/// The config as the executor uses it, for one config revision.
+struct CachedConfig {
+    rev: u64,
+    value: Value,
+    typed: AgentConfig,
+    tools: Vec<ToolSpec>,
 }

@@ -821,9 +821,15 @@ impl Store {
         }
         let file = self.path().to_path_buf();
         self.config_cache.borrow_mut().take();
+        self.config_rev.set(self.config_rev.get() + 1);
         self.write(|tx| write_config(tx, &next, &now).at(&file))?;
         *self.config_cache.borrow_mut() = Some(next);
         Ok(())
+    }
+
+    /// Changes whenever the config is written through this store.
+    pub fn config_rev(&self) -> u64 {
+        self.config_rev.get()
     }
 
     /// Set one dotted path as the given caller.

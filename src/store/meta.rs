@@ -282,11 +282,11 @@ impl Store {
         value: &str,
         protection: MetaProtection,
     ) -> rusqlite::Result<()> {
-        conn.execute(
+        conn.prepare_cached(
             "INSERT INTO adf_meta(key, value, protection) VALUES (?1, ?2, ?3)
              ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-            params![key, value, protection.as_str()],
-        )?;
+        )?
+        .execute(params![key, value, protection.as_str()])?;
         Ok(())
     }
 }

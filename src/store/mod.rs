@@ -80,6 +80,9 @@ pub struct Store {
     warnings: Vec<String>,
     /// The parsed config document; this process is the only writer.
     config_cache: std::cell::RefCell<Option<serde_json::Value>>,
+    /// Bumped by every config write, so holders of a parsed copy know when
+    /// to refresh it.
+    config_rev: std::cell::Cell<u64>,
 }
 
 impl std::fmt::Debug for Store {
@@ -281,6 +284,7 @@ impl Store {
             migrated_from: None,
             warnings,
             config_cache: Default::default(),
+            config_rev: Default::default(),
         };
         // A file that was not closed cleanly gets its marker back on close,
         // now that it has been checked.
@@ -347,6 +351,7 @@ impl Store {
             migrated_from: None,
             warnings,
             config_cache: Default::default(),
+            config_rev: Default::default(),
         })
     }
 
