@@ -424,9 +424,9 @@ impl Executor {
                 return Ok(TurnEnd::Suspended);
             }
             active_turns += 1;
-            self.compaction_check(&cfg, &source).await?;
+            self.compaction_check(cfg, &source).await?;
             let request = self.request(&cached)?;
-            let response = match self.call(&cfg, request, &source).await {
+            let response = match self.call(cfg, request, &source).await {
                 Ok(r) => r,
                 Err(e) => {
                     let state = match e.kind {
@@ -451,7 +451,7 @@ impl Executor {
             self.touch_checkpoint();
             let calls: Vec<Value> = response.tool_calls().cloned().collect();
             if calls.is_empty() {
-                if !prompt::is_autonomous(&cfg) {
+                if !prompt::is_autonomous(cfg) {
                     return Ok(TurnEnd::Completed { text: response.text() });
                 }
                 narration += 1;
@@ -481,7 +481,7 @@ impl Executor {
                 let name = call["name"].as_str().unwrap_or("").to_string();
                 let input = call["input"].clone();
                 self.emit(kind::TOOL_STARTED, &source, json!({"name": name, "id": id, "input": input}));
-                let out = match self.gate_and_run(&cfg, &typed, &id, &name, &input, &source).await? {
+                let out = match self.gate_and_run(cfg, typed, &id, &name, &input, &source).await? {
                     Gate::Done(out) => out,
                     Gate::Paused(task_id) => {
                         if !results.is_empty() {
@@ -490,7 +490,7 @@ impl Executor {
                         return Ok(TurnEnd::AwaitingOwner { task_id });
                     }
                 };
-                let mut out = limit(&typed, &name, out);
+                let mut out = limit(typed, &name, out);
                 if let Some(sig) = out.signal.take() {
                     signals.push(sig);
                 }
@@ -512,11 +512,10 @@ impl Executor {
             for signal in signals {
                 match signal {
                     tools::Signal::Compact { instructions } => {
-                        self.compact(&cfg, instructions.as_deref(), 2, "voluntary loop_compact".into(), &source)
-                            .await?;
+                        self.compact(cfg, instructions.as_deref(), 2, "voluntary loop_compact".into(), &source).await?;
                     }
                     tools::Signal::Clear { start, end: stop } => {
-                        if self.clear(&cfg, start, stop, &source)? {
+                        if self.clear(cfg, start, stop, &source)? {
                             // An empty loop has nothing left to answer.
                             return Ok(TurnEnd::Completed { text: String::new() });
                         }
