@@ -148,7 +148,8 @@ fn run_in(dir: &std::path::Path, scenario: Scenario, p: &Params) -> anyhow::Resu
     }
     let (_, rss_loaded) = rss();
     let stop = Arc::new(AtomicBool::new(false));
-    let samples = Arc::new(std::sync::Mutex::new(Vec::<f64>::new()));
+    // (turn time, time beyond the scripted model latency) per turn.
+    let samples = Arc::new(std::sync::Mutex::new(Vec::<(f64, f64)>::new()));
     let lag = rt.spawn({
         let stop = stop.clone();
         async move {
@@ -169,8 +170,10 @@ fn run_in(dir: &std::path::Path, scenario: Scenario, p: &Params) -> anyhow::Resu
     let mut tasks = Vec::new();
     let burst = matches!(scenario, Scenario::Burst);
     let loaded = matches!(scenario, Scenario::Loaded);
+    let latency = p.latency_ms as f64;
     for (i, mut ex) in executors.into_iter().enumerate() {
         let samples = samples.clone();
+        let provider = providers[i].clone();
         tasks.push(rt.spawn(async move {
             let mut errors = 0;
             if loaded {
@@ -182,10 +185,13 @@ fn run_in(dir: &std::path::Path, scenario: Scenario, p: &Params) -> anyhow::Resu
             }
             while Instant::now() < deadline {
                 let t = Instant::now();
+                let calls = provider.call_count();
                 match ex.chat("tick").await {
                     Ok(crate::runtime::executor::TurnEnd::Completed { .. }) => {
+                        let ms = t.elapsed().as_secs_f64() * 1000.0;
+                        let model = (provider.call_count() - calls) as f64 * latency;
                         if let Ok(mut s) = samples.lock() {
-                            s.push(t.elapsed().as_secs_f64() * 1000.0);
+                            s.push((ms, (ms - model).max(0.0)));
                         }
                     }
                     _ => errors += 1,
@@ -213,11 +219,13 @@ fn run_in(dir: &std::path::Path, scenario: Scenario, p: &Params) -> anyhow::Resu
     for ex in done {
         let _ = ex.store.close();
     }
-    let mut turns = samples.lock().map(|s| s.clone()).unwrap_or_default();
+    let pairs = samples.lock().map(|s| s.clone()).unwrap_or_default();
+    let mut turns: Vec<f64> = pairs.iter().map(|p| p.0).collect();
+    let mut overhead: Vec<f64> = pairs.iter().map(|p| p.1).collect();
     turns.sort_by(f64::total_cmp);
+    overhead.sort_by(f64::total_cmp);
     lags.sort_by(f64::total_cmp);
     let calls = providers.iter().map(|p| p.call_count()).sum();
-    let model = p.latency_ms as f64;
     Ok(Report {
         scenario,
         agents: p.agents,
@@ -230,7 +238,7 @@ fn run_in(dir: &std::path::Path, scenario: Scenario, p: &Params) -> anyhow::Resu
         turn_p95_ms: pct(&turns, 0.95),
         turn_p99_ms: pct(&turns, 0.99),
         turn_max_ms: turns.last().copied().unwrap_or(0.0),
-        overhead_p99_ms: (pct(&turns, 0.99) - model).max(0.0),
+        overhead_p99_ms: pct(&overhead, 0.99),
         sched_lag_p99_ms: pct(&lags, 0.99),
         sched_lag_max_ms: lags.last().copied().unwrap_or(0.0),
         rss_peak_mb: if loaded { rss_loaded.max(peak) } else { peak },

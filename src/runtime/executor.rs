@@ -623,12 +623,20 @@ impl Executor {
         let text = format!("{head} {summary}\n\n---\n{COMPACTION_FOOTER}");
         let ord = kept.iter().map(|r| r.ord.unwrap_or(r.seq)).min().map(|k| k - 1);
         let content = json!([{"type": "text", "text": text}]);
-        let remove: Vec<i64> = summarise.iter().map(|r| r.seq).collect();
-        self.store.loop_replace(
-            &remove,
-            audited,
-            Some(&NewLoopRow { role: "user", content: &content, model: Some(&model), tokens: tokens.as_ref(), ord }),
-        )?;
+        let store = &mut self.store;
+        blocking(|| {
+            store.loop_replace(
+                summarise,
+                audited,
+                Some(&NewLoopRow {
+                    role: "user",
+                    content: &content,
+                    model: Some(&model),
+                    tokens: tokens.as_ref(),
+                    ord,
+                }),
+            )
+        })?;
         self.reset_session();
         let new_count = self.session()?.chars / 4;
         self.emit(kind::LOOP_COMPACTED, source, json!({"reason": reason, "new_token_count": new_count}));
@@ -643,10 +651,10 @@ impl Executor {
         let n = rows.len() as i64;
         let norm = |i: i64| if i < 0 { (n + i).max(0) } else { i.min(n) };
         let (a, b) = (norm(start.unwrap_or(0)), norm(end.unwrap_or(n)));
-        let remove: Vec<i64> =
-            if a < b { rows[a as usize..b as usize].iter().map(|r| r.seq).collect() } else { Vec::new() };
+        let remove = if a < b { &rows[a as usize..b as usize] } else { &rows[..0] };
         let audited = crate::store::config::audit_enabled(cfg, "loop");
-        self.store.loop_replace(&remove, audited, None)?;
+        let store = &mut self.store;
+        blocking(|| store.loop_replace(remove, audited, None))?;
         self.reset_session();
         self.emit(kind::LOOP_CLEARED, source, json!({"method": "clear"}));
         Ok(self.session()?.rows == 0)
@@ -1158,4 +1166,13 @@ struct CachedConfig {
     value: Value,
     typed: AgentConfig,
     tools: Vec<ToolSpec>,
+}
+
+/// Run large synchronous work (archiving a whole loop) without stalling
+/// the other tasks of a multi-threaded runtime.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
 }

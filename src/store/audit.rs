@@ -9,11 +9,17 @@ use serde_json::Value;
 
 /// Compress a JSON value the way audit blobs are stored.
 pub fn encode(value: &Value) -> Vec<u8> {
-    let raw = serde_json::to_vec(value).unwrap_or_default();
+    compress(&serde_json::to_vec(value).unwrap_or_default())
+}
+
+/// Brotli-compress serialised JSON.
+pub fn compress(raw: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(raw.len() / 3 + 16);
     {
-        let mut w = brotli::CompressorWriter::new(&mut out, 4096, 5, 22);
-        let _ = w.write_all(&raw);
+        // Quality 5 with a 1 MiB window: a good ratio for JSON without the
+        // tens of megabytes a 4 MiB window's tables take.
+        let mut w = brotli::CompressorWriter::new(&mut out, 4096, 5, 20);
+        let _ = w.write_all(raw);
     }
     out
 }
@@ -41,7 +47,18 @@ pub fn append(
     entries: usize,
     value: &Value,
 ) -> rusqlite::Result<i64> {
-    let size = serde_json::to_vec(value).map(|v| v.len()).unwrap_or(0) as i64;
+    append_json(conn, source, addr, entries, &serde_json::to_vec(value).unwrap_or_default())
+}
+
+/// Append one snapshot from its serialised JSON.
+pub fn append_json(
+    conn: &Connection,
+    source: &str,
+    addr: Address<'_>,
+    entries: usize,
+    json: &[u8],
+) -> rusqlite::Result<i64> {
+    let size = json.len() as i64;
     let (start, end, r) = match addr {
         Address::Seqs { start, end } => (Some(start), Some(end), None),
         Address::Ref(r) => (None, None, Some(r)),
@@ -49,7 +66,7 @@ pub fn append(
     conn.execute(
         "INSERT INTO adf_audit(source, start_seq, end_seq, ref, entry_count, size_bytes, data, created_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        params![source, start, end, r, entries as i64, size, encode(value), super::now_ms()],
+        params![source, start, end, r, entries as i64, size, compress(json), super::now_ms()],
     )?;
     Ok(conn.last_insert_rowid())
 }

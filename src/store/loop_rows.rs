@@ -121,24 +121,23 @@ impl Store {
     /// the inserted row.
     pub fn loop_replace(
         &mut self,
-        remove: &[i64],
+        remove: &[LoopRow],
         archive: bool,
         insert: Option<&NewLoopRow<'_>>,
     ) -> Result<Option<i64>> {
-        let rows: Vec<LoopRow> = if archive && !remove.is_empty() {
-            self.loop_rows(None)?.into_iter().filter(|r| remove.contains(&r.seq)).collect()
-        } else {
-            Vec::new()
-        };
+        // Serialised once, straight from the rows the caller holds.
+        let archived = (archive && !remove.is_empty()).then(|| serde_json::to_vec(remove).unwrap_or_default());
         let file = self.path().to_path_buf();
         self.write(|tx| {
-            if let (Some(start), Some(end)) = (rows.iter().map(|r| r.seq).min(), rows.iter().map(|r| r.seq).max()) {
-                let value = serde_json::to_value(&rows).unwrap_or(Value::Null);
-                super::audit::append(tx, "loop", super::audit::Address::Seqs { start, end }, rows.len(), &value).at(&file)?;
+            if let (Some(json), Some(start), Some(end)) =
+                (&archived, remove.iter().map(|r| r.seq).min(), remove.iter().map(|r| r.seq).max())
+            {
+                super::audit::append_json(tx, "loop", super::audit::Address::Seqs { start, end }, remove.len(), json)
+                    .at(&file)?;
             }
             let mut del = tx.prepare_cached("DELETE FROM adf_loop WHERE seq = ?1").at(&file)?;
-            for seq in remove {
-                del.execute([seq]).at(&file)?;
+            for r in remove {
+                del.execute([r.seq]).at(&file)?;
             }
             let Some(row) = insert else { return Ok(None) };
             tx.execute(
