@@ -825,34 +825,11 @@ impl Executor {
             return self.ask(&input, id, source).await;
         }
         if decl.is_restricted() {
-            let task_id = self.store.task_create(&NewTask {
-                tool: name,
-                args: &input,
-                status: "pending_approval",
-                origin: &format!("hil:{name}:{id}"),
-                requires_authorization: true,
-                executor_managed: true,
-                approval_meta: Some(&json!({"reason": "restricted"})),
-            })?;
-            let req = ApprovalRequest {
-                task_id: task_id.clone(),
-                tool: name.into(),
-                input: input.clone(),
-                reason: "restricted",
-                denial: None,
-                justification,
-            };
-            self.emit(kind::HIL_REQUESTED, source, json!({"request_id": task_id, "task_id": task_id, "tool": name, "reason": "restricted", "input": strip_reserved(&input)}));
-            let decision = self.owner.approve(&req).await;
+            let (task_id, decision) =
+                self.request_approval(name, id, &input, "restricted", None, justification, source).await?;
             match decision {
                 Decision::Defer => return Ok(Gate::Paused(task_id)),
                 Decision::Deny { feedback } => {
-                    self.store.task_set(&task_id, "denied", None, Some(feedback.as_deref().unwrap_or("Rejected")))?;
-                    self.emit(
-                        kind::HIL_RESOLVED,
-                        source,
-                        json!({"request_id": task_id, "task_id": task_id, "approved": false, "feedback": feedback}),
-                    );
                     let mut msg = format!("Tool call \"{name}\" was rejected by authorizer.");
                     if let Some(f) = feedback.filter(|f| !f.is_empty()) {
                         msg.push_str(&format!(" Feedback: {f}"));
@@ -860,11 +837,6 @@ impl Executor {
                     return Ok(Gate::Done(ToolOutput::err(msg)));
                 }
                 Decision::Approve { always } => {
-                    self.emit(
-                        kind::HIL_RESOLVED,
-                        source,
-                        json!({"request_id": task_id, "task_id": task_id, "approved": true}),
-                    );
                     if always && !decl.is_locked() {
                         self.approve_always(cfg, name)?;
                     }
@@ -883,6 +855,68 @@ impl Executor {
         self.after_protection(name, &input, out, id, source).await
     }
 
+    /// Open an approval: a `pending_approval` task (executor-managed,
+    /// origin `hil:<tool>:<call id>`), `hil.requested`, the owner's answer,
+    /// `hil.resolved`, and a denial recorded on the task.
+    #[allow(clippy::too_many_arguments)]
+    async fn request_approval(
+        &mut self,
+        name: &str,
+        id: &str,
+        input: &Value,
+        reason: &'static str,
+        denial: Option<Denial>,
+        justification: Option<String>,
+        source: &str,
+    ) -> Result<(String, Decision), StoreError> {
+        let mut meta = json!({"reason": reason});
+        if let Some(d) = &denial {
+            meta["protection"] = json!(d);
+        }
+        let task_id = self.store.task_create(&NewTask {
+            tool: name,
+            args: input,
+            status: "pending_approval",
+            origin: &format!("hil:{name}:{id}"),
+            requires_authorization: true,
+            executor_managed: true,
+            approval_meta: Some(&meta),
+        })?;
+        self.emit(
+            kind::HIL_REQUESTED,
+            source,
+            json!({"request_id": task_id, "task_id": task_id, "tool": name, "reason": reason, "input": strip_reserved(input)}),
+        );
+        let req = ApprovalRequest {
+            task_id: task_id.clone(),
+            tool: name.into(),
+            input: input.clone(),
+            reason,
+            denial,
+            justification,
+        };
+        let decision = self.owner.approve(&req).await;
+        match &decision {
+            Decision::Defer => {}
+            Decision::Deny { feedback } => {
+                self.store.task_set(&task_id, "denied", None, Some(feedback.as_deref().unwrap_or("Rejected")))?;
+                self.emit(
+                    kind::HIL_RESOLVED,
+                    source,
+                    json!({"request_id": task_id, "task_id": task_id, "approved": false, "feedback": feedback}),
+                );
+            }
+            Decision::Approve { .. } => {
+                self.emit(
+                    kind::HIL_RESOLVED,
+                    source,
+                    json!({"request_id": task_id, "task_id": task_id, "approved": true}),
+                );
+            }
+        }
+        Ok((task_id, decision))
+    }
+
     /// A protection denial opens an override approval; approved, the call
     /// runs once more with the override (runtime.md §8.3).
     async fn after_protection(
@@ -894,34 +928,11 @@ impl Executor {
         source: &str,
     ) -> Result<Gate, StoreError> {
         let Some(denial) = out.denial.clone() else { return Ok(Gate::Done(out)) };
-        let meta = json!({"reason": "protection", "protection": denial});
-        let task_id = self.store.task_create(&NewTask {
-            tool: name,
-            args: input,
-            status: "pending_approval",
-            origin: &format!("hil:{name}:{id}"),
-            requires_authorization: true,
-            executor_managed: true,
-            approval_meta: Some(&meta),
-        })?;
-        self.emit(kind::HIL_REQUESTED, source, json!({"request_id": task_id, "task_id": task_id, "tool": name, "reason": "protection", "input": strip_reserved(input)}));
-        let req = ApprovalRequest {
-            task_id: task_id.clone(),
-            tool: name.into(),
-            input: input.clone(),
-            reason: "protection",
-            denial: Some(denial.clone()),
-            justification: None,
-        };
-        match self.owner.approve(&req).await {
+        let (task_id, decision) =
+            self.request_approval(name, id, input, "protection", Some(denial.clone()), None, source).await?;
+        match decision {
             Decision::Defer => Ok(Gate::Paused(task_id)),
             Decision::Deny { feedback } => {
-                self.store.task_set(&task_id, "denied", None, Some(feedback.as_deref().unwrap_or("Rejected")))?;
-                self.emit(
-                    kind::HIL_RESOLVED,
-                    source,
-                    json!({"request_id": task_id, "task_id": task_id, "approved": false, "feedback": feedback}),
-                );
                 let kind = serde_json::to_value(denial.kind)
                     .ok()
                     .and_then(|v| v.as_str().map(String::from))
@@ -937,11 +948,6 @@ impl Executor {
                 Ok(Gate::Done(ToolOutput::err(msg)))
             }
             Decision::Approve { .. } => {
-                self.emit(
-                    kind::HIL_RESOLVED,
-                    source,
-                    json!({"request_id": task_id, "task_id": task_id, "approved": true}),
-                );
                 let out = self.run_tool(name, input, Caller::Agent { authorized: false, override_approved: true });
                 let (status, res, err) = if out.is_error {
                     ("failed", None, Some(out.content.clone()))
