@@ -82,11 +82,8 @@ impl Provider for Scripted {
 
     fn stream(&self, req: ModelRequest) -> futures_util::future::BoxFuture<'_, Result<EventStream, ProviderError>> {
         Box::pin(async move {
-            if self.latency.is_zero() {
-                tokio::task::yield_now().await;
-            } else {
-                tokio::time::sleep(self.latency).await;
-            }
+            // The reply is taken when the request arrives, as a server
+            // would: a call aborted while "thinking" still used it.
             let next = self.replies.lock().ok().and_then(|mut r| r.pop_front());
             let reply = match (next, &self.fallback) {
                 (Some(r), _) => r,
@@ -98,6 +95,11 @@ impl Provider for Scripted {
                 && let Ok(mut c) = self.calls.lock()
             {
                 c.push(req);
+            }
+            if self.latency.is_zero() {
+                tokio::task::yield_now().await;
+            } else {
+                tokio::time::sleep(self.latency).await;
             }
             let mut events = Vec::new();
             let stop = match reply {

@@ -105,6 +105,8 @@ pub struct Executor {
     /// file stays the truth; compaction and clears read it again).
     session: Option<Session>,
     transcript: prompt::Transcript,
+    /// The turn in progress: (id, started at).
+    current: Option<(String, i64)>,
     /// The parsed config and advertised tools, refreshed when the config
     /// revision changes.
     cfg: Option<Arc<CachedConfig>>,
@@ -152,6 +154,7 @@ impl Executor {
             transcript: prompt::Transcript::default(),
             flush_done: false,
             cfg: None,
+            current: None,
             state: "idle".into(),
             on_delta: None,
         })
@@ -344,9 +347,11 @@ impl Executor {
         let now = crate::store::now_ms();
         self.checkpoint(&json!({"id": turn_id, "status": "in_progress", "started_at": now, "updated_at": now,
             "event_type": "chat", "scope": "agent", "replay": "not_attempted"}));
+        self.current = Some((turn_id.clone(), now));
         self.user_text(text)?;
         self.set_state("active");
         let end = self.run_loop(&turn_id).await;
+        self.current = None;
         let end = match end {
             Ok(e) => e,
             Err(e) => {
@@ -375,6 +380,26 @@ impl Executor {
         );
         self.set_state(&state);
         Ok(end)
+    }
+
+    /// Append an owner/system notice to the loop.
+    pub fn note(&mut self, text: &str) -> Result<i64, StoreError> {
+        self.user_text(text)
+    }
+
+    /// After a running turn was dropped (an owner interrupt or state
+    /// change): mark its checkpoint `interrupted` and say so on the bus.
+    /// Calls left without results are answered when the next turn starts.
+    pub fn interrupted(&mut self, reason: &str, state: &str) {
+        if let Some((id, started)) = self.current.take() {
+            self.finish_checkpoint(&id, started, "interrupted", Some(reason));
+            self.emit(
+                kind::TURN_COMPLETED,
+                &format!("agent:{id}"),
+                json!({"filePath": self.store.path().display().to_string(), "content": "", "targetState": state, "interrupted": true}),
+            );
+        }
+        self.set_state(state);
     }
 
     fn finish_checkpoint(&mut self, id: &str, started: i64, status: &str, reason: Option<&str>) {

@@ -1,6 +1,7 @@
 //! The agent runtime: the event bus, prompt assembly and each agent's
 //! executor (the turn loop).
 
+pub mod agent;
 pub mod bus;
 pub mod executor;
 pub mod prompt;

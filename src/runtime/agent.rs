@@ -1,0 +1,196 @@
+//! One loaded agent as an actor: a tokio task that owns the executor (and
+//! so the file's writer) and takes commands from a channel. While a turn
+//! runs it keeps listening: approvals and answers reach the waiting turn,
+//! an owner message aborts the turn and starts a new one on the message,
+//! a state change ends it. Every front end talks to agents this way.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use futures_util::future::BoxFuture;
+use tokio::sync::{mpsc, oneshot};
+
+use super::executor::{ApprovalRequest, Decision, Executor, Owner, TurnEnd};
+
+/// What an agent actor is asked to do.
+#[derive(Debug)]
+pub enum AgentCommand {
+    Chat(String),
+    Interrupt,
+    Approve {
+        task_id: String,
+        always: bool,
+    },
+    Deny {
+        task_id: String,
+        feedback: Option<String>,
+    },
+    Answer {
+        task_id: String,
+        text: String,
+    },
+    /// `idle`, `hibernate` or `off`.
+    SetState(String),
+}
+
+/// Approvals and asks wait here for the owner's command.
+#[derive(Default)]
+pub struct Waiting {
+    approvals: Mutex<HashMap<String, oneshot::Sender<Decision>>>,
+    answers: Mutex<HashMap<String, oneshot::Sender<String>>>,
+}
+
+impl Owner for Waiting {
+    fn approve<'a>(&'a self, req: &'a ApprovalRequest) -> BoxFuture<'a, Decision> {
+        let (tx, rx) = oneshot::channel();
+        if let Ok(mut m) = self.approvals.lock() {
+            m.insert(req.task_id.clone(), tx);
+        }
+        // A dropped sender (turn aborted, actor gone) denies.
+        Box::pin(async move { rx.await.unwrap_or(Decision::Deny { feedback: None }) })
+    }
+
+    fn answer<'a>(&'a self, task_id: &'a str, _question: &'a str) -> BoxFuture<'a, Option<String>> {
+        let (tx, rx) = oneshot::channel();
+        if let Ok(mut m) = self.answers.lock() {
+            m.insert(task_id.to_string(), tx);
+        }
+        Box::pin(async move { Some(rx.await.unwrap_or_default()) })
+    }
+}
+
+impl Waiting {
+    fn decide(&self, task_id: &str, d: Decision) -> bool {
+        let tx = self.approvals.lock().ok().and_then(|mut m| m.remove(task_id));
+        tx.map(|t| t.send(d).is_ok()).unwrap_or(false)
+    }
+
+    fn answer_ask(&self, task_id: &str, text: String) -> bool {
+        let tx = self.answers.lock().ok().and_then(|mut m| m.remove(task_id));
+        tx.map(|t| t.send(text).is_ok()).unwrap_or(false)
+    }
+
+    fn clear(&self) {
+        if let Ok(mut m) = self.approvals.lock() {
+            m.clear();
+        }
+        if let Ok(mut m) = self.answers.lock() {
+            m.clear();
+        }
+    }
+}
+
+/// A running agent.
+#[derive(Clone)]
+pub struct AgentHandle {
+    pub agent_id: String,
+    tx: mpsc::UnboundedSender<AgentCommand>,
+}
+
+impl AgentHandle {
+    /// Send a command; false when the actor has stopped.
+    pub fn send(&self, cmd: AgentCommand) -> bool {
+        self.tx.send(cmd).is_ok()
+    }
+}
+
+/// The owner to build an executor with, so its approvals go through the
+/// actor's commands.
+pub fn waiting_owner() -> Arc<Waiting> {
+    Arc::new(Waiting::default())
+}
+
+/// Start the actor. `owner` must be the one the executor was built with.
+/// The task ends when every handle is dropped, or the agent is turned off;
+/// it returns the executor so the file can be closed.
+pub fn spawn(mut ex: Executor, owner: Arc<Waiting>) -> (AgentHandle, tokio::task::JoinHandle<Executor>) {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let handle = AgentHandle { agent_id: ex.agent_id().to_string(), tx };
+    let task = tokio::spawn(async move {
+        let mut next: Option<String> = None;
+        loop {
+            let message = match next.take() {
+                Some(m) => m,
+                None => match rx.recv().await {
+                    None => break,
+                    Some(AgentCommand::Chat(m)) => {
+                        if ex.state == "off" {
+                            continue;
+                        }
+                        m
+                    }
+                    Some(AgentCommand::SetState(s)) => {
+                        ex.interrupted("owner_state_transition", &s);
+                        if s == "off" {
+                            break;
+                        }
+                        continue;
+                    }
+                    Some(_) => continue,
+                },
+            };
+            let mut stop = false;
+            // How a dropped turn ended: (reason, state).
+            let mut cut: Option<(&'static str, String)> = None;
+            {
+                let turn = ex.chat(&message);
+                tokio::pin!(turn);
+                loop {
+                    tokio::select! {
+                        end = &mut turn => {
+                            if let Ok(TurnEnd::State { state }) = &end
+                                && state == "off"
+                            {
+                                stop = true;
+                            }
+                            break;
+                        }
+                        cmd = rx.recv() => match cmd {
+                            None => {
+                                cut = Some(("executor_stopped", "off".into()));
+                                stop = true;
+                                break;
+                            }
+                            Some(AgentCommand::Chat(m)) => {
+                                next = Some(m);
+                                cut = Some(("user_interrupt_restart", "active".into()));
+                                break;
+                            }
+                            Some(AgentCommand::Interrupt) => {
+                                cut = Some(("user_interrupt_restart", "idle".into()));
+                                break;
+                            }
+                            Some(AgentCommand::SetState(s)) => {
+                                stop = s == "off";
+                                cut = Some(("owner_state_transition", s));
+                                break;
+                            }
+                            Some(AgentCommand::Approve { task_id, always }) => {
+                                owner.decide(&task_id, Decision::Approve { always });
+                            }
+                            Some(AgentCommand::Deny { task_id, feedback }) => {
+                                owner.decide(&task_id, Decision::Deny { feedback });
+                            }
+                            Some(AgentCommand::Answer { task_id, text }) => {
+                                owner.answer_ask(&task_id, text);
+                            }
+                        },
+                    }
+                }
+            }
+            // The turn future is gone: waiting approvals and asks with it.
+            owner.clear();
+            if let Some((reason, state)) = cut {
+                if reason == "owner_state_transition" {
+                    let _ = ex.note(&format!("[System] Turn ended by owner; state set to {state}."));
+                }
+                ex.interrupted(reason, &state);
+            }
+            if stop {
+                break;
+            }
+        }
+        ex
+    });
+    (handle, task)
+}
