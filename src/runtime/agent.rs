@@ -103,37 +103,66 @@ pub fn waiting_owner() -> Arc<Waiting> {
 /// Start the actor. `owner` must be the one the executor was built with.
 /// The task ends when every handle is dropped, or the agent is turned off;
 /// it returns the executor so the file can be closed.
-pub fn spawn(mut ex: Executor, owner: Arc<Waiting>) -> (AgentHandle, tokio::task::JoinHandle<Executor>) {
+pub fn spawn(ex: Executor, owner: Arc<Waiting>) -> (AgentHandle, tokio::task::JoinHandle<Executor>) {
+    spawn_with_tick(ex, owner, TIMER_TICK)
+}
+
+/// The timer poll tick (runtime.md §6.2).
+pub const TIMER_TICK: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// `spawn` with another timer tick (tests).
+pub fn spawn_with_tick(
+    mut ex: Executor,
+    owner: Arc<Waiting>,
+    tick: std::time::Duration,
+) -> (AgentHandle, tokio::task::JoinHandle<Executor>) {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let handle = AgentHandle { agent_id: ex.agent_id().to_string(), tx };
     let task = tokio::spawn(async move {
         let mut next: Option<String> = None;
+        let mut timer_wakes: std::collections::VecDeque<String> = Default::default();
+        let mut ticker = tokio::time::interval(tick);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let message = match next.take() {
-                Some(m) => m,
-                None => match rx.recv().await {
-                    None => break,
-                    Some(AgentCommand::Chat(m)) => {
-                        if ex.state == "off" {
+            let (message, event_type) = match next.take() {
+                Some(m) => (m, "chat"),
+                None => match timer_wakes.pop_front() {
+                    Some(w) => (w, "timer"),
+                    None => match tokio::select! {
+                        cmd = rx.recv() => Some(cmd),
+                        _ = ticker.tick() => None,
+                    } {
+                        None => {
+                            if let Ok(w) = ex.fire_timers(crate::store::now_ms()) {
+                                timer_wakes.extend(w);
+                            }
                             continue;
                         }
-                        m
-                    }
-                    Some(AgentCommand::SetState(s)) => {
-                        ex.interrupted("owner_state_transition", &s);
-                        if s == "off" {
-                            break;
-                        }
-                        continue;
-                    }
-                    Some(_) => continue,
+                        Some(cmd) => match cmd {
+                            None => break,
+                            Some(AgentCommand::Chat(m)) => {
+                                if ex.state == "off" {
+                                    continue;
+                                }
+                                (m, "chat")
+                            }
+                            Some(AgentCommand::SetState(s)) => {
+                                ex.interrupted("owner_state_transition", &s);
+                                if s == "off" {
+                                    break;
+                                }
+                                continue;
+                            }
+                            Some(_) => continue,
+                        },
+                    },
                 },
             };
             let mut stop = false;
             // How a dropped turn ended: (reason, state).
             let mut cut: Option<(&'static str, String)> = None;
             {
-                let turn = ex.chat(&message);
+                let turn = ex.wake(&message, event_type);
                 tokio::pin!(turn);
                 loop {
                     tokio::select! {

@@ -106,7 +106,7 @@ pub struct Executor {
     session: Option<Session>,
     transcript: prompt::Transcript,
     /// The turn in progress: (id, started at).
-    current: Option<(String, i64)>,
+    current: Option<(String, i64, String)>,
     /// The parsed config and advertised tools, refreshed when the config
     /// revision changes.
     cfg: Option<Arc<CachedConfig>>,
@@ -342,12 +342,18 @@ impl Executor {
 
     /// Run one turn started by an owner chat message.
     pub async fn chat(&mut self, text: &str) -> Result<TurnEnd, StoreError> {
+        self.wake(text, "chat").await
+    }
+
+    /// Run one agent-scope turn for a trigger (`chat`, `timer`, …) whose
+    /// message goes into the loop first.
+    pub async fn wake(&mut self, text: &str, event_type: &str) -> Result<TurnEnd, StoreError> {
         self.settle_dangling()?;
         let turn_id = format!("turn_{}", crate::store::create::nanoid(10));
         let now = crate::store::now_ms();
         self.checkpoint(&json!({"id": turn_id, "status": "in_progress", "started_at": now, "updated_at": now,
-            "event_type": "chat", "scope": "agent", "replay": "not_attempted"}));
-        self.current = Some((turn_id.clone(), now));
+            "event_type": event_type, "scope": "agent", "replay": "not_attempted"}));
+        self.current = Some((turn_id.clone(), now, event_type.to_string()));
         self.user_text(text)?;
         self.set_state("active");
         let end = self.run_loop(&turn_id).await;
@@ -355,7 +361,7 @@ impl Executor {
         let end = match end {
             Ok(e) => e,
             Err(e) => {
-                self.finish_checkpoint(&turn_id, now, "failed", Some("turn_error"));
+                self.finish_checkpoint(&turn_id, now, event_type, "failed", Some("turn_error"));
                 self.set_state("error");
                 let _ = self.store.log("error", "executor", "turn_error", &e.to_string());
                 return Err(e);
@@ -368,7 +374,7 @@ impl Executor {
             TurnEnd::Suspended => ("interrupted", Some("suspended"), "suspended".to_string()),
             TurnEnd::Failed { state, .. } => ("failed", Some("provider_error"), state.to_string()),
         };
-        self.finish_checkpoint(&turn_id, now, status, reason);
+        self.finish_checkpoint(&turn_id, now, event_type, status, reason);
         let content = match &end {
             TurnEnd::Completed { text } => text.clone(),
             _ => String::new(),
@@ -382,6 +388,61 @@ impl Executor {
         Ok(end)
     }
 
+    /// Settle the timers that are due and return the wake messages of those
+    /// that fire for the agent scope now (runtime.md §6.2): `on_timer` must
+    /// be enabled with a target of that scope, and the state must allow it
+    /// (not `suspended`, `error` or `off`). System-scope targets run
+    /// lambdas, which arrive with the sandbox; until then they are logged.
+    pub fn fire_timers(&mut self, now: i64) -> Result<Vec<String>, StoreError> {
+        let fired = self.store.timers_settle_due(now)?;
+        if fired.is_empty() {
+            return Ok(Vec::new());
+        }
+        let cfg = self.store.config_value()?;
+        let on_timer = cfg.pointer("/triggers/on_timer");
+        let enabled = on_timer.and_then(|t| t.get("enabled")).and_then(Value::as_bool).unwrap_or(false);
+        let has_target = |scope: &str| {
+            on_timer
+                .and_then(|t| t.get("targets"))
+                .and_then(Value::as_array)
+                .is_some_and(|ts| ts.iter().any(|t| t["scope"] == scope))
+        };
+        let agent_ok = !matches!(self.state.as_str(), "suspended" | "error" | "off");
+        let mut wakes = Vec::new();
+        for f in fired {
+            if !enabled {
+                continue;
+            }
+            for scope in &f.scope {
+                if !has_target(scope) {
+                    continue;
+                }
+                let payload =
+                    json!({"timer_id": f.id, "scope": scope, "run_count": f.run_count, "scheduled_at": f.scheduled_at});
+                match scope.as_str() {
+                    "agent" if agent_ok => {
+                        self.emit(kind::TIMER_FIRED, "system:timer", payload);
+                        wakes.push(match &f.payload {
+                            Some(p) if !p.is_empty() => format!("A scheduled timer has fired.\nPayload: {p}"),
+                            _ => "A scheduled timer has fired.\nCheck your mind for context on what to do next.".into(),
+                        });
+                    }
+                    "system" => {
+                        self.emit(kind::TIMER_FIRED, "system:timer", payload);
+                        let _ = self.store.log(
+                            "debug",
+                            "timer",
+                            "system_scope_skipped",
+                            &format!("timer {} fired for the system scope; lambdas are not available yet", f.id),
+                        );
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(wakes)
+    }
+
     /// Append an owner/system notice to the loop.
     pub fn note(&mut self, text: &str) -> Result<i64, StoreError> {
         self.user_text(text)
@@ -391,8 +452,8 @@ impl Executor {
     /// change): mark its checkpoint `interrupted` and say so on the bus.
     /// Calls left without results are answered when the next turn starts.
     pub fn interrupted(&mut self, reason: &str, state: &str) {
-        if let Some((id, started)) = self.current.take() {
-            self.finish_checkpoint(&id, started, "interrupted", Some(reason));
+        if let Some((id, started, event_type)) = self.current.take() {
+            self.finish_checkpoint(&id, started, &event_type, "interrupted", Some(reason));
             self.emit(
                 kind::TURN_COMPLETED,
                 &format!("agent:{id}"),
@@ -402,9 +463,9 @@ impl Executor {
         self.set_state(state);
     }
 
-    fn finish_checkpoint(&mut self, id: &str, started: i64, status: &str, reason: Option<&str>) {
+    fn finish_checkpoint(&mut self, id: &str, started: i64, event_type: &str, status: &str, reason: Option<&str>) {
         let mut cp = json!({"id": id, "status": status, "started_at": started, "updated_at": crate::store::now_ms(),
-            "completed_at": crate::store::now_ms(), "event_type": "chat", "scope": "agent", "replay": "not_replayed"});
+            "completed_at": crate::store::now_ms(), "event_type": event_type, "scope": "agent", "replay": "not_replayed"});
         if let Some(r) = reason {
             cp["reason"] = json!(r);
         }

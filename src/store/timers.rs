@@ -154,6 +154,80 @@ impl Store {
     }
 }
 
+/// A timer that came due and was settled.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Fired {
+    pub id: i64,
+    pub scope: Vec<String>,
+    pub payload: Option<String>,
+    pub lambda: Option<String>,
+    /// Total fires including this one.
+    pub run_count: i64,
+    /// When it was due.
+    pub scheduled_at: i64,
+    /// The next wake, or `None` when it expired.
+    pub next: Option<i64>,
+}
+
+/// The next wake after a fire at `now` (runtime.md §6.2): once → none;
+/// `max_runs` reached → none; interval → `now + every_ms` (from the fire,
+/// so a missed timer fires once and reschedules from now); cron → the next
+/// occurrence; past `end_at` → none.
+pub fn renewal(s: &Schedule, run_count: i64, now: i64) -> Option<i64> {
+    let (next, end_at, max_runs) = match s {
+        Schedule::Once { .. } => return None,
+        Schedule::Interval { every_ms, end_at, max_runs, .. } => (Some(now + every_ms), *end_at, *max_runs),
+        Schedule::Cron { cron, end_at, max_runs } => (crate::tools::next_cron(cron, now).ok(), *end_at, *max_runs),
+    };
+    if max_runs.is_some_and(|m| run_count + 1 >= m) {
+        return None;
+    }
+    next.filter(|n| end_at.is_none_or(|e| *n <= e))
+}
+
+impl Store {
+    /// Settle every due timer before anything runs for it (so a crash
+    /// never fires one twice): expired ones are kept as history, recurring
+    /// ones move to their next wake. Returns what fired.
+    pub fn timers_settle_due(&mut self, now: i64) -> Result<Vec<Fired>> {
+        let due: Vec<TimerRow> =
+            self.timer_list(false)?.into_iter().filter(|t| t.next_wake_at <= now && !t.expired).collect();
+        if due.is_empty() {
+            return Ok(Vec::new());
+        }
+        let fired: Vec<Fired> = due
+            .iter()
+            .map(|t| Fired {
+                id: t.id,
+                scope: t.scope.clone(),
+                payload: t.payload.clone(),
+                lambda: t.lambda.clone(),
+                run_count: t.run_count + 1,
+                scheduled_at: t.next_wake_at,
+                next: t.schedule.as_ref().ok().and_then(|s| renewal(s, t.run_count, now)),
+            })
+            .collect();
+        let file = self.path().to_path_buf();
+        self.write(|tx| {
+            for f in &fired {
+                match f.next {
+                    Some(next) => tx.execute(
+                        "UPDATE adf_timers SET next_wake_at = ?2, run_count = ?3, last_fired_at = ?4 WHERE id = ?1",
+                        params![f.id, next, f.run_count, now],
+                    ),
+                    None => tx.execute(
+                        "UPDATE adf_timers SET expired = 1, run_count = ?2, last_fired_at = ?3 WHERE id = ?1",
+                        params![f.id, f.run_count, now],
+                    ),
+                }
+                .at(&file)?;
+            }
+            Ok(())
+        })?;
+        Ok(fired)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,120 @@
+//! Timers (runtime conformance 26–28): settled before anything runs,
+//! missed timers fire once and reschedule from now, interval renewals are
+//! counted from the fire, `max_runs` and `end_at` end them, `on_timer` is
+//! the kill switch and its target scopes decide who is woken; an agent
+//! actor wakes on its tick with the timer's payload.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use adf::providers::scripted::{Reply, Scripted};
+use adf::runtime::agent::{spawn_with_tick, waiting_owner};
+use adf::runtime::bus::Bus;
+use adf::runtime::executor::{Absent, Executor};
+use adf::store::timers::{NewTimer, Schedule, renewal};
+use adf::store::{Caller, NewAgent, Store};
+use common::*;
+use serde_json::json;
+
+fn agent(dir: &std::path::Path) -> Store {
+    Store::create(dir.join("a.adf"), &NewAgent { provider: Some("scripted"), model: Some("m"), ..Default::default() })
+        .unwrap()
+        .0
+}
+
+fn add(s: &mut Store, sched: &Schedule, next: i64, scope: &[&str], payload: Option<&str>) -> i64 {
+    s.timer_insert(&NewTimer {
+        schedule: sched,
+        next_wake_at: next,
+        payload,
+        scope: Some(scope),
+        lambda: None,
+        warm: false,
+        locked: false,
+    })
+    .unwrap()
+}
+
+fn every(ms: i64, max_runs: Option<i64>, end_at: Option<i64>) -> Schedule {
+    Schedule::Interval { every_ms: ms, start_at: None, end_at, max_runs }
+}
+
+#[test]
+fn p26_p27_renewal_rules() {
+    let now = 1_000_000;
+    assert_eq!(renewal(&Schedule::Once { at: 5 }, 0, now), None);
+    assert_eq!(renewal(&every(60_000, None, None), 7, now), Some(now + 60_000), "from the fire, not the schedule");
+    assert_eq!(renewal(&every(60_000, Some(3), None), 1, now), Some(now + 60_000));
+    assert_eq!(renewal(&every(60_000, Some(3), None), 2, now), None, "max_runs counts total fires");
+    assert_eq!(renewal(&every(60_000, None, Some(now + 59_999)), 0, now), None, "the next wake would pass end_at");
+    assert_eq!(renewal(&every(60_000, None, Some(now + 60_000)), 0, now), Some(now + 60_000));
+    let cron = Schedule::Cron { cron: "0 * * * *".into(), end_at: None, max_runs: None };
+    assert_eq!(renewal(&cron, 0, 1_800_000), Some(3_600_000));
+}
+
+#[tokio::test]
+async fn p26_settled_before_dispatch_and_a_missed_timer_fires_once() {
+    let dir = tmp();
+    let mut s = agent(dir.path());
+    let now = adf::store::now_ms();
+    let missed = add(&mut s, &every(60_000, None, None), now - 10 * 60_000, &["agent"], Some("catch up"));
+    let once = add(&mut s, &Schedule::Once { at: now - 1 }, now - 1, &["agent"], None);
+    let later = add(&mut s, &every(60_000, None, None), now + 60_000, &["agent"], None);
+    let mut ex = Executor::new(s, Arc::new(Scripted::new([])), Bus::new(), Arc::new(Absent)).unwrap();
+    let wakes = ex.fire_timers(now).unwrap();
+    assert_eq!(wakes.len(), 2, "each due timer fires once, however much it missed");
+    assert_eq!(wakes[0], "A scheduled timer has fired.\nPayload: catch up");
+    assert_eq!(wakes[1], "A scheduled timer has fired.\nCheck your mind for context on what to do next.");
+    let rows = ex.store.timer_list(true).unwrap();
+    let get = |id| rows.iter().find(|t| t.id == id).unwrap();
+    assert_eq!(
+        (get(missed).next_wake_at, get(missed).run_count, get(missed).last_fired_at),
+        (now + 60_000, 1, Some(now))
+    );
+    assert!(get(once).expired);
+    assert_eq!(get(later).run_count, 0);
+    assert!(ex.fire_timers(now).unwrap().is_empty(), "settled: no second fire");
+}
+
+#[tokio::test]
+async fn p28_on_timer_is_the_kill_switch_and_scopes_must_match() {
+    let dir = tmp();
+    let mut s = agent(dir.path());
+    let now = adf::store::now_ms();
+    add(&mut s, &every(1000, None, None), now - 1, &["agent"], Some("a"));
+    s.config_set(Caller::Owner, "triggers.on_timer.enabled", json!(false)).unwrap();
+    let mut ex = Executor::new(s, Arc::new(Scripted::new([])), Bus::new(), Arc::new(Absent)).unwrap();
+    assert!(ex.fire_timers(now).unwrap().is_empty(), "disabled on_timer silences timers");
+    assert_eq!(ex.store.timer_list(false).unwrap()[0].run_count, 1, "but they still advance");
+    ex.store
+        .config_set(Caller::Owner, "triggers.on_timer", json!({"enabled": true, "targets": [{"scope": "system"}]}))
+        .unwrap();
+    assert!(ex.fire_timers(now + 2000).unwrap().is_empty(), "no agent target: the agent is not woken");
+    ex.store.config_set(Caller::Owner, "triggers.on_timer.targets", json!([{"scope": "agent"}])).unwrap();
+    assert_eq!(ex.fire_timers(now + 4000).unwrap().len(), 1);
+    ex.state = "off".into();
+    assert!(ex.fire_timers(now + 6000).unwrap().is_empty(), "off: nothing wakes");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_agent_wakes_on_its_timer() {
+    let dir = tmp();
+    let mut s = agent(dir.path());
+    let now = adf::store::now_ms();
+    add(&mut s, &Schedule::Once { at: now + 150 }, now + 150, &["agent"], Some("water the plants"));
+    let owner = waiting_owner();
+    let ex = Executor::new(s, Arc::new(Scripted::new([Reply::Text("Watering.".into())])), Bus::new(), owner.clone())
+        .unwrap();
+    let (h, task) = spawn_with_tick(ex, owner, Duration::from_millis(50));
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    drop(h);
+    let ex = task.await.unwrap();
+    let rows = ex.store.loop_rows(None).unwrap();
+    assert_eq!(rows[0].content[0]["text"], "A scheduled timer has fired.\nPayload: water the plants");
+    assert_eq!(rows[1].content[0]["text"], "Watering.");
+    assert!(ex.store.timer_list(true).unwrap()[0].expired);
+    let cp = ex.store.meta_get("adf_runtime_turn_checkpoint").unwrap().unwrap().value;
+    assert!(cp.contains("\"event_type\":\"timer\""), "{cp}");
+}
