@@ -17,6 +17,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+pub use fleet::scan;
 pub use output::Out;
 
 /// Run and manage AI agents that each live in one .adf file.

@@ -4,4 +4,5 @@
 pub mod agent;
 pub mod bus;
 pub mod executor;
+pub mod fleet;
 pub mod prompt;

@@ -1,0 +1,182 @@
+//! The fleet: the agents found in the fleet folders (and files named on the
+//! command line), each loaded as one actor that owns its file, all
+//! publishing on one bus. Commands of the protocol are routed here by
+//! agent id, handle or name.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::agent::{AgentCommand, AgentHandle, spawn, waiting_owner};
+use super::bus::Bus;
+use super::executor::Executor;
+use crate::protocol::Command;
+use crate::providers::{Provider, accounts};
+use crate::store::Store;
+
+/// One loaded agent.
+struct Loaded {
+    path: PathBuf,
+    name: String,
+    handle: String,
+    agent: AgentHandle,
+    task: tokio::task::JoinHandle<Executor>,
+}
+
+/// What the fleet says about an agent.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct AgentInfo {
+    pub id: String,
+    pub name: String,
+    pub handle: String,
+    pub path: PathBuf,
+}
+
+/// Picks the provider for an agent's config (the accounts and environment
+/// by default; a scripted one in tests and benchmarks).
+pub type ProviderFactory = Arc<dyn Fn(&serde_json::Value) -> Result<Arc<dyn Provider>, String> + Send + Sync>;
+
+/// The default factory: `model.provider` through the accounts.
+pub fn accounts_factory() -> ProviderFactory {
+    Arc::new(|cfg| {
+        let id = cfg.pointer("/model/provider").and_then(|v| v.as_str()).unwrap_or("");
+        let settings = accounts::load()?;
+        accounts::resolve(id, &settings).map(|(p, _)| p)
+    })
+}
+
+pub struct Fleet {
+    pub bus: Arc<Bus>,
+    factory: ProviderFactory,
+    agents: BTreeMap<String, Loaded>,
+}
+
+impl Fleet {
+    pub fn new(bus: Arc<Bus>, factory: ProviderFactory) -> Self {
+        Fleet { bus, factory, agents: BTreeMap::new() }
+    }
+
+    /// Load one agent file as an actor (must run inside a tokio runtime).
+    pub fn load(&mut self, path: &Path) -> Result<AgentInfo, String> {
+        let store = Store::open(path).map_err(|e| e.to_string())?;
+        let cfg = store.config_value().map_err(|e| e.to_string())?;
+        let provider = (self.factory)(&cfg).map_err(|e| format!("{}: {e}", path.display()))?;
+        let handle = store.meta_get("adf_handle").ok().flatten().map(|m| m.value).unwrap_or_default();
+        let name = cfg.get("name").and_then(|v| v.as_str()).unwrap_or("").to_string();
+        let owner = waiting_owner();
+        let mut ex = Executor::new(store, provider, self.bus.clone(), owner.clone()).map_err(|e| e.to_string())?;
+        ex.recover().map_err(|e| e.to_string())?;
+        let id = ex.agent_id().to_string();
+        if self.agents.contains_key(&id) {
+            return Err(format!("{}: an agent with id {id} is already loaded", path.display()));
+        }
+        ex.emit(
+            crate::protocol::kind::AGENT_LOADED,
+            "system:fleet",
+            serde_json::json!({"filePath": path.display().to_string(), "name": name, "handle": handle,
+                "autostart": cfg.get("autostart").and_then(|v| v.as_bool()).unwrap_or(false)}),
+        );
+        let (agent, task) = spawn(ex, owner);
+        let info = AgentInfo { id: id.clone(), name: name.clone(), handle: handle.clone(), path: path.to_path_buf() };
+        self.agents.insert(id, Loaded { path: path.to_path_buf(), name, handle, agent, task });
+        Ok(info)
+    }
+
+    /// Load every `.adf` file of a fleet folder and its direct subfolders;
+    /// returns what loaded and what did not (with why).
+    pub fn load_dir(&mut self, dir: &Path) -> (Vec<AgentInfo>, Vec<String>) {
+        let mut ok = Vec::new();
+        let mut failed = Vec::new();
+        for path in crate::cli::scan(dir) {
+            match self.load(&path) {
+                Ok(i) => ok.push(i),
+                Err(e) => failed.push(e),
+            }
+        }
+        (ok, failed)
+    }
+
+    pub fn list(&self) -> Vec<AgentInfo> {
+        self.agents
+            .iter()
+            .map(|(id, l)| AgentInfo {
+                id: id.clone(),
+                name: l.name.clone(),
+                handle: l.handle.clone(),
+                path: l.path.clone(),
+            })
+            .collect()
+    }
+
+    /// Find an agent by id, handle or name (names only when unique).
+    pub fn resolve(&self, key: &str) -> Result<String, String> {
+        if self.agents.contains_key(key) {
+            return Ok(key.to_string());
+        }
+        let by = |f: &dyn Fn(&Loaded) -> bool| {
+            self.agents.iter().filter(|(_, l)| f(l)).map(|(id, _)| id.clone()).collect::<Vec<_>>()
+        };
+        let handles = by(&|l| l.handle == key);
+        if handles.len() == 1 {
+            return Ok(handles[0].clone());
+        }
+        let names = by(&|l| l.name == key);
+        match names.len() {
+            1 => Ok(names[0].clone()),
+            0 => Err(format!("no loaded agent is called \"{key}\"")),
+            _ => Err(format!("\"{key}\" names {} agents: {}", names.len(), names.join(", "))),
+        }
+    }
+
+    /// Route one protocol command.
+    pub fn command(&mut self, cmd: Command) -> Result<(), String> {
+        let (agent, c) = match cmd {
+            Command::EmergencyStop => {
+                self.emergency_stop();
+                return Ok(());
+            }
+            Command::SendChat { agent, text, .. } => (agent, AgentCommand::Chat(text)),
+            Command::Interrupt { agent } => (agent, AgentCommand::Interrupt),
+            Command::Approve { agent, task_id, always } => (agent, AgentCommand::Approve { task_id, always }),
+            Command::Deny { agent, task_id, feedback } => (agent, AgentCommand::Deny { task_id, feedback }),
+            Command::Answer { agent, request_id, text } => (agent, AgentCommand::Answer { task_id: request_id, text }),
+            Command::Stop { agent } => (agent, AgentCommand::SetState("off".into())),
+            Command::SetState { agent, state } => {
+                if !["idle", "hibernate", "off"].contains(&state.as_str()) {
+                    return Err(format!("state \"{state}\" cannot be set by the owner (use idle, hibernate or off)"));
+                }
+                (agent, AgentCommand::SetState(state))
+            }
+            Command::Start { agent } => return Err(format!("{agent}: start a stopped agent by loading it again")),
+        };
+        let id = self.resolve(&agent)?;
+        let loaded = self.agents.get(&id).ok_or_else(|| format!("{agent}: not loaded"))?;
+        if loaded.agent.send(c) { Ok(()) } else { Err(format!("{agent}: the agent has stopped")) }
+    }
+
+    /// Turn every agent off at once: running turns end now.
+    pub fn emergency_stop(&mut self) {
+        for l in self.agents.values() {
+            l.agent.send(AgentCommand::SetState("off".into()));
+        }
+    }
+
+    /// Stop every actor and close every file cleanly.
+    pub async fn shutdown(mut self) -> Vec<String> {
+        let mut errors = Vec::new();
+        for (_, l) in std::mem::take(&mut self.agents) {
+            drop(l.agent);
+            match l.task.await {
+                Ok(ex) => {
+                    if let Err(e) = ex.store.close() {
+                        errors.push(e.to_string());
+                    }
+                }
+                Err(e) => errors.push(format!("{}: {e}", l.path.display())),
+            }
+        }
+        errors
+    }
+}
