@@ -341,3 +341,20 @@ async fn oversized_tool_results_are_truncated_for_the_model() {
     assert!(c.len() < 1000, "{}", c.len());
     assert!(c.contains("characters omitted"));
 }
+
+#[tokio::test]
+async fn events_carry_previews_not_whole_payloads() {
+    let dir = tmp();
+    let big = "y".repeat(50_000);
+    let replies = vec![
+        Reply::Tools(vec![("fs_write".into(), json!({"mode": "write", "path": "big.txt", "content": big}))]),
+        Reply::Text("ok".into()),
+    ];
+    let (mut ex, _, bus) = exec(agent(dir.path(), &[]), replies, Arc::new(Absent));
+    let mut sub = bus.subscribe(None, Filter { agent_id: None, types: vec!["tool.started".into()] });
+    ex.chat("write it").await.unwrap();
+    let Some(Item::Event(e)) = sub.try_next() else { panic!("no tool.started") };
+    assert_eq!(e.event.payload["input"]["_truncated"], true);
+    assert!(e.event.payload["input"]["preview"].as_str().unwrap().len() < 5000);
+    assert_eq!(ex.store.file_stat("big.txt").unwrap().unwrap().size, 50_000, "the tool itself got everything");
+}

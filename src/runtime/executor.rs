@@ -566,7 +566,7 @@ impl Executor {
                 let id = call["id"].as_str().unwrap_or("").to_string();
                 let name = call["name"].as_str().unwrap_or("").to_string();
                 let input = call["input"].clone();
-                self.emit(kind::TOOL_STARTED, &source, json!({"name": name, "id": id, "input": input}));
+                self.emit(kind::TOOL_STARTED, &source, json!({"name": name, "id": id, "input": event_preview(&input)}));
                 let out = match self.gate_and_run(cfg, typed, &id, &name, &input, &source).await? {
                     Gate::Done(out) => out,
                     Gate::Paused(task_id) => {
@@ -581,7 +581,11 @@ impl Executor {
                     signals.push(sig);
                 }
                 let ty = if out.is_error { kind::TOOL_FAILED } else { kind::TOOL_COMPLETED };
-                self.emit(ty, &source, json!({"name": name, "id": id, "result": out.content, "isError": out.is_error}));
+                self.emit(
+                    ty,
+                    &source,
+                    json!({"name": name, "id": id, "result": clip(&out.content, EVENT_TEXT), "isError": out.is_error}),
+                );
                 let mut block = json!({"type": "tool_result", "tool_use_id": id, "content": out.content});
                 if out.is_error {
                     block["is_error"] = json!(true);
@@ -1267,4 +1271,17 @@ fn blocking<T>(f: impl FnOnce() -> T) -> T {
         Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
         _ => f(),
     }
+}
+
+/// Events keep previews, not payloads: the bus ring holds a thousand of
+/// them and every subscriber gets a copy.
+const EVENT_TEXT: usize = 4000;
+
+/// A tool input for an event: as is when small, else a truncated preview.
+fn event_preview(v: &Value) -> Value {
+    let text = v.to_string();
+    if text.len() <= EVENT_TEXT {
+        return v.clone();
+    }
+    json!({"_truncated": true, "preview": clip(&text, EVENT_TEXT)})
 }
