@@ -165,6 +165,41 @@ pub fn resolve(id: &str, settings: &Settings) -> Result<(Arc<dyn Provider>, Reso
     Ok((provider, resolved))
 }
 
+/// Resolve the provider an agent's config names. Entries of the agent's
+/// own `providers[]` (owner-only: `{id, type, baseUrl}`) override the
+/// endpoint; the key still comes from the owner's account of the same id
+/// (or the environment), never from the file.
+pub fn resolve_for(cfg: &serde_json::Value, settings: &Settings) -> Result<(Arc<dyn Provider>, Resolved), String> {
+    let id = cfg.pointer("/model/provider").and_then(|v| v.as_str()).unwrap_or("");
+    let entry = cfg
+        .get("providers")
+        .and_then(|p| p.as_array())
+        .and_then(|list| list.iter().find(|p| p.get("id").and_then(|v| v.as_str()) == Some(id)));
+    let Some(entry) = entry else { return resolve(id, settings) };
+    let kind = match entry.get("type").and_then(|v| v.as_str()).unwrap_or("openai-compatible") {
+        "anthropic" => Kind::Anthropic,
+        "openai" => Kind::Openai,
+        "openrouter" => Kind::Openrouter,
+        _ => Kind::OpenaiCompatible,
+    };
+    let mut merged = settings.clone();
+    let key_from = settings.accounts.iter().find(|a| a.id == id).cloned();
+    merged.accounts.retain(|a| a.id != id);
+    merged.accounts.push(Account {
+        id: id.to_string(),
+        kind,
+        base_url: entry
+            .get("baseUrl")
+            .and_then(|v| v.as_str())
+            .map(str::to_string)
+            .or(key_from.as_ref().and_then(|a| a.base_url.clone())),
+        api_key: key_from.as_ref().and_then(|a| a.api_key.clone()),
+        api_key_env: key_from.and_then(|a| a.api_key_env),
+        default_model: entry.get("defaultModel").and_then(|v| v.as_str()).map(str::to_string),
+    });
+    resolve(id, &merged)
+}
+
 /// `OLLAMA_HOST` may be `host:port` or a URL; its OpenAI API is under `/v1`.
 fn ollama_base(host: &str) -> String {
     let h = host.trim_end_matches('/');
@@ -194,5 +229,15 @@ mod tests {
         assert!(resolve("", &s).err().unwrap().contains("model.provider"));
         assert!(resolve("nope", &s).err().unwrap().contains("unknown provider"));
         assert_eq!(ollama_base("localhost:11434"), "http://localhost:11434/v1");
+    }
+
+    #[test]
+    fn an_agents_own_provider_entry_sets_the_endpoint() {
+        let cfg = serde_json::json!({"model": {"provider": "custom:lab"},
+            "providers": [{"id": "custom:lab", "type": "openai-compatible", "baseUrl": "http://127.0.0.1:9/v1"}]});
+        let (_, r) = resolve_for(&cfg, &Settings::default()).ok().unwrap();
+        assert_eq!((r.kind, r.base_url.as_str()), (Kind::OpenaiCompatible, "http://127.0.0.1:9/v1"));
+        let plain = serde_json::json!({"model": {"provider": "ollama"}});
+        assert_eq!(resolve_for(&plain, &Settings::default()).ok().unwrap().1.kind, Kind::Ollama);
     }
 }

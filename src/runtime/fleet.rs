@@ -41,9 +41,8 @@ pub type ProviderFactory = Arc<dyn Fn(&serde_json::Value) -> Result<Arc<dyn Prov
 /// The default factory: `model.provider` through the accounts.
 pub fn accounts_factory() -> ProviderFactory {
     Arc::new(|cfg| {
-        let id = cfg.pointer("/model/provider").and_then(|v| v.as_str()).unwrap_or("");
         let settings = accounts::load()?;
-        accounts::resolve(id, &settings).map(|(p, _)| p)
+        accounts::resolve_for(cfg, &settings).map(|(p, _)| p)
     })
 }
 
