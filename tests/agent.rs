@@ -109,3 +109,62 @@ async fn an_owner_state_change_ends_the_turn_and_off_stops_the_agent() {
     let cp = ex.store.meta_get("adf_runtime_turn_checkpoint").unwrap().unwrap().value;
     assert!(cp.contains("\"interrupted\"") && cp.contains("owner_state_transition"), "{cp}");
 }
+
+fn start_with(
+    dir: &std::path::Path,
+    provider: Scripted,
+    cfg: &[(&str, serde_json::Value)],
+) -> (adf::runtime::agent::AgentHandle, tokio::task::JoinHandle<Executor>, Subscription) {
+    let (mut store, _) = Store::create(
+        dir.join("a.adf"),
+        &NewAgent { provider: Some("scripted"), model: Some("m"), ..Default::default() },
+    )
+    .unwrap();
+    for (k, v) in cfg {
+        store.config_set(adf::store::Caller::Owner, k, v.clone()).unwrap();
+    }
+    let bus = Bus::new();
+    let sub = bus.subscribe(None, Filter::default());
+    let owner = waiting_owner();
+    let ex = Executor::new(store, Arc::new(provider), bus, owner.clone()).unwrap();
+    let (h, task) = spawn(ex, owner);
+    (h, task, sub)
+}
+
+fn tools_forever() -> Scripted {
+    Scripted::new([]).with_fallback(|_| Reply::Tools(vec![("fs_list".into(), json!({}))]))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn p34_suspended_then_off_when_the_owner_stays_silent() {
+    let dir = tmp();
+    let cfg = [("limits.max_active_turns", json!(1)), ("limits.suspend_timeout_ms", json!(300))];
+    let (h, task, mut sub) = start_with(dir.path(), tools_forever(), &cfg);
+    h.send(AgentCommand::Chat("work".into()));
+    assert_eq!(wait_for(&mut sub, "suspend.requested").await["reason"], "max_active_turns");
+    let resolved = wait_for(&mut sub, "suspend.resolved").await;
+    assert_eq!(resolved, json!({"resumed": false, "timed_out": true}));
+    let ex = tokio::time::timeout(Duration::from_secs(5), task).await.expect("stopped").unwrap();
+    assert_eq!(ex.state, "off");
+    drop(h);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_suspension_can_be_lifted() {
+    let dir = tmp();
+    let cfg = [("limits.max_active_turns", json!(1))];
+    let provider = tools_forever();
+    let (h, task, mut sub) = start_with(dir.path(), provider, &cfg);
+    h.send(AgentCommand::Chat("work".into()));
+    wait_for(&mut sub, "suspend.requested").await;
+    h.send(AgentCommand::Resume);
+    assert_eq!(wait_for(&mut sub, "suspend.resolved").await["resumed"], true);
+    wait_for(&mut sub, "suspend.requested").await;
+    h.send(AgentCommand::SetState("off".into()));
+    let ex = tokio::time::timeout(Duration::from_secs(5), task).await.expect("stopped").unwrap();
+    assert_eq!(ex.state, "off");
+    // Two model calls: one before the suspension, one after resuming.
+    let calls = ex.store.loop_rows(None).unwrap().iter().filter(|r| r.role == "assistant").count();
+    assert_eq!(calls, 2);
+    drop(h);
+}

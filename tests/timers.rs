@@ -94,8 +94,12 @@ async fn p28_on_timer_is_the_kill_switch_and_scopes_must_match() {
     assert!(ex.fire_timers(now + 2000).unwrap().is_empty(), "no agent target: the agent is not woken");
     ex.store.config_set(Caller::Owner, "triggers.on_timer.targets", json!([{"scope": "agent"}])).unwrap();
     assert_eq!(ex.fire_timers(now + 4000).unwrap().len(), 1);
-    ex.state = "off".into();
-    assert!(ex.fire_timers(now + 6000).unwrap().is_empty(), "off: nothing wakes");
+    for state in ["error", "suspended", "off"] {
+        ex.state = state.into();
+        assert!(ex.fire_timers(now + 6000).unwrap().is_empty(), "{state}: timers do not wake the model (point 24)");
+    }
+    ex.state = "hibernate".into();
+    assert_eq!(ex.fire_timers(now + 8000).unwrap().len(), 1, "hibernate: timers still wake it (point 23)");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -31,6 +31,8 @@ pub enum AgentCommand {
     },
     /// `idle`, `hibernate` or `off`.
     SetState(String),
+    /// Lift a suspension (`max_active_turns` reached): the turn goes on.
+    Resume,
 }
 
 /// Approvals and asks wait here for the owner's command.
@@ -120,12 +122,14 @@ pub fn spawn_with_tick(
     let handle = AgentHandle { agent_id: ex.agent_id().to_string(), tx };
     let task = tokio::spawn(async move {
         let mut next: Option<String> = None;
+        let mut resume = false;
         let mut timer_wakes: std::collections::VecDeque<String> = Default::default();
         let mut ticker = tokio::time::interval(tick);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let (message, event_type) = match next.take() {
                 Some(m) => (m, "chat"),
+                None if std::mem::take(&mut resume) => (String::new(), "resume"),
                 None => match timer_wakes.pop_front() {
                     Some(w) => (w, "timer"),
                     None => match tokio::select! {
@@ -159,18 +163,19 @@ pub fn spawn_with_tick(
                 },
             };
             let mut stop = false;
+            let mut suspended = false;
             // How a dropped turn ended: (reason, state).
             let mut cut: Option<(&'static str, String)> = None;
             {
-                let turn = ex.wake(&message, event_type);
+                let turn = ex.turn_for(&message, event_type);
                 tokio::pin!(turn);
                 loop {
                     tokio::select! {
                         end = &mut turn => {
-                            if let Ok(TurnEnd::State { state }) = &end
-                                && state == "off"
-                            {
-                                stop = true;
+                            match &end {
+                                Ok(TurnEnd::State { state }) if state == "off" => stop = true,
+                                Ok(TurnEnd::Suspended) => suspended = true,
+                                _ => {}
                             }
                             break;
                         }
@@ -203,6 +208,7 @@ pub fn spawn_with_tick(
                             Some(AgentCommand::Answer { task_id, text }) => {
                                 owner.answer_ask(&task_id, text);
                             }
+                            Some(AgentCommand::Resume) => {}
                         },
                     }
                 }
@@ -214,6 +220,33 @@ pub fn spawn_with_tick(
                     let _ = ex.note(&format!("[System] Turn ended by owner; state set to {state}."));
                 }
                 ex.interrupted(reason, &state);
+            }
+            if suspended {
+                // Wait for the owner: resume, a new message, a state change;
+                // silence past `limits.suspend_timeout_ms` turns it off.
+                let wait = ex.suspend_timeout();
+                let deadline = tokio::time::sleep(wait);
+                tokio::pin!(deadline);
+                loop {
+                    tokio::select! {
+                        _ = &mut deadline => { ex.suspension_refused(true); stop = true; break; }
+                        cmd = rx.recv() => match cmd {
+                            None => { stop = true; break; }
+                            Some(AgentCommand::Resume) => { resume = true; break; }
+                            Some(AgentCommand::Chat(m)) => {
+                                ex.suspension_refused(false);
+                                ex.revive();
+                                next = Some(m);
+                                break;
+                            }
+                            Some(AgentCommand::SetState(s)) => {
+                                if s == "off" { ex.suspension_refused(false); stop = true; } else { ex.interrupted("owner_state_transition", &s); }
+                                break;
+                            }
+                            Some(_) => {}
+                        },
+                    }
+                }
             }
             if stop {
                 break;

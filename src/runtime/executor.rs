@@ -348,13 +348,58 @@ impl Executor {
     /// Run one agent-scope turn for a trigger (`chat`, `timer`, …) whose
     /// message goes into the loop first.
     pub async fn wake(&mut self, text: &str, event_type: &str) -> Result<TurnEnd, StoreError> {
+        self.turn(Some(text), event_type).await
+    }
+
+    /// `wake` for a message, `resume` for an empty one with event `resume`.
+    pub async fn turn_for(&mut self, text: &str, event_type: &str) -> Result<TurnEnd, StoreError> {
+        if event_type == "resume" { self.resume().await } else { self.wake(text, event_type).await }
+    }
+
+    /// `limits.suspend_timeout_ms`, default 20 minutes.
+    pub fn suspend_timeout(&self) -> Duration {
+        let ms = self
+            .store
+            .config_value()
+            .ok()
+            .and_then(|c| c.pointer("/limits/suspend_timeout_ms").and_then(Value::as_u64))
+            .unwrap_or(1_200_000);
+        Duration::from_millis(ms)
+    }
+
+    /// Back from `off` to `idle` (an owner message after a refused
+    /// suspension restarts the agent).
+    pub fn revive(&mut self) {
+        self.set_state("idle");
+    }
+
+    /// Continue after a suspension the owner lifted: a new turn on the loop
+    /// as it stands (the call counter starts again at 0).
+    pub async fn resume(&mut self) -> Result<TurnEnd, StoreError> {
+        self.emit(kind::SUSPEND_RESOLVED, "system:executor", json!({"resumed": true}));
+        self.turn(None, "resume").await
+    }
+
+    /// The owner did not lift a suspension (or refused): the agent goes off.
+    pub fn suspension_refused(&mut self, timed_out: bool) {
+        let mut p = json!({"resumed": false});
+        if timed_out {
+            p["timed_out"] = json!(true);
+        }
+        self.emit(kind::SUSPEND_RESOLVED, "system:executor", p);
+        self.set_state("off");
+    }
+
+    async fn turn(&mut self, text: Option<&str>, event_type: &str) -> Result<TurnEnd, StoreError> {
         self.settle_dangling()?;
         let turn_id = format!("turn_{}", crate::store::create::nanoid(10));
         let now = crate::store::now_ms();
         self.checkpoint(&json!({"id": turn_id, "status": "in_progress", "started_at": now, "updated_at": now,
             "event_type": event_type, "scope": "agent", "replay": "not_attempted"}));
         self.current = Some((turn_id.clone(), now, event_type.to_string()));
-        self.user_text(text)?;
+        if let Some(text) = text {
+            self.user_text(text)?;
+        }
         self.set_state("active");
         let end = self.run_loop(&turn_id).await;
         self.current = None;

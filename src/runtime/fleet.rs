@@ -148,7 +148,8 @@ impl Fleet {
                 }
                 (agent, AgentCommand::SetState(state))
             }
-            Command::Start { agent } => return Err(format!("{agent}: start a stopped agent by loading it again")),
+            // Lifts a suspension; an agent that is off is started by loading it.
+            Command::Start { agent } => (agent, AgentCommand::Resume),
         };
         let id = self.resolve(&agent)?;
         let loaded = self.agents.get(&id).ok_or_else(|| format!("{agent}: not loaded"))?;
