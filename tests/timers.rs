@@ -122,3 +122,18 @@ async fn an_agent_wakes_on_its_timer() {
     let cp = ex.store.meta_get("adf_runtime_turn_checkpoint").unwrap().unwrap().value;
     assert!(cp.contains("\"event_type\":\"timer\""), "{cp}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idle_agent_releases_its_memory() {
+    let dir = tmp();
+    let s = agent(dir.path());
+    let owner = waiting_owner();
+    let ex = Executor::new(s, Arc::new(Scripted::new([Reply::Text("hi".into())])), Bus::new(), owner.clone()).unwrap();
+    let (h, task) = spawn_with_tick(ex, owner, Duration::from_millis(2));
+    h.send(adf::runtime::agent::AgentCommand::Chat("hello".into()));
+    tokio::time::sleep(Duration::from_millis(200 + 2 * adf::runtime::agent::RELEASE_AFTER_TICKS as u64 * 2)).await;
+    drop(h);
+    let ex = task.await.unwrap();
+    assert_eq!(ex.store.loop_rows(None).unwrap().len(), 2, "the turn ran");
+    assert!(!ex.is_loaded(), "after a quiet spell the caches are gone");
+}

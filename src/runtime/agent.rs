@@ -112,6 +112,9 @@ pub fn spawn(ex: Executor, owner: Arc<Waiting>) -> (AgentHandle, tokio::task::Jo
 /// The timer poll tick (runtime.md §6.2).
 pub const TIMER_TICK: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// Ticks without a turn after which an idle agent drops its caches.
+pub const RELEASE_AFTER_TICKS: u32 = 120;
+
 /// `spawn` with another timer tick (tests).
 pub fn spawn_with_tick(
     mut ex: Executor,
@@ -124,6 +127,7 @@ pub fn spawn_with_tick(
         let mut next: Option<String> = None;
         let mut resume = false;
         let mut timer_wakes: std::collections::VecDeque<String> = Default::default();
+        let mut quiet_ticks: u32 = 0;
         let mut ticker = tokio::time::interval(tick);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -139,6 +143,10 @@ pub fn spawn_with_tick(
                         None => {
                             if let Ok(w) = ex.fire_timers(crate::store::now_ms()) {
                                 timer_wakes.extend(w);
+                            }
+                            quiet_ticks += 1;
+                            if quiet_ticks == RELEASE_AFTER_TICKS {
+                                ex.release();
                             }
                             continue;
                         }
@@ -162,6 +170,7 @@ pub fn spawn_with_tick(
                     },
                 },
             };
+            quiet_ticks = 0;
             let mut stop = false;
             let mut suspended = false;
             // How a dropped turn ended: (reason, state).

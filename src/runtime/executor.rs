@@ -795,6 +795,19 @@ impl Executor {
         Ok(self.session()?.rows == 0)
     }
 
+    /// Drop what an idle agent keeps in memory (transcript, session
+    /// summary, parsed config, file snapshot); it is rebuilt from the file
+    /// on the next turn.
+    pub fn release(&mut self) {
+        self.reset_session();
+        self.cfg = None;
+    }
+
+    /// Whether the in-memory caches are loaded (for tests and diagnostics).
+    pub fn is_loaded(&self) -> bool {
+        self.session.is_some()
+    }
+
     fn reset_session(&mut self) {
         self.session = None;
         self.transcript.reset();
