@@ -338,3 +338,36 @@ async fn approvals_and_asks_are_answered_at_the_terminal() {
     assert_eq!(t.len(), 2);
     assert!(t.iter().all(|x| x[1] == "Text(\"completed\")"), "{t:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn usage_ledger_with_the_owners_prices() {
+    let dir = tmp();
+    let fake = FakeProvider::start(vec![
+        Scripted::sse(anthropic_text(&["one"], 1_000_000, 100_000)),
+        Scripted::sse(anthropic_text(&["two"], 1_000_000, 100_000)),
+    ])
+    .await;
+    new_agent(dir.path(), "anthropic");
+    let cfg = dir.path().join(".adf-home/config");
+    std::fs::create_dir_all(&cfg).unwrap();
+    std::fs::write(cfg.join("settings.json"), r#"{"prices": {"test-model": {"input": 3.0, "output": 15.0}}}"#).unwrap();
+    let out = run(dir.path(), &fake.base_url, &["chat", "a.adf", "hi", "--json"]).await;
+    let llm: Value = ok(&out)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|e| e["event_type"] == "llm.completed")
+        .unwrap();
+    assert!((llm["payload"]["cost_usd"].as_f64().unwrap() - 4.5).abs() < 1e-9);
+    assert_eq!(llm["payload"]["cost_source"], "settings.json prices");
+    ok(&run(dir.path(), &fake.base_url, &["chat", "a.adf", "again"]).await);
+    let usage = json(&adf(dir.path(), &["usage", "a.adf", "--json"], None));
+    let m = &usage["models"]["test-model"];
+    assert_eq!(
+        (m["calls"].as_u64(), m["input_tokens"].as_u64(), m["output_tokens"].as_u64()),
+        (Some(2), Some(2_000_000), Some(200_000))
+    );
+    assert!((m["cost_usd"].as_f64().unwrap() - 9.0).abs() < 1e-9);
+    std::fs::remove_file(cfg.join("settings.json")).unwrap();
+    let text = ok(&adf(dir.path(), &["usage", "a.adf"], None));
+    assert!(text.contains("test-model") && text.contains("costs need prices"), "{text}");
+}

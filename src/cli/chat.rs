@@ -96,6 +96,7 @@ pub fn run(out: &Out, path: &Path, message: &str, loop_name: &str) -> anyhow::Re
     let bus = Bus::new();
     let json_mode = out.json;
     let mut ex = Executor::new(store, provider, bus.clone(), owner).map_err(|e| at(path, e))?;
+    ex.set_prices(crate::providers::prices::from_settings(&settings));
     let agent_id = ex.agent_id().to_string();
     ex.on_delta(move |e| {
         let mut o = std::io::stdout().lock();

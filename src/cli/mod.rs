@@ -12,6 +12,7 @@ mod meta;
 mod output;
 mod scenario;
 mod sql;
+mod usage;
 
 use std::path::PathBuf;
 
@@ -93,6 +94,8 @@ pub enum Command {
     },
     /// List the agents of the fleet (the default when no command is given).
     Agents,
+    /// The usage ledger of an agent file: calls, tokens and cost per model.
+    Usage { path: PathBuf },
     /// Run one turn with a message; the reply streams to stdout.
     Chat {
         path: PathBuf,
@@ -198,5 +201,6 @@ fn run_simple(command: Option<Command>, out: &Out) -> anyhow::Result<()> {
         Some(Command::Bench { scenario: Some(sc), agents, seconds, .. }) => scenario::run(out, sc, agents, seconds),
         Some(Command::Bench { suite, iterations, .. }) => bench::run(out, suite, iterations),
         Some(Command::Chat { .. }) => Ok(()),
+        Some(Command::Usage { path }) => usage::run(out, &path),
     }
 }

@@ -7,6 +7,7 @@
 pub mod accounts;
 pub mod anthropic;
 pub mod openai;
+pub mod prices;
 pub mod scripted;
 mod sse;
 

@@ -105,6 +105,8 @@ pub struct Executor {
     /// file stays the truth; compaction and clears read it again).
     session: Option<Session>,
     transcript: prompt::Transcript,
+    /// The owner's price list, for the cost of each call.
+    prices: crate::providers::prices::Prices,
     /// The turn in progress: (id, started at).
     current: Option<(String, i64, String)>,
     /// The parsed config and advertised tools, refreshed when the config
@@ -155,9 +157,15 @@ impl Executor {
             flush_done: false,
             cfg: None,
             current: None,
+            prices: Default::default(),
             state: "idle".into(),
             on_delta: None,
         })
+    }
+
+    /// Price calls with the owner's price list.
+    pub fn set_prices(&mut self, prices: crate::providers::prices::Prices) {
+        self.prices = prices;
     }
 
     /// Receive text and reasoning deltas as they stream.
@@ -895,16 +903,17 @@ impl Executor {
             let ms = started.elapsed().as_millis() as u64;
             match result {
                 Ok(resp) => {
-                    self.emit(
-                        kind::LLM_COMPLETED,
-                        source,
-                        json!({
+                    let mut payload = json!({
                         "provider": self.provider.id(), "model": req.model,
                         "input_tokens": resp.usage.input, "output_tokens": resp.usage.output,
                         "cache_read_tokens": resp.usage.cache_read, "cache_write_tokens": resp.usage.cache_write,
                         "reasoning_tokens": resp.usage.reasoning, "duration_ms": ms,
-                        "stop_reason": resp.stop_reason, "call_source": "turn"}),
-                    );
+                        "stop_reason": resp.stop_reason, "call_source": "turn"});
+                    if let Some(c) = crate::providers::prices::cost(&self.prices, &req.model, &resp.usage) {
+                        payload["cost_usd"] = json!(c);
+                        payload["cost_source"] = json!(crate::providers::prices::SOURCE);
+                    }
+                    self.emit(kind::LLM_COMPLETED, source, payload);
                     return Ok(resp);
                 }
                 Err(e) => {
