@@ -63,7 +63,7 @@ async fn an_owner_message_interrupts_the_running_turn() {
     assert_eq!(done["content"], "second answer");
     drop(h);
     let ex = task.await.unwrap();
-    let rows = ex.store.loop_rows(None).unwrap();
+    let rows = visible(&ex.store);
     let texts: Vec<String> = rows.iter().map(|r| r.content[0]["text"].as_str().unwrap_or("").to_string()).collect();
     assert_eq!(texts, ["first", "second", "second answer"], "the interrupted call left no assistant row");
     assert_eq!(p.call_count(), 2);
@@ -88,7 +88,7 @@ async fn approvals_and_answers_arrive_as_commands() {
     drop(h);
     let ex = task.await.unwrap();
     assert_eq!(ex.store.config_value().unwrap()["description"], "by command");
-    let rows = ex.store.loop_rows(None).unwrap();
+    let rows = visible(&ex.store);
     assert_eq!(rows[4].content[0]["content"], "Human answered: yes");
 }
 
@@ -104,7 +104,7 @@ async fn an_owner_state_change_ends_the_turn_and_off_stops_the_agent() {
     assert_eq!((done["interrupted"].as_bool(), done["targetState"].as_str()), (Some(true), Some("off")));
     let ex = tokio::time::timeout(Duration::from_secs(5), task).await.expect("actor stopped").unwrap();
     assert_eq!(ex.state, "off");
-    let rows = ex.store.loop_rows(None).unwrap();
+    let rows = visible(&ex.store);
     assert_eq!(rows.last().unwrap().content[0]["text"], "[System] Turn ended by owner; state set to off.");
     let cp = ex.store.meta_get("adf_runtime_turn_checkpoint").unwrap().unwrap().value;
     assert!(cp.contains("\"interrupted\"") && cp.contains("owner_state_transition"), "{cp}");
@@ -164,7 +164,12 @@ async fn a_suspension_can_be_lifted() {
     let ex = tokio::time::timeout(Duration::from_secs(5), task).await.expect("stopped").unwrap();
     assert_eq!(ex.state, "off");
     // Two model calls: one before the suspension, one after resuming.
-    let calls = ex.store.loop_rows(None).unwrap().iter().filter(|r| r.role == "assistant").count();
+    let calls = visible(&ex.store).iter().filter(|r| r.role == "assistant").count();
     assert_eq!(calls, 2);
     drop(h);
+}
+
+/// The loop without its `[Context: …]` audit rows.
+fn visible(store: &adf::store::Store) -> Vec<adf::store::loop_rows::LoopRow> {
+    store.loop_rows(None).unwrap().into_iter().filter(|r| !adf::runtime::prompt::is_context_row(r)).collect()
 }

@@ -51,7 +51,15 @@ fn rows(path: &Path) -> Vec<(String, Value, Option<String>)> {
     })
     .unwrap()
     .map(Result::unwrap)
+    .filter(|(_, c, _): &(String, Value, Option<String>)| !is_context(c))
     .collect()
+}
+
+/// `[Context: system_prompt|dynamic_instructions]` rows are audit records.
+fn is_context(c: &Value) -> bool {
+    c[0]["text"]
+        .as_str()
+        .is_some_and(|t| t.starts_with("[Context: system_prompt]") || t.starts_with("[Context: dynamic_instructions]"))
 }
 
 fn query(path: &Path, sql: &str) -> Vec<Vec<String>> {

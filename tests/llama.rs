@@ -52,6 +52,7 @@ fn check(dir: &Path, events: &[Value]) {
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
         .unwrap()
         .map(Result::unwrap)
+        .filter(|(_, c, _): &(String, String, Option<String>)| !c.contains("[Context: system_prompt]"))
         .collect();
     assert_eq!(rows.len(), 2);
     assert_eq!(rows[1].0, "assistant");

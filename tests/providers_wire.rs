@@ -29,6 +29,7 @@ fn request() -> ModelRequest {
         temperature: Some(0.5),
         effort: None,
         reasoning_tokens: None,
+        trailing: None,
     }
 }
 

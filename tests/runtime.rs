@@ -62,9 +62,7 @@ fn exec(store: Store, replies: Vec<Reply>, owner: Arc<dyn Owner>) -> (Executor, 
 }
 
 fn texts(ex: &Executor) -> Vec<(String, String)> {
-    ex.store
-        .loop_rows(None)
-        .unwrap()
+    visible(&ex.store)
         .iter()
         .map(|r| {
             let b = &r.content[0];
@@ -137,7 +135,7 @@ async fn p31_memory_flush_then_compaction() {
     assert!(req.tools.is_empty());
     assert!(req.messages[0].content[0]["text"].as_str().unwrap().contains("[USER S1] first"));
     // Seqs are never reused: the summary got a new one.
-    let seqs: Vec<i64> = ex.store.loop_rows(None).unwrap().iter().map(|r| r.seq).collect();
+    let seqs: Vec<i64> = visible(&ex.store).iter().map(|r| r.seq).collect();
     assert!(seqs[0] > 6, "{seqs:?}");
 }
 
@@ -161,7 +159,7 @@ async fn p31_unaudited_summary_and_p59_voluntary_compaction_keeps_the_step() {
     let (mut ex, p, _) = exec(store, replies, Arc::new(Absent));
     ex.chat("a").await.unwrap();
     ex.chat("b").await.unwrap();
-    let rows = ex.store.loop_rows(None).unwrap();
+    let rows = visible(&ex.store);
     let t = texts(&ex);
     assert!(t[0].1.starts_with("[Loop Compacted] BRIEF"), "{t:?}");
     assert_eq!(t[1].1, "tool_use", "the calling step is kept");
@@ -201,7 +199,7 @@ async fn loop_clear_from_the_loop_ends_with_an_empty_loop() {
     );
     ex.chat("a").await.unwrap();
     ex.chat("clear it").await.unwrap();
-    assert!(ex.store.loop_rows(None).unwrap().is_empty());
+    assert!(visible(&ex.store).is_empty());
     assert_eq!(p.call_count(), 2);
     assert!(events(&bus).contains(&"loop.cleared".to_string()));
     assert_eq!(
@@ -251,7 +249,7 @@ async fn p36_approvals_once_always_and_rejected_with_feedback() {
     ];
     let (mut ex, _, bus) = exec(agent(dir.path(), &[]), replies, owner.clone());
     ex.chat("1").await.unwrap();
-    let rows = ex.store.loop_rows(None).unwrap();
+    let rows = visible(&ex.store);
     assert_eq!(
         rows[2].content[0]["content"],
         "Tool call \"sys_update_config\" was rejected by authorizer. Feedback: not now"
@@ -301,7 +299,7 @@ async fn protection_overrides_and_asks() {
     ];
     let (mut ex, _, _) = exec(store, replies, owner.clone());
     ex.chat("1").await.unwrap();
-    let rows = ex.store.loop_rows(None).unwrap();
+    let rows = visible(&ex.store);
     assert_eq!(
         rows[2].content[0]["content"],
         "Tool call \"fs_write\" was blocked (file_protection: \"ref.md\" is read_only) and the authorizer rejected the override. Do not retry."
@@ -310,12 +308,12 @@ async fn protection_overrides_and_asks() {
     assert_eq!(owner.seen.lock().unwrap()[0].reason, "protection");
     ex.chat("2").await.unwrap();
     assert_eq!(ex.store.file_read("ref.md").unwrap().1, b"v2");
-    let rows = ex.store.loop_rows(None).unwrap();
+    let rows = visible(&ex.store);
     assert!(rows[6].content[0]["content"].as_str().unwrap().ends_with("⚠ protection override"));
     let done = ex.store.task_list(Some("completed")).unwrap();
     assert_eq!(done[0].result.as_deref(), Some("approved"));
     ex.chat("3").await.unwrap();
-    let rows = ex.store.loop_rows(None).unwrap();
+    let rows = visible(&ex.store);
     assert_eq!(rows[10].content[0]["content"], "Human answered: blue");
     let asks = ex.store.task_list(None).unwrap().into_iter().filter(|t| t.tool == "ask").collect::<Vec<_>>();
     assert_eq!((asks[0].status.as_str(), asks[0].result.as_deref()), ("completed", Some("blue")));
@@ -335,7 +333,7 @@ async fn oversized_tool_results_are_truncated_for_the_model() {
         Arc::new(Absent),
     );
     ex.chat("read it").await.unwrap();
-    let rows = ex.store.loop_rows(None).unwrap();
+    let rows = visible(&ex.store);
     let c = rows[2].content[0]["content"].as_str().unwrap();
     assert!(c.starts_with("[TRUNCATED] Tool \"fs_read\" returned ~"), "{}", &c[..80]);
     assert!(c.len() < 1000, "{}", c.len());
@@ -357,4 +355,48 @@ async fn events_carry_previews_not_whole_payloads() {
     assert_eq!(e.event.payload["input"]["_truncated"], true);
     assert!(e.event.payload["input"]["preview"].as_str().unwrap().len() < 5000);
     assert_eq!(ex.store.file_stat("big.txt").unwrap().unwrap().size, 50_000, "the tool itself got everything");
+}
+
+/// The loop without its `[Context: …]` audit rows.
+fn visible(store: &adf::store::Store) -> Vec<adf::store::loop_rows::LoopRow> {
+    store.loop_rows(None).unwrap().into_iter().filter(|r| !adf::runtime::prompt::is_context_row(r)).collect()
+}
+
+#[tokio::test]
+async fn context_rows_and_dynamic_instructions() {
+    let dir = tmp();
+    let store = agent(dir.path(), &[("context.compact_threshold", json!(10_000))]);
+    let replies = (0..4).map(|_| Reply::Text("ok".into())).collect();
+    let (mut ex, p, _) = exec(store, replies, Arc::new(Absent));
+    ex.chat("one").await.unwrap();
+    ex.chat("two").await.unwrap();
+    let ctx = |ex: &Executor, what: &str| {
+        ex.store
+            .loop_rows(None)
+            .unwrap()
+            .iter()
+            .filter(|r| r.content[0]["text"].as_str().is_some_and(|t| t.starts_with(what)))
+            .count()
+    };
+    assert_eq!(ctx(&ex, "[Context: system_prompt]"), 1, "written once while it does not change");
+    let reqs = p.requests();
+    assert!(reqs[0].trailing.as_deref().unwrap().starts_with("Context filling up"), "{:?}", reqs[0].trailing);
+    assert_eq!(reqs[1].trailing, None, "warning tiers are one-shot");
+    assert_eq!(ctx(&ex, "[Context: dynamic_instructions]"), 1);
+    ex.store.config_set(Caller::Owner, "instructions", json!("Be brief.")).unwrap();
+    ex.chat("three").await.unwrap();
+    assert_eq!(ctx(&ex, "[Context: system_prompt]"), 2, "a changed prompt is recorded again");
+    assert!(p.requests()[2].system.contains("## Agent-Specific Instructions\n\nBe brief."));
+    // The audit rows never reach the model.
+    let sent = serde_json::to_string(&*p.requests()[2].messages).unwrap();
+    assert!(!sent.contains("[Context: system_prompt]"));
+    // Autonomous agents get the idle reminder on every call.
+    let dir = tmp();
+    let (mut ex, p, _) = exec(
+        agent(dir.path(), &[("autonomous", json!(true))]),
+        vec![Reply::Tools(vec![("sys_set_state".into(), json!({"state": "idle"}))])],
+        Arc::new(Absent),
+    );
+    ex.chat("go").await.unwrap();
+    assert!(p.requests()[0].trailing.as_deref().unwrap().contains("sys_set_state(\"idle\")"));
 }

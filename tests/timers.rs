@@ -115,7 +115,7 @@ async fn an_agent_wakes_on_its_timer() {
     tokio::time::sleep(Duration::from_millis(800)).await;
     drop(h);
     let ex = task.await.unwrap();
-    let rows = ex.store.loop_rows(None).unwrap();
+    let rows = visible(&ex.store);
     assert_eq!(rows[0].content[0]["text"], "A scheduled timer has fired.\nPayload: water the plants");
     assert_eq!(rows[1].content[0]["text"], "Watering.");
     assert!(ex.store.timer_list(true).unwrap()[0].expired);
@@ -134,6 +134,11 @@ async fn an_idle_agent_releases_its_memory() {
     tokio::time::sleep(Duration::from_millis(200 + 2 * adf::runtime::agent::RELEASE_AFTER_TICKS as u64 * 2)).await;
     drop(h);
     let ex = task.await.unwrap();
-    assert_eq!(ex.store.loop_rows(None).unwrap().len(), 2, "the turn ran");
+    assert_eq!(visible(&ex.store).len(), 2, "the turn ran");
     assert!(!ex.is_loaded(), "after a quiet spell the caches are gone");
+}
+
+/// The loop without its `[Context: …]` audit rows.
+fn visible(store: &adf::store::Store) -> Vec<adf::store::loop_rows::LoopRow> {
+    store.loop_rows(None).unwrap().into_iter().filter(|r| !adf::runtime::prompt::is_context_row(r)).collect()
 }

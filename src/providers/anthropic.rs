@@ -46,7 +46,7 @@ pub fn body(req: &ModelRequest) -> Value {
     let mut b = json!({
         "model": req.model,
         "max_tokens": req.max_tokens,
-        "messages": req.messages,
+        "messages": req.messages_json(),
         "stream": true,
     });
     if !req.system.is_empty() {
@@ -290,6 +290,7 @@ mod tests {
             temperature: Some(0.7),
             effort: Some(Effort::High),
             reasoning_tokens: None,
+            trailing: None,
         };
         let b = body(&req);
         assert_eq!(b["thinking"]["budget_tokens"], 16384);

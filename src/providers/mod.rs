@@ -77,6 +77,29 @@ pub struct ModelRequest {
     pub effort: Option<Effort>,
     /// An explicit thinking budget (Anthropic), from `model.reasoning.max_tokens`.
     pub reasoning_tokens: Option<u64>,
+    /// Dynamic instructions for this call only (never stored as a message):
+    /// sent as a final user message, or added to the last one when that is
+    /// already a user message.
+    pub trailing: Option<String>,
+}
+
+impl ModelRequest {
+    /// The messages as JSON with the trailing instructions in place.
+    pub fn messages_json(&self) -> Value {
+        let mut msgs = serde_json::to_value(&*self.messages).unwrap_or_else(|_| Value::Array(Vec::new()));
+        if let (Some(t), Value::Array(list)) = (&self.trailing, &mut msgs) {
+            let block = serde_json::json!({"type": "text", "text": t});
+            match list.last_mut() {
+                Some(last) if last["role"] == "user" => {
+                    if let Some(c) = last.get_mut("content").and_then(Value::as_array_mut) {
+                        c.push(block);
+                    }
+                }
+                _ => list.push(serde_json::json!({"role": "user", "content": [block]})),
+            }
+        }
+        msgs
+    }
 }
 
 /// Token usage of one call.
@@ -337,6 +360,32 @@ mod tests {
         );
         assert_eq!(e.kind, ErrorKind::Structural);
         assert_eq!(e.message, "HTTP 404: model: nope");
+    }
+
+    #[test]
+    fn trailing_instructions_join_the_last_user_message() {
+        let mut req = ModelRequest {
+            model: "m".into(),
+            system: String::new(),
+            messages: std::sync::Arc::new(vec![Message {
+                role: Role::User,
+                content: vec![serde_json::json!({"type": "text", "text": "hi"})],
+            }]),
+            tools: vec![],
+            max_tokens: 1,
+            temperature: None,
+            effort: None,
+            reasoning_tokens: None,
+            trailing: Some("note".into()),
+        };
+        let m = req.messages_json();
+        assert_eq!(m.as_array().unwrap().len(), 1);
+        assert_eq!(m[0]["content"][1]["text"], "note");
+        req.messages = std::sync::Arc::new(vec![Message {
+            role: Role::Assistant,
+            content: vec![serde_json::json!({"type": "text", "text": "yo"})],
+        }]);
+        assert_eq!(req.messages_json()[1]["role"], "user");
     }
 
     #[test]

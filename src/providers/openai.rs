@@ -90,6 +90,13 @@ pub fn messages(system: &str, msgs: &[Message]) -> Vec<Value> {
     out
 }
 
+fn with_trailing(mut msgs: Vec<Value>, trailing: Option<&str>) -> Vec<Value> {
+    if let Some(t) = trailing {
+        msgs.push(json!({"role": "user", "content": t}));
+    }
+    msgs
+}
+
 fn effort_name(e: Effort) -> &'static str {
     match e {
         Effort::Minimal => "minimal",
@@ -103,7 +110,7 @@ fn effort_name(e: Effort) -> &'static str {
 pub fn body(req: &ModelRequest) -> Value {
     let mut b = json!({
         "model": req.model,
-        "messages": messages(&req.system, &req.messages),
+        "messages": with_trailing(messages(&req.system, &req.messages), req.trailing.as_deref()),
         "stream": true,
         "stream_options": {"include_usage": true},
         "max_tokens": req.max_tokens,

@@ -107,6 +107,11 @@ pub struct Executor {
     transcript: prompt::Transcript,
     /// The owner's price list, for the cost of each call.
     prices: crate::providers::prices::Prices,
+    /// What was last written as `[Context: …]` rows, and the warning tier
+    /// reached this session.
+    context_hash: Option<u64>,
+    last_dynamic: Option<String>,
+    warned: u8,
     /// The turn in progress: (id, started at).
     current: Option<(String, i64, String)>,
     /// The parsed config and advertised tools, refreshed when the config
@@ -158,6 +163,9 @@ impl Executor {
             cfg: None,
             current: None,
             prices: Default::default(),
+            context_hash: None,
+            last_dynamic: None,
+            warned: 0,
             state: "idle".into(),
             on_delta: None,
         })
@@ -740,6 +748,7 @@ impl Executor {
             temperature: Some(0.3),
             effort: None,
             reasoning_tokens: None,
+            trailing: None,
         };
         let started = Instant::now();
         let provider = self.provider.clone();
@@ -818,9 +827,80 @@ impl Executor {
 
     fn reset_session(&mut self) {
         self.session = None;
+        self.warned = 0;
+        self.context_hash = None;
         self.transcript.reset();
         self.snapshot.reset();
         self.flush_done = false;
+    }
+
+    /// Dynamic instructions for the next call (runtime.md §3.2): unread
+    /// inbox hint, one-shot context warnings before compaction, the idle
+    /// reminder of autonomous agents. Each part can be switched off in
+    /// `context.dynamic_instructions`.
+    fn dynamic_instructions(&mut self, cfg: &Value) -> Result<Option<String>, StoreError> {
+        let on = |k: &str| {
+            cfg.pointer(&format!("/context/dynamic_instructions/{k}")).and_then(Value::as_bool) != Some(false)
+        };
+        let mut parts = Vec::new();
+        if on("inbox_hints") && cfg.pointer("/messaging/inbox_mode").and_then(Value::as_bool) != Some(false) {
+            let unread = self
+                .store
+                .db_query("SELECT count(*) AS n FROM adf_inbox WHERE status = 'unread'", &[], false)
+                .ok()
+                .and_then(|o| o.rows.first().and_then(|r| r["n"].as_u64()))
+                .unwrap_or(0);
+            if unread > 0 {
+                parts.push(format!(
+                    "You have {unread} unread message(s) in your inbox. Use msg_list and msg_read to read them."
+                ));
+            }
+        }
+        if on("context_warning") {
+            let threshold = compact_threshold(cfg);
+            let left = threshold.saturating_sub(self.token_count()?);
+            if left > 0 && left <= 5_000 && self.warned < 2 {
+                self.warned = 2;
+                parts.push(format!("Context almost full: about {left} tokens left before your loop is compacted. Save what matters to your mind files now."));
+            } else if left > 5_000 && left <= 15_000 && self.warned < 1 {
+                self.warned = 1;
+                parts.push(format!("Context filling up: about {left} tokens left before your loop is compacted. Consider saving what matters to your mind files."));
+            }
+        }
+        if on("idle_reminder") && prompt::is_autonomous(cfg) {
+            parts.push("When you have nothing left to do, call sys_set_state(\"idle\") to rest.".to_string());
+        }
+        Ok((!parts.is_empty()).then(|| parts.join("\n\n")))
+    }
+
+    /// `[Context: …]` rows (audit only, never replayed): the system prompt
+    /// and the dynamic instructions, written when they change.
+    fn record_context(&mut self, system: &str, dynamic: Option<&str>) -> Result<(), StoreError> {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        system.hash(&mut h);
+        let hash = h.finish();
+        if self.context_hash != Some(hash) {
+            self.context_hash = Some(hash);
+            self.user_text(&format!("[Context: system_prompt]\n{system}"))?;
+            self.emit(
+                kind::CONTEXT_INJECTED,
+                "system:executor",
+                json!({"category": "system_prompt", "bytes": system.len()}),
+            );
+        }
+        if let Some(d) = dynamic
+            && self.last_dynamic.as_deref() != Some(d)
+        {
+            self.last_dynamic = Some(d.to_string());
+            self.user_text(&format!("[Context: dynamic_instructions]\n{d}"))?;
+            self.emit(
+                kind::CONTEXT_INJECTED,
+                "system:executor",
+                json!({"category": "dynamic_instructions", "bytes": d.len()}),
+            );
+        }
+        Ok(())
     }
 
     /// The parsed config, the typed view and the advertised tools.
@@ -863,8 +943,11 @@ impl Executor {
         let reasoning_tokens = (cfg.pointer("/model/reasoning/enabled") == Some(&json!(true)))
             .then(|| cfg.pointer("/model/reasoning/max_tokens").and_then(Value::as_u64))
             .flatten();
+        let trailing = self.dynamic_instructions(cfg)?;
+        self.record_context(&system, trailing.as_deref())?;
         Ok(ModelRequest {
             model: model.model_id.unwrap_or_default(),
+            trailing,
             system,
             messages,
             tools: c.tools.clone(),
@@ -1255,6 +1338,9 @@ struct Session {
 impl Session {
     fn add(&mut self, r: &LoopRow) {
         self.rows += 1;
+        if prompt::is_context_row(r) {
+            return;
+        }
         self.chars += r.content.to_string().len() as u64;
         let blocks = r.content.as_array().map(Vec::as_slice).unwrap_or_default();
         if r.role == "assistant" {
