@@ -400,3 +400,20 @@ async fn context_rows_and_dynamic_instructions() {
     ex.chat("go").await.unwrap();
     assert!(p.requests()[0].trailing.as_deref().unwrap().contains("sys_set_state(\"idle\")"));
 }
+
+#[tokio::test]
+async fn unread_inbox_messages_are_hinted() {
+    let dir = tmp();
+    let store = agent(dir.path(), &[]);
+    let path = store.path().to_path_buf();
+    let (mut ex, p, _) = exec(store, vec![Reply::Text("ok".into())], Arc::new(Absent));
+    let c = rusqlite::Connection::open(&path).unwrap();
+    c.execute(
+        "INSERT INTO adf_inbox(id, \"from\", content, received_at) VALUES ('m1', 'did:key:z6Mkx', 'hello', 1)",
+        [],
+    )
+    .unwrap();
+    drop(c);
+    ex.chat("anything new?").await.unwrap();
+    assert!(p.requests()[0].trailing.as_deref().unwrap().contains("1 unread message(s)"));
+}

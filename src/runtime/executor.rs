@@ -844,12 +844,7 @@ impl Executor {
         };
         let mut parts = Vec::new();
         if on("inbox_hints") && cfg.pointer("/messaging/inbox_mode").and_then(Value::as_bool) != Some(false) {
-            let unread = self
-                .store
-                .db_query("SELECT count(*) AS n FROM adf_inbox WHERE status = 'unread'", &[], false)
-                .ok()
-                .and_then(|o| o.rows.first().and_then(|r| r["n"].as_u64()))
-                .unwrap_or(0);
+            let unread = self.store.inbox_unread().unwrap_or(0);
             if unread > 0 {
                 parts.push(format!(
                     "You have {unread} unread message(s) in your inbox. Use msg_list and msg_read to read them."

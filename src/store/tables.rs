@@ -46,3 +46,12 @@ impl Store {
         Ok(out)
     }
 }
+
+impl Store {
+    /// Unread messages in the inbox (for the dynamic inbox hint).
+    pub fn inbox_unread(&self) -> Result<u64> {
+        let mut stmt =
+            self.conn().prepare_cached("SELECT count(*) FROM adf_inbox WHERE status = 'unread'").at(self.path())?;
+        stmt.query_row([], |r| r.get::<_, i64>(0)).map(|n| n.max(0) as u64).at(self.path())
+    }
+}
