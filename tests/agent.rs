@@ -173,3 +173,53 @@ async fn a_suspension_can_be_lifted() {
 fn visible(store: &adf::store::Store) -> Vec<adf::store::loop_rows::LoopRow> {
     store.loop_rows(None).unwrap().into_iter().filter(|r| !adf::runtime::prompt::is_context_row(r)).collect()
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_approval_given_later_resumes_the_paused_turn() {
+    let dir = tmp();
+    let path = dir.path().join("a.adf");
+    let (store, _) =
+        Store::create(&path, &NewAgent { provider: Some("scripted"), model: Some("m"), ..Default::default() }).unwrap();
+    // First run: nobody is there to approve; the turn pauses.
+    let call =
+        Reply::Tools(vec![("sys_update_config".into(), json!({"path": "description", "value": "approved later"}))]);
+    let mut ex =
+        Executor::new(store, Arc::new(Scripted::new([call])), Bus::new(), Arc::new(adf::runtime::executor::Absent))
+            .unwrap();
+    let adf::runtime::executor::TurnEnd::AwaitingOwner { task_id } = ex.chat("tidy your description").await.unwrap()
+    else {
+        panic!("expected a pause")
+    };
+    ex.store.close().unwrap();
+    // Later, as an actor: the owner approves and the turn goes on.
+    let store = Store::open(&path).unwrap();
+    let bus = Bus::new();
+    let mut sub = bus.subscribe(None, Filter::default());
+    let owner = waiting_owner();
+    let ex =
+        Executor::new(store, Arc::new(Scripted::new([Reply::Text("Done, it is tidy.".into())])), bus, owner.clone())
+            .unwrap();
+    let (h, task) = spawn(ex, owner);
+    h.send(AgentCommand::Approve { task_id: task_id.clone(), always: false });
+    let done = wait_for(&mut sub, "turn.completed").await;
+    assert_eq!(done["content"], "Done, it is tidy.");
+    drop(h);
+    let ex = task.await.unwrap();
+    assert_eq!(ex.store.config_value().unwrap()["description"], "approved later");
+    assert_eq!(ex.store.task_get(&task_id).unwrap().unwrap().status, "completed");
+    let rows: Vec<String> = ex
+        .store
+        .loop_rows(None)
+        .unwrap()
+        .iter()
+        .filter(|r| !adf::runtime::prompt::is_context_row(r))
+        .map(|r| r.content[0]["type"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(rows, ["text", "tool_use", "tool_result", "text"]);
+    // An approval for nothing paused is refused and changes nothing.
+    let store = ex.store;
+    let mut ex =
+        Executor::new(store, Arc::new(Scripted::new([])), Bus::new(), Arc::new(adf::runtime::executor::Absent))
+            .unwrap();
+    assert!(ex.resume_paused(&task_id, adf::runtime::executor::Decision::Approve { always: false }).await.is_err());
+}

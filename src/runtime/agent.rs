@@ -126,6 +126,8 @@ pub fn spawn_with_tick(
     let task = tokio::spawn(async move {
         let mut next: Option<String> = None;
         let mut resume = false;
+        // An approval given for a turn that paused before this actor ran.
+        let mut paused: Option<(String, Decision)> = None;
         let mut timer_wakes: std::collections::VecDeque<String> = Default::default();
         let mut quiet_ticks: u32 = 0;
         let mut ticker = tokio::time::interval(tick);
@@ -134,6 +136,7 @@ pub fn spawn_with_tick(
             let (message, event_type) = match next.take() {
                 Some(m) => (m, "chat"),
                 None if std::mem::take(&mut resume) => (String::new(), "resume"),
+                None if paused.is_some() => (String::new(), "approval"),
                 None => match timer_wakes.pop_front() {
                     Some(w) => (w, "timer"),
                     None => match tokio::select! {
@@ -165,6 +168,14 @@ pub fn spawn_with_tick(
                                 }
                                 continue;
                             }
+                            Some(AgentCommand::Approve { task_id, always }) => {
+                                paused = Some((task_id, Decision::Approve { always }));
+                                continue;
+                            }
+                            Some(AgentCommand::Deny { task_id, feedback }) => {
+                                paused = Some((task_id, Decision::Deny { feedback }));
+                                continue;
+                            }
                             Some(_) => continue,
                         },
                     },
@@ -176,7 +187,8 @@ pub fn spawn_with_tick(
             // How a dropped turn ended: (reason, state).
             let mut cut: Option<(&'static str, String)> = None;
             {
-                let turn = ex.turn_for(&message, event_type);
+                let approval = if event_type == "approval" { paused.take() } else { None };
+                let turn = ex.turn_for(&message, event_type, approval);
                 tokio::pin!(turn);
                 loop {
                     tokio::select! {

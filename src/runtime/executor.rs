@@ -107,6 +107,9 @@ pub struct Executor {
     transcript: prompt::Transcript,
     /// The owner's price list, for the cost of each call.
     prices: crate::providers::prices::Prices,
+    /// A decision given before its approval is asked again (resuming a
+    /// paused turn): (origin, task id, decision).
+    preset: Option<(String, String, Decision)>,
     /// What was last written as `[Context: …]` rows, and the warning tier
     /// reached this session.
     context_hash: Option<u64>,
@@ -164,6 +167,7 @@ impl Executor {
             current: None,
             prices: Default::default(),
             context_hash: None,
+            preset: None,
             last_dynamic: None,
             warned: 0,
             state: "idle".into(),
@@ -368,8 +372,18 @@ impl Executor {
     }
 
     /// `wake` for a message, `resume` for an empty one with event `resume`.
-    pub async fn turn_for(&mut self, text: &str, event_type: &str) -> Result<TurnEnd, StoreError> {
-        if event_type == "resume" { self.resume().await } else { self.wake(text, event_type).await }
+    /// The actor's entry: `resume`, a paused approval, or a wake.
+    pub async fn turn_for(
+        &mut self,
+        text: &str,
+        event_type: &str,
+        approval: Option<(String, Decision)>,
+    ) -> Result<TurnEnd, StoreError> {
+        match (event_type, approval) {
+            ("resume", _) => self.resume().await,
+            (_, Some((task_id, decision))) => self.resume_paused(&task_id, decision).await,
+            _ => self.wake(text, event_type).await,
+        }
     }
 
     /// `limits.suspend_timeout_ms`, default 20 minutes.
@@ -407,7 +421,18 @@ impl Executor {
     }
 
     async fn turn(&mut self, text: Option<&str>, event_type: &str) -> Result<TurnEnd, StoreError> {
-        self.settle_dangling()?;
+        self.turn_with(text, event_type, &[]).await
+    }
+
+    async fn turn_with(
+        &mut self,
+        text: Option<&str>,
+        event_type: &str,
+        resume_calls: &[Value],
+    ) -> Result<TurnEnd, StoreError> {
+        if resume_calls.is_empty() {
+            self.settle_dangling()?;
+        }
         let turn_id = format!("turn_{}", crate::store::create::nanoid(10));
         let now = crate::store::now_ms();
         self.checkpoint(&json!({"id": turn_id, "status": "in_progress", "started_at": now, "updated_at": now,
@@ -417,7 +442,7 @@ impl Executor {
             self.user_text(text)?;
         }
         self.set_state("active");
-        let end = self.run_loop(&turn_id).await;
+        let end = self.run_loop(&turn_id, resume_calls).await;
         self.current = None;
         let end = match end {
             Ok(e) => e,
@@ -553,10 +578,16 @@ impl Executor {
         }
     }
 
-    async fn run_loop(&mut self, turn_id: &str) -> Result<TurnEnd, StoreError> {
+    async fn run_loop(&mut self, turn_id: &str, resume_calls: &[Value]) -> Result<TurnEnd, StoreError> {
         let source = format!("agent:{turn_id}");
         let mut active_turns: u64 = 0;
         let mut narration = 0;
+        if !resume_calls.is_empty() {
+            let cached = self.config()?;
+            if let Some(e) = self.answer(resume_calls, &cached, &source).await? {
+                return Ok(e);
+            }
+        }
         loop {
             // Let other agents run between steps: the SQLite work here is
             // short but never awaits.
@@ -620,63 +651,76 @@ impl Executor {
                 continue;
             }
             narration = 0;
-            let mut results = Vec::new();
-            let mut signals = Vec::new();
-            let mut end: Option<TurnEnd> = None;
-            for call in &calls {
-                let id = call["id"].as_str().unwrap_or("").to_string();
-                let name = call["name"].as_str().unwrap_or("").to_string();
-                let input = call["input"].clone();
-                self.emit(kind::TOOL_STARTED, &source, json!({"name": name, "id": id, "input": event_preview(&input)}));
-                let out = match self.gate_and_run(cfg, typed, &id, &name, &input, &source).await? {
-                    Gate::Done(out) => out,
-                    Gate::Paused(task_id) => {
-                        if !results.is_empty() {
-                            self.append("user", &Value::Array(results), None, None)?;
-                        }
-                        return Ok(TurnEnd::AwaitingOwner { task_id });
-                    }
-                };
-                let mut out = limit(typed, &name, out);
-                if let Some(sig) = out.signal.take() {
-                    signals.push(sig);
-                }
-                let ty = if out.is_error { kind::TOOL_FAILED } else { kind::TOOL_COMPLETED };
-                self.emit(
-                    ty,
-                    &source,
-                    json!({"name": name, "id": id, "result": clip(&out.content, EVENT_TEXT), "isError": out.is_error}),
-                );
-                let mut block = json!({"type": "tool_result", "tool_use_id": id, "content": out.content});
-                if out.is_error {
-                    block["is_error"] = json!(true);
-                }
-                results.push(block);
-                if let Some(s) = out.target_state {
-                    end = Some(TurnEnd::State { state: s });
-                } else if out.end_turn && end.is_none() {
-                    end = Some(TurnEnd::Completed { text: input["message"].as_str().unwrap_or("").to_string() });
-                }
-            }
-            self.append("user", &Value::Array(results), None, None)?;
-            self.touch_checkpoint();
-            for signal in signals {
-                match signal {
-                    tools::Signal::Compact { instructions } => {
-                        self.compact(cfg, instructions.as_deref(), 2, "voluntary loop_compact".into(), &source).await?;
-                    }
-                    tools::Signal::Clear { start, end: stop } => {
-                        if self.clear(cfg, start, stop, &source)? {
-                            // An empty loop has nothing left to answer.
-                            return Ok(TurnEnd::Completed { text: String::new() });
-                        }
-                    }
-                }
-            }
-            if let Some(e) = end {
+            if let Some(e) = self.answer(&calls, &cached, &source).await? {
                 return Ok(e);
             }
         }
+    }
+
+    /// Run one assistant step's tool calls in order and answer them in one
+    /// row; `Some` when the turn ends here (a state, `respond`, a pause, an
+    /// emptied loop).
+    async fn answer(
+        &mut self,
+        calls: &[Value],
+        cached: &CachedConfig,
+        source: &str,
+    ) -> Result<Option<TurnEnd>, StoreError> {
+        let (cfg, typed) = (&cached.value, &cached.typed);
+        let mut results = Vec::new();
+        let mut signals = Vec::new();
+        let mut end: Option<TurnEnd> = None;
+        for call in calls {
+            let id = call["id"].as_str().unwrap_or("").to_string();
+            let name = call["name"].as_str().unwrap_or("").to_string();
+            let input = call["input"].clone();
+            self.emit(kind::TOOL_STARTED, source, json!({"name": name, "id": id, "input": event_preview(&input)}));
+            let out = match self.gate_and_run(cfg, typed, &id, &name, &input, source).await? {
+                Gate::Done(out) => out,
+                Gate::Paused(task_id) => {
+                    if !results.is_empty() {
+                        self.append("user", &Value::Array(results), None, None)?;
+                    }
+                    return Ok(Some(TurnEnd::AwaitingOwner { task_id }));
+                }
+            };
+            let mut out = limit(typed, &name, out);
+            if let Some(sig) = out.signal.take() {
+                signals.push(sig);
+            }
+            let ty = if out.is_error { kind::TOOL_FAILED } else { kind::TOOL_COMPLETED };
+            self.emit(
+                ty,
+                source,
+                json!({"name": name, "id": id, "result": clip(&out.content, EVENT_TEXT), "isError": out.is_error}),
+            );
+            let mut block = json!({"type": "tool_result", "tool_use_id": id, "content": out.content});
+            if out.is_error {
+                block["is_error"] = json!(true);
+            }
+            results.push(block);
+            if let Some(s) = out.target_state {
+                end = Some(TurnEnd::State { state: s });
+            } else if out.end_turn && end.is_none() {
+                end = Some(TurnEnd::Completed { text: input["message"].as_str().unwrap_or("").to_string() });
+            }
+        }
+        self.append("user", &Value::Array(results), None, None)?;
+        self.touch_checkpoint();
+        for signal in signals {
+            match signal {
+                tools::Signal::Compact { instructions } => {
+                    self.compact(cfg, instructions.as_deref(), 2, "voluntary loop_compact".into(), source).await?;
+                }
+                tools::Signal::Clear { start, end: stop } => {
+                    if self.clear(cfg, start, stop, source)? {
+                        // An empty loop has nothing left to answer.
+                        return Ok(Some(TurnEnd::Completed { text: String::new() }));
+                    }
+                }
+            }
+        }
+        Ok(end)
     }
 
     /// Tokens in context: the last call's input + output, else an estimate.
@@ -1104,6 +1148,14 @@ impl Executor {
         justification: Option<String>,
         source: &str,
     ) -> Result<(String, Decision), StoreError> {
+        let origin = format!("hil:{name}:{id}");
+        if let Some((o, task_id, decision)) = self.preset.take() {
+            if o == origin {
+                self.record_decision(&task_id, &decision, source)?;
+                return Ok((task_id, decision));
+            }
+            self.preset = Some((o, task_id, decision));
+        }
         let mut meta = json!({"reason": reason});
         if let Some(d) = &denial {
             meta["protection"] = json!(d);
@@ -1131,10 +1183,15 @@ impl Executor {
             justification,
         };
         let decision = self.owner.approve(&req).await;
-        match &decision {
+        self.record_decision(&task_id, &decision, source)?;
+        Ok((task_id, decision))
+    }
+
+    fn record_decision(&mut self, task_id: &str, decision: &Decision, source: &str) -> Result<(), StoreError> {
+        match decision {
             Decision::Defer => {}
             Decision::Deny { feedback } => {
-                self.store.task_set(&task_id, "denied", None, Some(feedback.as_deref().unwrap_or("Rejected")))?;
+                self.store.task_set(task_id, "denied", None, Some(feedback.as_deref().unwrap_or("Rejected")))?;
                 self.emit(
                     kind::HIL_RESOLVED,
                     source,
@@ -1149,7 +1206,34 @@ impl Executor {
                 );
             }
         }
-        Ok((task_id, decision))
+        Ok(())
+    }
+
+    /// Answer the approval a paused turn waits on (an `adf chat` that exited
+    /// with status 3, a restart): the turn goes on from the call it stopped
+    /// at, as if the owner had answered at the time.
+    pub async fn resume_paused(&mut self, task_id: &str, decision: Decision) -> Result<TurnEnd, StoreError> {
+        let task = self.store.task_get(task_id)?.ok_or_else(|| StoreError::Missing(format!("no task {task_id}")))?;
+        let origin = task.origin.clone().unwrap_or_default();
+        let waiting = self.session()?.pending.iter().any(|(id, name)| origin == format!("hil:{name}:{id}"));
+        if task.status != "pending_approval" || !waiting {
+            return Err(StoreError::Invalid(format!("task {task_id} is not waiting on a paused turn of this agent")));
+        }
+        let pending: Vec<String> = self.session()?.pending.iter().map(|(id, _)| id.clone()).collect();
+        let rows = self.store.loop_rows(None)?;
+        let calls: Vec<Value> = rows
+            .iter()
+            .rev()
+            .find(|r| r.role == "assistant")
+            .and_then(|r| r.content.as_array().cloned())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|b| b["type"] == "tool_use" && b["id"].as_str().is_some_and(|id| pending.iter().any(|p| p == id)))
+            .collect();
+        self.preset = Some((origin, task_id.to_string(), decision));
+        let end = self.turn_with(None, "approval", &calls).await;
+        self.preset = None;
+        end
     }
 
     /// A protection denial opens an override approval; approved, the call
