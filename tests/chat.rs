@@ -379,3 +379,48 @@ async fn usage_ledger_with_the_owners_prices() {
     let text = ok(&adf(dir.path(), &["usage", "a.adf"], None));
     assert!(text.contains("test-model") && text.contains("costs need prices"), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paused_turn_is_approved_or_denied_later_from_the_cli() {
+    let dir = tmp();
+    let call = |v: &str| {
+        Scripted::sse(anthropic_tool(
+            "toolu_7",
+            "sys_update_config",
+            &format!(r#"{{"path":"description","value":"{v}"}}"#),
+        ))
+    };
+    let fake = FakeProvider::start(vec![call("first"), Scripted::sse(anthropic_text(&["Updated."], 3, 2))]).await;
+    let a = new_agent(dir.path(), "anthropic");
+    let out = run(dir.path(), &fake.base_url, &["chat", "a.adf", "update it"]).await;
+    assert_eq!(out.status.code(), Some(3));
+    let task =
+        query(&a, "SELECT id FROM adf_tasks")[0][0].trim_start_matches("Text(\"").trim_end_matches("\")").to_string();
+    let out = run(dir.path(), &fake.base_url, &["approve", "a.adf", &task]).await;
+    assert_eq!(ok(&out).trim(), "Updated.");
+    assert_eq!(ok(&adf(dir.path(), &["config", "get", "a.adf", "description"], None)).trim(), "first");
+    assert_eq!(query(&a, "SELECT status FROM adf_tasks")[0][0], "Text(\"completed\")");
+    fails(
+        &run(dir.path(), &fake.base_url, &["approve", "a.adf", &task]).await,
+        &["a.adf", "not waiting on a paused turn"],
+    );
+    // Deny with a reason the model sees.
+    fake.push(call("second"));
+    fake.push(Scripted::sse(anthropic_text(&["Fine, leaving it."], 3, 2)));
+    assert_eq!(run(dir.path(), &fake.base_url, &["chat", "a.adf", "again"]).await.status.code(), Some(3));
+    let task = query(&a, "SELECT id FROM adf_tasks WHERE status = 'pending_approval'")[0][0]
+        .trim_start_matches("Text(\"")
+        .trim_end_matches("\")")
+        .to_string();
+    assert_eq!(
+        ok(&run(dir.path(), &fake.base_url, &["deny", "a.adf", &task, "keep it short"]).await).trim(),
+        "Fine, leaving it."
+    );
+    let r = rows(&a);
+    let last_result = r.iter().rev().find(|x| x.1[0]["type"] == "tool_result").unwrap();
+    assert_eq!(
+        last_result.1[0]["content"],
+        "Tool call \"sys_update_config\" was rejected by authorizer. Feedback: keep it short"
+    );
+    assert_eq!(ok(&adf(dir.path(), &["config", "get", "a.adf", "description"], None)).trim(), "first");
+}

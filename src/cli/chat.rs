@@ -74,10 +74,23 @@ impl Owner for Terminal {
     }
 }
 
+/// What `drive` runs.
+pub enum Work<'a> {
+    /// A new turn with the owner's message.
+    Chat(&'a str),
+    /// Answer the approval a paused turn waits on, and let it go on.
+    Resolve { task_id: &'a str, decision: Decision },
+}
+
 pub fn run(out: &Out, path: &Path, message: &str, loop_name: &str) -> anyhow::Result<u8> {
     if loop_name != "main" {
         anyhow::bail!("{}: loop \"{loop_name}\" does not exist (this version runs the main loop only)", path.display());
     }
+    drive(out, path, Work::Chat(message))
+}
+
+/// Run one piece of work on an agent file in-process, streaming as `chat`.
+pub fn drive(out: &Out, path: &Path, work: Work<'_>) -> anyhow::Result<u8> {
     let store = open(path)?;
     let cfg = store.config_value().map_err(|e| at(path, e))?;
     let provider_id = cfg.pointer("/model/provider").and_then(|v| v.as_str()).unwrap_or("");
@@ -130,7 +143,12 @@ pub fn run(out: &Out, path: &Path, message: &str, loop_name: &str) -> anyhow::Re
     };
     let end = rt.block_on(async {
         ex.recover()?;
-        let turn = ex.chat(message);
+        let turn = async {
+            match work {
+                Work::Chat(message) => ex.chat(message).await,
+                Work::Resolve { task_id, decision } => ex.resume_paused(task_id, decision).await,
+            }
+        };
         tokio::pin!(turn);
         loop {
             tokio::select! {

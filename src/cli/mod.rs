@@ -94,6 +94,17 @@ pub enum Command {
     },
     /// List the agents of the fleet (the default when no command is given).
     Agents,
+    /// Approve the tool call a paused turn waits on (after `chat` exited 3);
+    /// the turn goes on.
+    Approve {
+        path: PathBuf,
+        task_id: String,
+        /// Also lift the gate for this tool from now on.
+        #[arg(long)]
+        always: bool,
+    },
+    /// Reject the tool call a paused turn waits on, with feedback the model sees.
+    Deny { path: PathBuf, task_id: String, reason: Option<String> },
     /// The usage ledger of an agent file: calls, tokens and cost per model.
     Usage { path: PathBuf },
     /// Run one turn with a message; the reply streams to stdout.
@@ -181,8 +192,17 @@ pub enum ConfigCmd {
 /// Run one parsed command line; returns the exit status.
 pub fn run(cli: Cli) -> anyhow::Result<u8> {
     let out = Out::new(cli.json);
-    if let Some(Command::Chat { path, message, loop_name }) = &cli.command {
-        return chat::run(&out, path, message, loop_name);
+    match &cli.command {
+        Some(Command::Chat { path, message, loop_name }) => return chat::run(&out, path, message, loop_name),
+        Some(Command::Approve { path, task_id, always }) => {
+            let decision = crate::runtime::executor::Decision::Approve { always: *always };
+            return chat::drive(&out, path, chat::Work::Resolve { task_id, decision });
+        }
+        Some(Command::Deny { path, task_id, reason }) => {
+            let decision = crate::runtime::executor::Decision::Deny { feedback: reason.clone() };
+            return chat::drive(&out, path, chat::Work::Resolve { task_id, decision });
+        }
+        _ => {}
     }
     run_simple(cli.command, &out).map(|()| 0)
 }
@@ -200,7 +220,7 @@ fn run_simple(command: Option<Command>, out: &Out) -> anyhow::Result<()> {
         Some(Command::Sql { path, sql, params }) => sql::run(out, &path, &sql, &params),
         Some(Command::Bench { scenario: Some(sc), agents, seconds, .. }) => scenario::run(out, sc, agents, seconds),
         Some(Command::Bench { suite, iterations, .. }) => bench::run(out, suite, iterations),
-        Some(Command::Chat { .. }) => Ok(()),
+        Some(Command::Chat { .. } | Command::Approve { .. } | Command::Deny { .. }) => Ok(()),
         Some(Command::Usage { path }) => usage::run(out, &path),
     }
 }
