@@ -143,11 +143,12 @@ impl Subscription {
             return Some(i);
         }
         loop {
-            match self.rx.recv().await {
-                Ok(e) if self.filter.matches(&e.event) => return Some(Item::Event(e)),
-                Ok(_) => continue,
-                Err(broadcast::error::RecvError::Lagged(n)) => return Some(Item::Lagged { missed: n }),
-                Err(broadcast::error::RecvError::Closed) => return None,
+            let r = self.rx.recv().await.map_err(|e| match e {
+                broadcast::error::RecvError::Lagged(n) => Some(n),
+                broadcast::error::RecvError::Closed => None,
+            });
+            if let Some(item) = self.accept(r)? {
+                return Some(item);
             }
         }
     }
@@ -158,12 +159,24 @@ impl Subscription {
             return Some(i);
         }
         loop {
-            match self.rx.try_recv() {
-                Ok(e) if self.filter.matches(&e.event) => return Some(Item::Event(e)),
-                Ok(_) => continue,
-                Err(broadcast::error::TryRecvError::Lagged(n)) => return Some(Item::Lagged { missed: n }),
-                Err(_) => return None,
+            let r = self.rx.try_recv().map_err(|e| match e {
+                broadcast::error::TryRecvError::Lagged(n) => Some(n),
+                _ => None,
+            });
+            if let Some(item) = self.accept(r)? {
+                return Some(item);
             }
+        }
+    }
+
+    /// One receive through the filter: `None` ends the subscription (or
+    /// nothing is ready), `Some(None)` skips a filtered-out event.
+    fn accept(&self, r: Result<Arc<Stamped>, Option<u64>>) -> Option<Option<Item>> {
+        match r {
+            Ok(e) if self.filter.matches(&e.event) => Some(Some(Item::Event(e))),
+            Ok(_) => Some(None),
+            Err(Some(missed)) => Some(Some(Item::Lagged { missed })),
+            Err(None) => None,
         }
     }
 }

@@ -5,21 +5,12 @@ use serde_json::{Value, json};
 
 use super::{Ctx, ToolOutput};
 use crate::protocol::kind;
-use crate::store::Caller;
 use crate::store::files::{DEFAULT_MAX_WRITE, Edit, FileEntry, Protection, WriteOptions};
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STANDARD;
 
 fn s<'a>(input: &'a Value, k: &str) -> Option<&'a str> {
     input.get(k).and_then(Value::as_str)
-}
-
-/// The override marker added when a human-approved override was used.
-fn marked(ctx: &Ctx<'_>, protected: bool, text: String) -> String {
-    match ctx.caller {
-        Caller::Agent { override_approved: true, .. } if protected => format!("{text}\n⚠ protection override"),
-        _ => text,
-    }
 }
 
 fn meta_json(e: &FileEntry, content: Value, special: bool) -> Value {
@@ -132,7 +123,7 @@ pub fn write(ctx: &mut Ctx<'_>, input: &Value) -> ToolOutput {
     match result {
         Ok((size, text)) => {
             (ctx.emit)(kind::FILE_WRITTEN, json!({"path": path, "bytes": size}));
-            ToolOutput::ok(marked(ctx, protected, text))
+            ToolOutput::ok(ctx.marked(protected, text))
         }
         Err(e) => e.into(),
     }
@@ -159,7 +150,7 @@ pub fn delete(ctx: &mut Ctx<'_>, input: &Value) -> ToolOutput {
     match ctx.store.file_delete(ctx.caller, path) {
         Ok(()) => {
             (ctx.emit)(kind::FILE_DELETED, json!({"path": path}));
-            ToolOutput::ok(marked(ctx, protected, format!("Deleted \"{path}\".")))
+            ToolOutput::ok(ctx.marked(protected, format!("Deleted \"{path}\".")))
         }
         Err(e) => e.into(),
     }

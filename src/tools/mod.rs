@@ -77,6 +77,17 @@ pub struct Ctx<'a> {
 /// talk to the owner: refused from `adf.*` code and the shell.
 pub const EXCLUDED_FROM_CODE: &[&str] = &["loop_compact", "loop_clear", "say", "ask"];
 
+impl Ctx<'_> {
+    /// Mark a result produced under a human-approved protection override
+    /// ("⚠ protection override"); `protected` says whether the target was.
+    pub fn marked(&self, protected: bool, text: String) -> String {
+        match self.caller {
+            Caller::Agent { override_approved: true, .. } if protected => format!("{text}\n⚠ protection override"),
+            _ => text,
+        }
+    }
+}
+
 /// Keys the runtime reserves: never part of a tool's own input.
 pub const RESERVED: &[&str] = &["_reason", "_async", "_full", "_authorized", "_protection_override"];
 

@@ -4,19 +4,11 @@
 use serde_json::{Value, json};
 
 use super::{Ctx, ToolOutput};
+use crate::store::StoreError;
 use crate::store::config::{self, ConfigRefusal, TOP_LEVEL, get_path, set_path};
 use crate::store::meta::{MetaProtection, render_number};
-use crate::store::{Caller, StoreError};
 
 const HINT: &str = " Use sys_get_config to see the current configuration.";
-
-fn with_marker(ctx: &Ctx<'_>, text: String) -> String {
-    if matches!(ctx.caller, Caller::Agent { override_approved: true, .. }) {
-        format!("{text}\n⚠ protection override")
-    } else {
-        text
-    }
-}
 
 pub fn get_meta(ctx: &mut Ctx<'_>, input: &Value) -> ToolOutput {
     match input.get("key").and_then(Value::as_str) {
@@ -43,13 +35,13 @@ pub fn set_meta(ctx: &mut Ctx<'_>, input: &Value) -> ToolOutput {
     };
     if let Some(delta) = input.get("delta").and_then(Value::as_f64) {
         return match ctx.store.meta_add(ctx.caller, key, delta, protection) {
-            Ok(v) => ToolOutput::ok(with_marker(ctx, format!("OK: {key} = {v}"))),
+            Ok(v) => ToolOutput::ok(ctx.marked(true, format!("OK: {key} = {v}"))),
             Err(e) => e.into(),
         };
     }
     let value = input["value"].as_str().unwrap_or_default();
     match ctx.store.meta_set(ctx.caller, key, value, protection) {
-        Ok(()) => ToolOutput::ok(with_marker(ctx, "OK".into())),
+        Ok(()) => ToolOutput::ok(ctx.marked(true, "OK".into())),
         Err(e) => e.into(),
     }
 }
@@ -57,7 +49,7 @@ pub fn set_meta(ctx: &mut Ctx<'_>, input: &Value) -> ToolOutput {
 pub fn delete_meta(ctx: &mut Ctx<'_>, input: &Value) -> ToolOutput {
     let key = input["key"].as_str().unwrap_or_default();
     match ctx.store.meta_delete(ctx.caller, key) {
-        Ok(true) => ToolOutput::ok(with_marker(ctx, "OK".into())),
+        Ok(true) => ToolOutput::ok(ctx.marked(true, "OK".into())),
         Ok(false) => ToolOutput::ok(format!("Key \"{key}\" not found.")),
         Err(e) => e.into(),
     }
@@ -360,7 +352,7 @@ pub fn update_config(ctx: &mut Ctx<'_>, input: &Value) -> ToolOutput {
         return fail(e);
     }
     match ctx.store.config_replace(next) {
-        Ok(()) => ToolOutput::ok(with_marker(ctx, done)),
+        Ok(()) => ToolOutput::ok(ctx.marked(true, done)),
         Err(StoreError::Invalid(m)) => fail(m),
         Err(e) => e.into(),
     }
