@@ -329,3 +329,23 @@ fn odd_file_names_work() {
         "héllo".as_bytes()
     );
 }
+
+#[test]
+fn bench_scenarios_drive_real_turns() {
+    let dir = tmp();
+    // Paced like the reference driver: one turn per agent per ~100 ms.
+    let r = json(&adf(dir.path(), &["bench", "--scenario", "smoke", "--seconds", "1", "--json"], None));
+    assert_eq!(r["errors"], 0, "{r}");
+    let turns = r["turns"].as_u64().unwrap();
+    assert!((3..=40).contains(&turns), "paced smoke runs a handful of turns: {r}");
+    assert_eq!(r["provider_calls"], turns, "{r}");
+    assert!(r["rss_peak_mb"].as_f64().unwrap() > 0.0, "{r}");
+    // Mixed calls tools: more model calls than turns, and still no errors.
+    let r = json(&adf(
+        dir.path(),
+        &["bench", "--scenario", "mixed", "--agents", "4", "--seconds", "1", "--flat-out", "--json"],
+        None,
+    ));
+    assert_eq!(r["errors"], 0, "{r}");
+    assert!(r["turns"].as_u64().unwrap() >= 1, "{r}");
+}

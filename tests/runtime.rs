@@ -118,7 +118,7 @@ async fn p31_memory_flush_then_compaction() {
     ex.chat("first").await.unwrap();
     ex.chat("second").await.unwrap();
     let t = texts(&ex);
-    assert!(t.iter().any(|(_, x)| x.starts_with("[Context: memory_flush]")), "grace turn first: {t:?}");
+    assert!(t.iter().any(|(_, x)| x.starts_with("Context is about to be compacted")), "grace turn first: {t:?}");
     assert!(!t.iter().any(|(_, x)| x.starts_with("[Loop Compacted")));
     ex.chat("third").await.unwrap();
     let t = texts(&ex);
@@ -416,4 +416,64 @@ async fn unread_inbox_messages_are_hinted() {
     drop(c);
     ex.chat("anything new?").await.unwrap();
     assert!(p.requests()[0].trailing.as_deref().unwrap().contains("1 unread message(s)"));
+}
+
+/// Every text the model was sent in a request, in order.
+fn sent_texts(req: &adf::providers::ModelRequest) -> Vec<String> {
+    req.messages.iter().flat_map(|m| m.content.iter().filter_map(|b| b["text"].as_str().map(String::from))).collect()
+}
+
+/// Point 37: `loop_inject` rejects any role but `user`, writes the v2 row at
+/// once and delivers it at the next model boundary; a key coalesces what is
+/// pending; after a restart only the latest keyed entry is queued again.
+#[tokio::test]
+async fn p37_loop_inject() {
+    let dir = tmp();
+    let store = agent(dir.path(), &[]);
+    let path = store.path().to_path_buf();
+    let (mut ex, p, bus) = exec(store, vec![Reply::Text("a".into()), Reply::Text("b".into())], Arc::new(Absent));
+    for role in ["assistant", "system", "tool"] {
+        let e = ex.loop_inject(&json!({"content": "x", "role": role}), "code").unwrap_err();
+        assert_eq!(e.code, "INVALID_INPUT", "{role}");
+        assert!(e.message.contains("only supports role: \"user\""), "{e}");
+    }
+    let before = ex.store.loop_rows(None).unwrap().len();
+    let big = "x".repeat(16_000 * 3 + 1);
+    assert_eq!(ex.loop_inject(&json!({"content": big}), "code").unwrap_err().code, "INVALID_INPUT");
+    assert_eq!(ex.store.loop_rows(None).unwrap().len(), before, "rejected calls write nothing");
+
+    let ok = ex.loop_inject(&json!({"content": "plain note"}), "lambda:lib/w.js").unwrap();
+    assert!(ok.starts_with("Queued loop_inject context for the next model boundary"), "{ok}");
+    ex.loop_inject(&json!({"content": "20 C", "category": "weather", "key": "oslo"}), "lambda:lib/w.js").unwrap();
+    ex.loop_inject(&json!({"content": "21 C", "category": "weather", "key": "oslo"}), "lambda:lib/w.js").unwrap();
+    let rows: Vec<String> = ex
+        .store
+        .loop_rows(None)
+        .unwrap()
+        .iter()
+        .filter_map(|r| r.content[0]["text"].as_str().map(String::from))
+        .collect();
+    assert!(rows.contains(&"[Context: loop_inject | loop_inject=v2 | origin=lambda:lib/w.js] plain note".to_string()));
+    assert!(rows.contains(&"[Context: weather | loop_inject=v2 | origin=lambda:lib/w.js | key=oslo] 20 C".to_string()));
+    assert!(rows.contains(&"[Context: weather | loop_inject=v2 | origin=lambda:lib/w.js | key=oslo] 21 C".to_string()));
+    assert!(events(&bus).iter().filter(|t| *t == "context.injected").count() >= 3);
+
+    ex.chat("hi").await.unwrap();
+    let sent = sent_texts(&p.requests()[0]);
+    assert!(sent.iter().any(|t| t.ends_with("] plain note")), "{sent:?}");
+    assert!(sent.iter().any(|t| t.ends_with("key=oslo] 21 C")), "{sent:?}");
+    assert!(!sent.iter().any(|t| t.ends_with("key=oslo] 20 C")), "a pending key is replaced: {sent:?}");
+    ex.store.close().unwrap();
+
+    // Restart: the keyed state comes back once, the one-shot notice does not.
+    let store = Store::open(&path).unwrap();
+    let (mut ex, p, _) = exec(store, vec![Reply::Text("c".into())], Arc::new(Absent));
+    ex.chat("again").await.unwrap();
+    let sent = sent_texts(&p.requests()[0]);
+    assert_eq!(sent.iter().filter(|t| t.ends_with("key=oslo] 21 C")).count(), 1, "{sent:?}");
+    assert!(!sent.iter().any(|t| t.contains("plain note") || t.ends_with("20 C")), "{sent:?}");
+
+    // `code_execution.loop_inject: false` turns it off.
+    ex.store.config_set(Caller::Owner, "code_execution.loop_inject", json!(false)).unwrap();
+    assert_eq!(ex.loop_inject(&json!({"content": "x"}), "code").unwrap_err().code, "DISABLED");
 }

@@ -91,6 +91,10 @@ pub enum Command {
         /// Override the scenario's duration.
         #[arg(long)]
         seconds: Option<u64>,
+        /// Drive every agent flat out (next turn as soon as one ends) instead
+        /// of the reference driver's paced rate: a throughput test.
+        #[arg(long)]
+        flat_out: bool,
     },
     /// List the agents of the fleet (the default when no command is given).
     Agents,
@@ -218,7 +222,9 @@ fn run_simple(command: Option<Command>, out: &Out) -> anyhow::Result<()> {
         Some(Command::Meta(cmd)) => meta::run(out, cmd),
         Some(Command::Config(cmd)) => config::run(out, cmd),
         Some(Command::Sql { path, sql, params }) => sql::run(out, &path, &sql, &params),
-        Some(Command::Bench { scenario: Some(sc), agents, seconds, .. }) => scenario::run(out, sc, agents, seconds),
+        Some(Command::Bench { scenario: Some(sc), agents, seconds, flat_out, .. }) => {
+            scenario::run(out, sc, agents, seconds, flat_out)
+        }
         Some(Command::Bench { suite, iterations, .. }) => bench::run(out, suite, iterations),
         Some(Command::Chat { .. } | Command::Approve { .. } | Command::Deny { .. }) => Ok(()),
         Some(Command::Usage { path }) => usage::run(out, &path),

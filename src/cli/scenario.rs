@@ -40,17 +40,31 @@ struct Params {
     latency_ms: u64,
     tool_ratio: f64,
     seconds: u64,
+    /// Target turns per agent per minute, as the reference's load driver:
+    /// after a turn ends the agent waits `60 000 / rate` ms ±50 % jitter.
+    turns_per_min: f64,
+    /// Approximate output tokens of a reply (the reply has tokens / 1.3 words).
+    tokens: usize,
 }
 
 fn params(s: Scenario) -> Params {
-    let p = |agents, latency_ms, tool_ratio, seconds| Params { agents, latency_ms, tool_ratio, seconds };
+    let p = |agents, latency_ms, tool_ratio, seconds, turns_per_min, tokens| Params {
+        agents,
+        latency_ms,
+        tool_ratio,
+        seconds,
+        turns_per_min,
+        tokens,
+    };
+    // Rates and reply sizes are the reference harness's (scenarios.ts);
+    // agents, latency, tool mix and durations are the issue's.
     match s {
-        Scenario::Smoke => p(1, 0, 0.0, 3),
-        Scenario::Overhead => p(10, 0, 0.0, 5),
-        Scenario::Idle => p(50, 800, 0.0, 15),
-        Scenario::Mixed => p(20, 1200, 0.4, 15),
-        Scenario::Burst => p(30, 800, 0.0, 10),
-        Scenario::Loaded => p(100, 0, 0.0, 2),
+        Scenario::Smoke => p(1, 0, 0.0, 3, 600.0, 120),
+        Scenario::Overhead => p(10, 0, 0.0, 5, 600.0, 120),
+        Scenario::Idle => p(50, 800, 0.0, 15, 0.2, 60),
+        Scenario::Mixed => p(20, 1200, 0.4, 15, 2.0, 200),
+        Scenario::Burst => p(30, 800, 0.0, 10, 120.0, 100),
+        Scenario::Loaded => p(100, 0, 0.0, 2, 0.0, 0),
     }
 }
 
@@ -88,6 +102,22 @@ fn rss() -> (f64, f64) {
     (kb("VmRSS:") / 1024.0, kb("VmHWM:") / 1024.0)
 }
 
+/// A reply of about `tokens` output tokens (tokens / 1.3 words), as the
+/// reference's mock provider makes them.
+fn reply_text(tokens: usize) -> String {
+    const WORDS: [&str; 8] = ["the", "agent", "noted", "a", "result", "and", "moved", "on"];
+    let n = ((tokens as f64 / 1.3) as usize).max(1);
+    let mut s = String::with_capacity(n * 6);
+    for i in 0..n {
+        if i > 0 {
+            s.push(' ');
+        }
+        s.push_str(WORDS[i % WORDS.len()]);
+    }
+    s.push('.');
+    s
+}
+
 fn pct(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -95,10 +125,19 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
-pub fn run(out: &Out, scenario: Scenario, agents: Option<usize>, seconds: Option<u64>) -> anyhow::Result<()> {
+pub fn run(
+    out: &Out,
+    scenario: Scenario,
+    agents: Option<usize>,
+    seconds: Option<u64>,
+    flat_out: bool,
+) -> anyhow::Result<()> {
     let mut p = params(scenario);
     p.agents = agents.unwrap_or(p.agents);
     p.seconds = seconds.unwrap_or(p.seconds);
+    if flat_out {
+        p.turns_per_min = 0.0;
+    }
     let dir = std::env::temp_dir().join(format!("adf-scenario-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let result = run_in(&dir, scenario, &p);
@@ -124,20 +163,23 @@ fn run_in(dir: &std::path::Path, scenario: Scenario, p: &Params) -> anyhow::Resu
         let path = dir.join(format!("agent-{i}.adf"));
         create_file(&path, &NewAgent { provider: Some("scripted"), model: Some("mock"), ..Default::default() })?;
         let ratio = p.tool_ratio;
+        let reply = reply_text(p.tokens);
         let provider = Arc::new(
             Scripted::new([]).without_recording().with_latency(Duration::from_millis(p.latency_ms)).with_fallback(
                 move |req| {
-                    // After a tool result, answer in text; otherwise call a tool
-                    // with the scenario's probability.
-                    let last_is_result =
-                        req.messages.last().is_some_and(|m| m.content.iter().any(|b| b["type"] == "tool_result"));
-                    if !last_is_result && rand::random::<f64>() < ratio {
-                        Reply::Tools(vec![(
-                            "fs_write".into(),
-                            json!({"mode": "append", "path": "log.md", "content": "tick\n"}),
-                        )])
+                    // At most two tool calls in a row (the reference's
+                    // `maxToolCallStreak`), each with the scenario's probability.
+                    let streak = req
+                        .messages
+                        .iter()
+                        .rev()
+                        .take_while(|m| m.content.iter().any(|b| b["type"] == "tool_result" || b["type"] == "tool_use"))
+                        .filter(|m| m.content.iter().any(|b| b["type"] == "tool_use"))
+                        .count();
+                    if streak < 2 && rand::random::<f64>() < ratio {
+                        Reply::Tools(vec![("fs_list".into(), json!({}))])
                     } else {
-                        Reply::Text("Done.".into())
+                        Reply::Text(reply.clone())
                     }
                 },
             ),
@@ -171,6 +213,7 @@ fn run_in(dir: &std::path::Path, scenario: Scenario, p: &Params) -> anyhow::Resu
     let burst = matches!(scenario, Scenario::Burst);
     let loaded = matches!(scenario, Scenario::Loaded);
     let latency = p.latency_ms as f64;
+    let mean_gap_ms = if p.turns_per_min > 0.0 { 60_000.0 / p.turns_per_min } else { 0.0 };
     for (i, mut ex) in executors.into_iter().enumerate() {
         let samples = samples.clone();
         let provider = providers[i].clone();
@@ -195,6 +238,11 @@ fn run_in(dir: &std::path::Path, scenario: Scenario, p: &Params) -> anyhow::Resu
                         }
                     }
                     _ => errors += 1,
+                }
+                if mean_gap_ms > 0.0 {
+                    let gap = mean_gap_ms * (1.0 + (rand::random::<f64>() * 2.0 - 1.0) * 0.5);
+                    let until = (Instant::now() + Duration::from_secs_f64(gap / 1000.0)).min(deadline);
+                    tokio::time::sleep_until(until.into()).await;
                 }
             }
             (ex, errors)

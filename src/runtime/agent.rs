@@ -147,8 +147,10 @@ pub fn spawn_with_tick(
                             if let Ok(w) = ex.fire_timers(crate::store::now_ms()) {
                                 timer_wakes.extend(w);
                             }
-                            quiet_ticks += 1;
-                            if quiet_ticks == RELEASE_AFTER_TICKS {
+                            quiet_ticks = quiet_ticks.saturating_add(1);
+                            // Unkeyed injections live only in memory until
+                            // delivered: keep the agent loaded for them.
+                            if quiet_ticks >= RELEASE_AFTER_TICKS && ex.is_loaded() && ex.inject_queue().is_empty() {
                                 ex.release();
                             }
                             continue;

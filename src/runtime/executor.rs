@@ -12,6 +12,7 @@ use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::bus::Bus;
+use super::inject::{self, InjectError, InjectQueue, Injection};
 use super::prompt;
 use crate::protocol::{Envelope, kind};
 use crate::providers::{ErrorKind, ModelEvent, ModelRequest, Provider, ProviderError, Response, ToolSpec, Usage};
@@ -125,6 +126,8 @@ pub struct Executor {
     /// `error`, `idle`, … as last set by a turn.
     pub state: String,
     on_delta: Option<DeltaSink>,
+    /// `loop_inject` context waiting for the next model boundary.
+    inject: InjectQueue,
 }
 
 fn iso(ms: i64) -> String {
@@ -172,6 +175,7 @@ impl Executor {
             warned: 0,
             state: "idle".into(),
             on_delta: None,
+            inject: InjectQueue::default(),
         })
     }
 
@@ -239,6 +243,17 @@ impl Executor {
                 s.add(r);
             }
             self.transcript.rebuild(&rows);
+            // Keyed injections are state: the latest of each key is queued
+            // again; what was pending in memory comes after and wins.
+            let pending = self.inject.drain();
+            for r in &rows {
+                if let Some(inj) = prompt::context_text(r).and_then(|t| inject::parse_keyed(t, r.seq)) {
+                    self.inject.push(inj);
+                }
+            }
+            for inj in pending {
+                self.inject.push(inj);
+            }
             self.session = Some(s);
         }
         Ok(self.session.get_or_insert_with(Session::default))
@@ -864,6 +879,41 @@ impl Executor {
         self.cfg = None;
     }
 
+    /// `loop_inject` from code (runtime.md §7.3): write the context row now
+    /// and queue it for the next model boundary. `origin` is the runtime's
+    /// name for the caller (`lambda:<file>`, `code`, …), never the caller's.
+    pub fn loop_inject(&mut self, args: &Value, origin: &str) -> Result<String, InjectError> {
+        let c = self.config().map_err(|e| InjectError { code: "INTERNAL_ERROR", message: e.to_string() })?;
+        let disabled =
+            c.typed.code_execution.as_ref().and_then(|ce| ce.extra.get("loop_inject")) == Some(&Value::Bool(false));
+        if disabled {
+            return Err(InjectError {
+                code: "DISABLED",
+                message: "\"loop_inject\" is disabled in code_execution config".into(),
+            });
+        }
+        let max = c.typed.limits.as_ref().and_then(|l| l.max_tool_result_tokens).unwrap_or(16_000).max(1) as usize;
+        let (text, key) = inject::build(args, max * 3, origin)?;
+        self.session().map_err(|e| InjectError { code: "INTERNAL_ERROR", message: e.to_string() })?;
+        let seq = self
+            .user_text(&text)
+            .map_err(|e| InjectError { code: "INTERNAL_ERROR", message: format!("loop_inject failed: {e}") })?;
+        let category = args["category"].as_str().unwrap_or("loop_inject").to_string();
+        let chars = args["content"].as_str().map_or(0, |s| s.chars().count());
+        self.inject.push(Injection { text: text.clone(), key: key.clone(), seq });
+        self.emit(
+            kind::CONTEXT_INJECTED,
+            "system:executor",
+            json!({"category": category, "origin": origin, "key": key, "content": text, "delivery": "next_boundary"}),
+        );
+        Ok(format!("Queued {category} context for the next model boundary ({chars} chars)."))
+    }
+
+    /// The injection queue, for code that runs outside a turn.
+    pub fn inject_queue(&self) -> InjectQueue {
+        self.inject.clone()
+    }
+
     /// Whether the in-memory caches are loaded (for tests and diagnostics).
     pub fn is_loaded(&self) -> bool {
         self.session.is_some()
@@ -975,6 +1025,9 @@ impl Executor {
         let (cfg, typed) = (&c.value, &c.typed);
         let system = prompt::system_prompt(&self.store, cfg, &mut self.snapshot);
         self.session()?;
+        for inj in self.inject.drain() {
+            self.transcript.push_injection(&inj.text);
+        }
         let messages = self.transcript.view();
         let model = typed.model.clone().unwrap_or_default();
         let effort =
@@ -1441,7 +1494,8 @@ impl Session {
     }
 }
 
-const MEMORY_FLUSH: &str = "[Context: memory_flush] Your context is nearly full and will be compacted soon. \
+/// A plain user message (not a `[Context: …]` row): the model must see it.
+const MEMORY_FLUSH: &str = "Context is about to be compacted: your context is nearly full. \
 Before that happens, write anything you need to keep to mind.md (one line each) or to pages under mind/ \
 with an entry in mind/log.md, citing the messages it came from as [S<seq>]. Then continue.";
 

@@ -5,4 +5,5 @@ pub mod agent;
 pub mod bus;
 pub mod executor;
 pub mod fleet;
+pub mod inject;
 pub mod prompt;

@@ -57,12 +57,23 @@ pub fn is_autonomous(cfg: &Value) -> bool {
     }
 }
 
-/// Whether a row is an injected context row (audit only, never replayed).
+/// Whether a row is a `[Context: …]` row (the system prompt, dynamic
+/// instructions, `loop_inject`): audit only, never replayed as history.
 pub fn is_context_row(r: &LoopRow) -> bool {
-    r.role == "user"
-        && r.content.as_array().and_then(|a| a.first()).and_then(|b| b["text"].as_str()).is_some_and(|t| {
-            t.starts_with("[Context: system_prompt]") || t.starts_with("[Context: dynamic_instructions]")
-        })
+    context_text(r).is_some()
+}
+
+/// The text of a `[Context: …]` row.
+pub fn context_text(r: &LoopRow) -> Option<&str> {
+    if r.role != "user" {
+        return None;
+    }
+    match &r.content {
+        Value::String(s) => Some(s.as_str()),
+        Value::Array(a) => a.first().and_then(|b| b["text"].as_str()),
+        _ => None,
+    }
+    .filter(|t| t.starts_with("[Context: "))
 }
 
 fn stamp(created_at: i64) -> String {
@@ -156,6 +167,13 @@ impl Transcript {
             }
         }
         push(msgs, m);
+    }
+
+    /// Add queued `loop_inject` context at a model boundary (its row is
+    /// already in the loop, as an audit-only context row).
+    pub fn push_injection(&mut self, text: &str) {
+        let m = Message { role: Role::User, content: vec![serde_json::json!({"type": "text", "text": text})] };
+        push(Arc::make_mut(&mut self.msgs), m);
     }
 
     /// Rows folded in so far.
