@@ -11,3 +11,4 @@ pub mod providers;
 pub mod runtime;
 pub mod store;
 pub mod tools;
+pub mod tui;

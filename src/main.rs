@@ -8,6 +8,8 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     std::panic::set_hook(Box::new(|info| {
+        // The terminal app may have the terminal in raw mode.
+        adf::tui::restore_terminal();
         let msg = info
             .payload()
             .downcast_ref::<&str>()

@@ -102,22 +102,28 @@ fn row(path: PathBuf) -> AgentRow {
     r
 }
 
+/// The fleet folder's agents; on first run (no agents) the folder is
+/// created with one example agent (then `true`).
+pub fn ensure_fleet(dir: &Path) -> anyhow::Result<(Vec<PathBuf>, bool)> {
+    let files = scan(dir);
+    if !files.is_empty() {
+        return Ok((files, false));
+    }
+    std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("{}: cannot create fleet folder: {e}", dir.display()))?;
+    let example = dir.join("example.adf");
+    create_file(
+        &example,
+        &NewAgent { name: Some("example"), description: Some("An example agent"), ..Default::default() },
+    )
+    .map_err(|e| at(&example, e))?;
+    Ok((scan(dir), true))
+}
+
 pub fn agents(out: &Out) -> anyhow::Result<()> {
     let dir = paths::fleet_dir();
-    let mut files = scan(&dir);
-    if files.is_empty() {
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| anyhow::anyhow!("{}: cannot create fleet folder: {e}", dir.display()))?;
-        let example = dir.join("example.adf");
-        create_file(
-            &example,
-            &NewAgent { name: Some("example"), description: Some("An example agent"), ..Default::default() },
-        )
-        .map_err(|e| at(&example, e))?;
-        if !out.json {
-            out.line(format!("created the fleet folder {} with one example agent", dir.display()))?;
-        }
-        files = scan(&dir);
+    let (files, created) = ensure_fleet(&dir)?;
+    if created && !out.json {
+        out.line(format!("created the fleet folder {} with one example agent", dir.display()))?;
     }
     let rows: Vec<AgentRow> = files.into_iter().map(row).collect();
     if out.json {

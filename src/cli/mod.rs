@@ -18,7 +18,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
-pub use fleet::scan;
+pub use fleet::{ensure_fleet, scan};
 pub use output::Out;
 
 /// Run and manage AI agents that each live in one .adf file.
@@ -28,6 +28,15 @@ pub struct Cli {
     /// Print machine-readable JSON instead of text.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Terminal app: draw below the prompt instead of on the alternate screen.
+    #[arg(long)]
+    pub inline: bool,
+    /// Terminal app: a theme (default, dark, light, high-contrast) or a theme file.
+    #[arg(long)]
+    pub theme: Option<String>,
+    /// Terminal app: ASCII glyphs even where the locale is UTF-8.
+    #[arg(long)]
+    pub ascii: bool,
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -205,6 +214,17 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Some(Command::Deny { path, task_id, reason }) => {
             let decision = crate::runtime::executor::Decision::Deny { feedback: reason.clone() };
             return chat::drive(&out, path, chat::Work::Resolve { task_id, decision });
+        }
+        // Without a command: the terminal app on a terminal, the agent
+        // list when the output is a pipe (scripts).
+        None if std::io::IsTerminal::is_terminal(&std::io::stdout()) && !out.json => {
+            crate::tui::run(crate::tui::Options {
+                inline: cli.inline,
+                theme: cli.theme.clone(),
+                ascii: cli.ascii,
+                files: Vec::new(),
+            })?;
+            return Ok(0);
         }
         _ => {}
     }

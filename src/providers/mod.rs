@@ -339,6 +339,32 @@ pub fn http_client() -> reqwest::Client {
         .unwrap_or_else(|_| reqwest::Client::new())
 }
 
+/// The provider of an agent whose account is not set up: every call fails
+/// with a structural error that says how to connect one, so the agent still
+/// loads and its files, tables and events can be browsed.
+pub struct Unconfigured {
+    pub why: String,
+}
+
+impl Provider for Unconfigured {
+    fn id(&self) -> &str {
+        "unconfigured"
+    }
+
+    fn stream(&self, _req: ModelRequest) -> futures_util::future::BoxFuture<'_, Result<EventStream, ProviderError>> {
+        let message = self.why.clone();
+        Box::pin(async move {
+            Err(ProviderError {
+                provider: "unconfigured".into(),
+                kind: ErrorKind::Structural,
+                status: None,
+                message,
+                retry_after: None,
+            })
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

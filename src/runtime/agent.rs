@@ -33,6 +33,18 @@ pub enum AgentCommand {
     SetState(String),
     /// Lift a suspension (`max_active_turns` reached): the turn goes on.
     Resume,
+    /// Owner work on the agent's file (an edited file written back, a
+    /// query): runs at once when no turn runs, else right after the turn.
+    With(OwnerWork),
+}
+
+/// A closure run on the actor's executor.
+pub struct OwnerWork(pub Box<dyn FnOnce(&mut Executor) + Send>);
+
+impl std::fmt::Debug for OwnerWork {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OwnerWork")
+    }
 }
 
 /// Approvals and asks wait here for the owner's command.
@@ -130,6 +142,8 @@ pub fn spawn_with_tick(
         let mut paused: Option<(String, Decision)> = None;
         let mut timer_wakes: std::collections::VecDeque<String> = Default::default();
         let mut quiet_ticks: u32 = 0;
+        // Owner work that arrived during a turn.
+        let mut deferred: Vec<OwnerWork> = Vec::new();
         let mut ticker = tokio::time::interval(tick);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -176,6 +190,10 @@ pub fn spawn_with_tick(
                             }
                             Some(AgentCommand::Deny { task_id, feedback }) => {
                                 paused = Some((task_id, Decision::Deny { feedback }));
+                                continue;
+                            }
+                            Some(AgentCommand::With(w)) => {
+                                (w.0)(&mut ex);
                                 continue;
                             }
                             Some(_) => continue,
@@ -232,9 +250,13 @@ pub fn spawn_with_tick(
                                 owner.answer_ask(&task_id, text);
                             }
                             Some(AgentCommand::Resume) => {}
+                            Some(AgentCommand::With(w)) => deferred.push(w),
                         },
                     }
                 }
+            }
+            for w in deferred.drain(..) {
+                (w.0)(&mut ex);
             }
             // The turn future is gone: waiting approvals and asks with it.
             owner.clear();
@@ -266,6 +288,7 @@ pub fn spawn_with_tick(
                                 if s == "off" { ex.suspension_refused(false); stop = true; } else { ex.interrupted("owner_state_transition", &s); }
                                 break;
                             }
+                            Some(AgentCommand::With(w)) => (w.0)(&mut ex),
                             Some(_) => {}
                         },
                     }

@@ -128,6 +128,9 @@ pub struct Executor {
     on_delta: Option<DeltaSink>,
     /// `loop_inject` context waiting for the next model boundary.
     inject: InjectQueue,
+    /// Publish `turn.delta` events (`umbilical.stream_deltas`, or a
+    /// front end that renders streams).
+    stream_deltas: bool,
 }
 
 fn iso(ms: i64) -> String {
@@ -176,6 +179,7 @@ impl Executor {
             state: "idle".into(),
             on_delta: None,
             inject: InjectQueue::default(),
+            stream_deltas: false,
         })
     }
 
@@ -187,6 +191,11 @@ impl Executor {
     /// Receive text and reasoning deltas as they stream.
     pub fn on_delta(&mut self, f: impl FnMut(&ModelEvent) + Send + 'static) {
         self.on_delta = Some(Box::new(f));
+    }
+
+    /// Publish text and reasoning deltas as `turn.delta` events.
+    pub fn stream_deltas(&mut self, on: bool) {
+        self.stream_deltas = on;
     }
 
     pub fn agent_id(&self) -> &str {
@@ -1065,9 +1074,18 @@ impl Executor {
             let provider = self.provider.clone();
             let result = match provider.stream(req.clone()).await {
                 Ok(stream) => {
+                    let deltas = self.stream_deltas;
                     crate::providers::collect(stream, provider.id(), |e| {
                         if let Some(f) = on_delta.as_mut() {
                             f(e);
+                        }
+                        if deltas {
+                            let (k, text) = match e {
+                                ModelEvent::TextDelta(t) => ("text", t),
+                                ModelEvent::ReasoningDelta(t) => ("thinking", t),
+                                _ => return,
+                            };
+                            self.emit(kind::TURN_DELTA, source, json!({"kind": k, "text": text}));
                         }
                     })
                     .await

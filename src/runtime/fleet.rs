@@ -50,23 +50,45 @@ pub struct Fleet {
     pub bus: Arc<Bus>,
     factory: ProviderFactory,
     agents: BTreeMap<String, Loaded>,
+    /// Publish `turn.delta` events (front ends that render streams).
+    stream_deltas: bool,
+    /// Load agents whose provider cannot be set up, with a provider that
+    /// explains why on each call (the terminal app), instead of refusing.
+    lenient: bool,
 }
 
 impl Fleet {
     pub fn new(bus: Arc<Bus>, factory: ProviderFactory) -> Self {
-        Fleet { bus, factory, agents: BTreeMap::new() }
+        Fleet { bus, factory, agents: BTreeMap::new(), stream_deltas: false, lenient: false }
+    }
+
+    /// Publish `turn.delta` events for every agent loaded from now on.
+    pub fn stream_deltas(mut self, on: bool) -> Self {
+        self.stream_deltas = on;
+        self
+    }
+
+    /// Load agents even when their provider cannot be set up.
+    pub fn lenient(mut self, on: bool) -> Self {
+        self.lenient = on;
+        self
     }
 
     /// Load one agent file as an actor (must run inside a tokio runtime).
     pub fn load(&mut self, path: &Path) -> Result<AgentInfo, String> {
         let store = Store::open(path).map_err(|e| e.to_string())?;
         let cfg = store.config_value().map_err(|e| e.to_string())?;
-        let provider = (self.factory)(&cfg).map_err(|e| format!("{}: {e}", path.display()))?;
+        let provider = match (self.factory)(&cfg) {
+            Ok(p) => p,
+            Err(e) if self.lenient => Arc::new(crate::providers::Unconfigured { why: e }) as Arc<dyn Provider>,
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        };
         let handle = store.meta_get("adf_handle").ok().flatten().map(|m| m.value).unwrap_or_default();
         let name = cfg.get("name").and_then(|v| v.as_str()).unwrap_or("").to_string();
         let owner = waiting_owner();
         let mut ex = Executor::new(store, provider, self.bus.clone(), owner.clone()).map_err(|e| e.to_string())?;
         ex.recover().map_err(|e| e.to_string())?;
+        ex.stream_deltas(self.stream_deltas);
         let id = ex.agent_id().to_string();
         if self.agents.contains_key(&id) {
             return Err(format!("{}: an agent with id {id} is already loaded", path.display()));
@@ -154,6 +176,13 @@ impl Fleet {
         let id = self.resolve(&agent)?;
         let loaded = self.agents.get(&id).ok_or_else(|| format!("{agent}: not loaded"))?;
         if loaded.agent.send(c) { Ok(()) } else { Err(format!("{agent}: the agent has stopped")) }
+    }
+
+    /// Send an actor command to one agent (by id, handle or name).
+    pub fn send(&self, agent: &str, cmd: AgentCommand) -> Result<(), String> {
+        let id = self.resolve(agent)?;
+        let loaded = self.agents.get(&id).ok_or_else(|| format!("{agent}: not loaded"))?;
+        if loaded.agent.send(cmd) { Ok(()) } else { Err(format!("{agent}: the agent has stopped")) }
     }
 
     /// Turn every agent off at once: running turns end now.

@@ -69,15 +69,25 @@ impl Store {
         Ok(self.conn().last_insert_rowid())
     }
 
-    /// Rows in loop order; `after` is an exclusive keyset cursor.
+    /// Rows in loop order.
     pub fn loop_rows(&self, limit: Option<usize>) -> Result<Vec<LoopRow>> {
         let sql = format!(
             "SELECT seq, role, content_json, model, tokens, created_at, ord FROM adf_loop ORDER BY {ORDER} LIMIT ?1"
         );
-        let mut stmt = self.conn().prepare_cached(&sql).at(self.path())?;
-        let lim = limit.map(|l| l as i64).unwrap_or(-1);
+        self.loop_query(&sql, limit.map(|l| l as i64).unwrap_or(-1))
+    }
 
-        stmt.query_map([lim], |r| {
+    /// Rows appended after `seq` (a viewer following the loop), in order.
+    pub fn loop_rows_after(&self, seq: i64) -> Result<Vec<LoopRow>> {
+        let sql = format!(
+            "SELECT seq, role, content_json, model, tokens, created_at, ord FROM adf_loop WHERE seq > ?1 ORDER BY {ORDER}"
+        );
+        self.loop_query(&sql, seq)
+    }
+
+    fn loop_query(&self, sql: &str, arg: i64) -> Result<Vec<LoopRow>> {
+        let mut stmt = self.conn().prepare_cached(sql).at(self.path())?;
+        stmt.query_map([arg], |r| {
             let content: String = r.get(2)?;
             let tokens: Option<rusqlite::types::Value> = r.get(4)?;
             Ok(LoopRow {

@@ -1,0 +1,105 @@
+//! Every command of the terminal app, declared once: its name (what keymaps
+//! and `:` use), aliases and description. The palette, the `:` line, `?`
+//! help and the key hints on the bottom line are all generated from here
+//! and the keymap.
+
+pub struct CommandDef {
+    pub name: &'static str,
+    pub aliases: &'static [&'static str],
+    pub description: &'static str,
+    /// Offered in the palette and on the `:` line (movement and composer
+    /// editing keys are not).
+    pub palette: bool,
+}
+
+const fn c(name: &'static str, aliases: &'static [&'static str], description: &'static str) -> CommandDef {
+    CommandDef { name, aliases, description, palette: true }
+}
+
+const fn k(name: &'static str, description: &'static str) -> CommandDef {
+    CommandDef { name, aliases: &[], description, palette: false }
+}
+
+pub const ALL: &[CommandDef] = &[
+    c("quit", &["q", "exit"], "Quit the app (agents of an attached daemon keep running)"),
+    c("help", &["keys"], "Show the keys active now"),
+    c("command_line", &[], "Run a command by name"),
+    c("palette", &[], "Find a command"),
+    c("agents", &["fleet", "tree"], "Show the fleet tree and the selected agent's chat"),
+    c("approvals", &["attention", "waiting"], "Everything waiting for you across the fleet, oldest first"),
+    c("events", &["log"], "Show or hide the events pane"),
+    c("files", &["fs"], "Browse the selected agent's files"),
+    c("chat", &[], "Show the selected agent's chat"),
+    c("new_agent", &["new"], "Create a new agent in the fleet folder"),
+    c("start", &[], "Start the selected agent (lift a suspension)"),
+    c("stop", &["off"], "Turn the selected agent off"),
+    c("idle", &[], "Set the selected agent to idle"),
+    c("hibernate", &[], "Set the selected agent to hibernate"),
+    c("interrupt", &["abort"], "Interrupt the selected agent's turn"),
+    c("emergency_stop", &["panic", "estop"], "Turn every agent off now"),
+    c("approve_once", &["approve"], "Approve the selected request once"),
+    c("approve_always", &["always"], "Approve and lift the gate for this tool on this agent"),
+    c("reject", &["deny"], "Reject the selected request with feedback"),
+    c("edit_file", &["edit"], "Edit the selected file in $EDITOR"),
+    c("edit_mind", &["mind"], "Edit mind.md in $EDITOR"),
+    c("focus_composer", &["write"], "Write a message to the selected agent"),
+    c("compose_in_editor", &[], "Write the message in $EDITOR"),
+    c("follow", &["pause"], "Pause or follow the events pane"),
+    c("filter", &[], "Filter the list in the focused pane"),
+    k("next_pane", "Focus the next pane"),
+    k("previous_pane", "Focus the previous pane"),
+    k("back", "Go back or close"),
+    k("down", "Move down"),
+    k("up", "Move up"),
+    k("page_down", "Scroll a page down"),
+    k("page_up", "Scroll a page up"),
+    k("top", "Go to the top"),
+    k("bottom", "Go to the bottom"),
+    k("open", "Open the selection (expand a tool card, a folder, a file)"),
+    k("send", "Send the message"),
+    k("newline", "Insert a new line"),
+    k("leave_composer", "Leave the composer"),
+];
+
+/// A command by name or alias.
+pub fn find(name: &str) -> Option<&'static CommandDef> {
+    ALL.iter().find(|c| c.name == name || c.aliases.contains(&name))
+}
+
+/// The command whose name is closest to a misspelt one (for error hints).
+pub fn closest(name: &str) -> Option<&'static str> {
+    ALL.iter().map(|c| (distance(name, c.name), c.name)).filter(|(d, _)| *d <= 3).min().map(|(_, n)| n)
+}
+
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur.push((prev[j] + usize::from(ca != *cb)).min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_found_by_alias() {
+        let mut seen = std::collections::HashSet::new();
+        for c in ALL {
+            assert!(seen.insert(c.name), "{}", c.name);
+            for a in c.aliases {
+                assert!(seen.insert(a), "{a}");
+            }
+        }
+        assert_eq!(find("q").unwrap().name, "quit");
+        assert_eq!(find("approvals").unwrap().name, "approvals");
+        assert_eq!(closest("qiut"), Some("quit"));
+        assert_eq!(closest("zzzzzzzz"), None);
+    }
+}

@@ -1,0 +1,550 @@
+//! Drawing the app: header, fleet tree, the main pane (chat with inline
+//! approval and ask cards, files with a preview, the attention queue), the
+//! composer, the events pane, the key-hint line and overlays (palette, `:`
+//! line, help, rejection feedback, edit conflicts). Pure functions of the
+//! app's state, so frames snapshot in tests.
+
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, BorderType, Borders, Clear, Paragraph, Wrap};
+use unicode_width::UnicodeWidthStr;
+
+use super::app::{App, Focus, MainView, Overlay, Pending, palette_hits};
+use super::chat::{self, fit};
+use super::commands;
+
+fn ago(now: i64, then: i64) -> String {
+    let s = ((now - then).max(0) / 1000) as u64;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m {}s", s / 60, s % 60),
+        _ => format!("{}h {}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+fn pane<'a>(app: &App, title: String, focused: bool) -> Block<'a> {
+    let style = if focused { app.theme.get("focus_border") } else { app.theme.get("border") };
+    let b = Block::default().borders(Borders::ALL).border_style(style).title(Span::styled(
+        format!(" {title} "),
+        if focused { style.add_modifier(Modifier::BOLD) } else { app.theme.get("text") },
+    ));
+    if app.glyphs.collapsed == "▸" { b.border_type(BorderType::Plain) } else { b }
+}
+
+pub fn draw(f: &mut Frame, app: &App) {
+    let area = f.area();
+    let events_h = if app.show_events && (area.height >= 30 || app.focus == Focus::Events) { 8 } else { 0 };
+    let [header, body, events, footer] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Min(5),
+        Constraint::Length(events_h),
+        Constraint::Length(1),
+    ])
+    .areas(area);
+    draw_header(f, app, header);
+    if app.agents.is_empty() {
+        draw_first_run(f, app, body);
+    } else {
+        let left = if area.width >= 100 { 30 } else { 20 };
+        let [tree, main] = Layout::horizontal([Constraint::Length(left), Constraint::Min(20)]).areas(body);
+        draw_tree(f, app, tree);
+        match app.main {
+            MainView::Chat => draw_chat(f, app, main),
+            MainView::Files => draw_files(f, app, main),
+            MainView::Approvals => draw_approvals(f, app, main),
+        }
+    }
+    if events_h > 0 {
+        draw_events(f, app, events);
+    }
+    draw_footer(f, app, footer);
+    draw_overlay(f, app, area);
+}
+
+fn draw_header(f: &mut Frame, app: &App, area: Rect) {
+    let running = app.agents.iter().filter(|a| a.state == "active").count();
+    let waiting = app.pending.len();
+    let path = match app.selected() {
+        Some(a) => format!(" adf › {} › main", a.info.name),
+        None => " adf".to_string(),
+    };
+    let right = if area.width >= 100 {
+        format!("{} agents · {running} running · {waiting} waiting on you   ? help ", app.agents.len())
+    } else if waiting > 0 {
+        format!("{} {waiting} waiting · ? help ", app.glyphs.warn)
+    } else {
+        "? help ".to_string()
+    };
+    let pad = (area.width as usize).saturating_sub(path.width() + right.width());
+    let style = if waiting > 0 { app.theme.get("waiting") } else { app.theme.get("dim") };
+    f.render_widget(
+        Paragraph::new(Line::from(vec![
+            Span::styled(path, app.theme.get("accent").add_modifier(Modifier::BOLD)),
+            Span::raw(" ".repeat(pad)),
+            Span::styled(right, style),
+        ])),
+        area,
+    );
+}
+
+fn state_glyph(app: &App, state: &str, waiting: bool) -> (&'static str, Style) {
+    let g = &app.glyphs;
+    if waiting {
+        return (g.waiting, app.theme.get("waiting"));
+    }
+    match state {
+        "active" => (g.running, app.theme.get("running")),
+        "error" => (g.warn, app.theme.get("error")),
+        "off" | "suspended" => (g.off, app.theme.get("off")),
+        _ => (g.running, app.theme.get("dim")),
+    }
+}
+
+fn draw_tree(f: &mut Frame, app: &App, area: Rect) {
+    let block = pane(app, "Fleet".into(), app.focus == Focus::Fleet);
+    let inner = block.inner(area);
+    f.render_widget(block, area);
+    let w = inner.width as usize;
+    let mut lines: Vec<Line> = Vec::new();
+    let mut folder: Option<&str> = None;
+    for (i, a) in app.agents.iter().enumerate() {
+        if folder != Some(a.folder.as_str()) {
+            folder = Some(a.folder.as_str());
+            if !a.folder.is_empty() {
+                lines.push(Line::styled(format!("{} {}/", app.glyphs.expanded, a.folder), app.theme.get("dim")));
+            }
+        }
+        let waiting = app.pending.iter().filter(|p| p.agent_id == a.info.id).count();
+        let (g, gs) = state_glyph(app, &a.state, waiting > 0);
+        let badge = if waiting > 0 {
+            format!("{}{waiting}", app.glyphs.warn)
+        } else if a.unread > 0 {
+            format!("✉{}", a.unread)
+        } else {
+            a.state.clone()
+        };
+        let indent = if a.folder.is_empty() { "" } else { "  " };
+        let name_w = w.saturating_sub(indent.len() + 3 + badge.width());
+        let mut line = Line::from(vec![
+            Span::raw(indent),
+            Span::styled(format!("{g} "), gs),
+            Span::raw(format!("{:<name_w$}", fit(&a.info.name, name_w))),
+            Span::styled(
+                format!(" {badge}"),
+                if waiting > 0 { app.theme.get("waiting") } else { app.theme.get("dim") },
+            ),
+        ]);
+        if i == app.sel {
+            line = line.style(if app.focus == Focus::Fleet {
+                app.theme.get("selection")
+            } else {
+                Style::default().add_modifier(Modifier::BOLD)
+            });
+        }
+        lines.push(line);
+        if i == app.sel {
+            lines.push(Line::styled(
+                format!("{indent}  {} main {}", app.glyphs.last, app.glyphs.here),
+                app.theme.get("dim"),
+            ));
+        }
+    }
+    f.render_widget(Paragraph::new(lines), inner);
+}
+
+fn pending_card(app: &App, p: &Pending, width: usize) -> Vec<Line<'static>> {
+    let w = width.saturating_sub(2).max(20);
+    let title = if p.ask { "ask".to_string() } else { format!("approval · {}", p.tool) };
+    let waited = format!(" waiting {} ", ago(app.now_ms, p.since_ms));
+    let style = app.theme.get("waiting");
+    let top_fill = w.saturating_sub(title.width() + waited.width() + 4);
+    let mut out = vec![Line::styled(format!("╭ {title} {}{waited}╮", "─".repeat(top_fill)), style)];
+    let mut body: Vec<String> = Vec::new();
+    if p.ask {
+        body.extend(chat::wrap(p.args["question"].as_str().unwrap_or(""), w.saturating_sub(4)));
+        body.push("type the answer below and press enter".into());
+    } else {
+        if let Some(obj) = p.args.as_object() {
+            for (k, v) in obj.iter().filter(|(k, _)| !k.starts_with('_')) {
+                body.push(fit(&format!("{k}: {}", v.to_string().trim_matches('"')), w.saturating_sub(4)));
+            }
+        }
+        if let Some(r) = &p.reason {
+            body.extend(chat::wrap(&format!("reason: {r}"), w.saturating_sub(4)));
+        }
+        body.push("[a] approve once   [A] always   [r] reject with feedback".into());
+    }
+    for b in body {
+        let fill = w.saturating_sub(b.width() + 4);
+        out.push(Line::from(vec![
+            Span::styled("│ ", style),
+            Span::raw(format!("{b}{}", " ".repeat(fill))),
+            Span::styled(" │", style),
+        ]));
+    }
+    out.push(Line::styled(format!("╰{}╯", "─".repeat(w.saturating_sub(2))), style));
+    if app.glyphs.collapsed != "▸" {
+        for l in &mut out {
+            for s in &mut l.spans {
+                let t: String = s
+                    .content
+                    .chars()
+                    .map(|c| match c {
+                        '╭' | '╮' | '╰' | '╯' => '+',
+                        '─' => '-',
+                        '│' => '|',
+                        c => c,
+                    })
+                    .collect();
+                s.content = t.into();
+            }
+        }
+    }
+    out
+}
+
+fn draw_chat(f: &mut Frame, app: &App, area: Rect) {
+    let Some(agent) = app.selected() else { return };
+    let [log_area, composer_area] = Layout::vertical([Constraint::Min(3), Constraint::Length(4)]).areas(area);
+    let ctx = app.chats.get(&agent.info.id);
+    let right = format!(
+        " {} · {} · {} tok ",
+        if agent.model.is_empty() { "no model" } else { &agent.model },
+        agent.state,
+        agent.tokens
+    );
+    let block = pane(app, format!("{} · main", agent.info.name), app.focus == Focus::Main)
+        .title_top(Line::from(right).right_aligned());
+    let inner = block.inner(log_area);
+    f.render_widget(block, log_area);
+    let width = inner.width as usize;
+    let height = inner.height as usize;
+    // Lay out from the bottom up, only as far as the view reaches.
+    let mut tail: Vec<Line> = Vec::new();
+    if let Some(hint) = &app.provider_hint {
+        for l in chat::wrap(hint, width.saturating_sub(2)) {
+            tail.push(Line::styled(format!(" {l}"), app.theme.get("waiting")));
+        }
+    }
+    if let Some(c) = ctx {
+        if !c.thinking.is_empty() {
+            for l in c.thinking.lines().rev().take(3).collect::<Vec<_>>().into_iter().rev() {
+                tail.push(Line::styled(
+                    format!("     {}", fit(l, width.saturating_sub(5))),
+                    app.theme.get("reasoning"),
+                ));
+            }
+        }
+        if let Some(done) = c.streaming.rfind('\n') {
+            tail.extend(chat::markdown(&c.streaming[..done], width, app.theme.get("assistant"), &app.theme, "     "));
+        }
+        if !c.streaming.is_empty() || !c.thinking.is_empty() {
+            tail.push(Line::styled("     ▍".to_string(), app.theme.get("accent")));
+        }
+    }
+    for p in app.pending.iter().filter(|p| p.agent_id == agent.info.id) {
+        tail.extend(pending_card(app, p, width));
+    }
+    let scroll = ctx.map(|c| c.scroll).unwrap_or(0);
+    let need = height + scroll;
+    let mut lines: Vec<Line> = Vec::new();
+    if let Some(c) = ctx {
+        let mut above: Vec<Vec<Line>> = Vec::new();
+        let mut count = tail.len();
+        for (i, b) in c.blocks.iter().enumerate().rev() {
+            if count >= need {
+                break;
+            }
+            let l = chat::layout(
+                b,
+                width,
+                c.expanded.contains(&i),
+                c.sel == Some(i) && app.focus == Focus::Main,
+                &app.theme,
+                &app.glyphs,
+            );
+            count += l.len();
+            above.push(l);
+        }
+        for l in above.into_iter().rev() {
+            lines.extend(l);
+        }
+    }
+    lines.extend(tail);
+    let end = lines.len().saturating_sub(scroll.min(lines.len().saturating_sub(height.min(lines.len()))));
+    let start = end.saturating_sub(height);
+    let mut view: Vec<Line> = lines.drain(start..end).collect();
+    if ctx.is_some_and(|c| c.unseen && c.scroll > 0)
+        && let Some(last) = view.last_mut()
+    {
+        *last = Line::styled("  ↓ new".to_string(), app.theme.get("accent"));
+    }
+    f.render_widget(Paragraph::new(view), inner);
+
+    let hint = " enter send · alt-enter newline · ctrl-g $EDITOR ";
+    let focused = app.focus == Focus::Composer;
+    let cblock =
+        pane(app, "message".into(), focused).title_bottom(Line::styled(hint, app.theme.get("dim")).right_aligned());
+    let cinner = cblock.inner(composer_area);
+    f.render_widget(cblock, composer_area);
+    let mut ta = app.composer.clone();
+    ta.set_cursor_line_style(Style::default());
+    if !focused {
+        ta.set_cursor_style(Style::default());
+    }
+    if app.composer.is_empty() && !focused {
+        let ask = app.pending.iter().any(|p| p.agent_id == agent.info.id && p.ask);
+        let placeholder = if ask { "press i to answer the question" } else { "press i to write" };
+        f.render_widget(Paragraph::new(Span::styled(placeholder, app.theme.get("dim"))), cinner);
+    } else {
+        f.render_widget(&ta, cinner);
+    }
+}
+
+fn human(n: u64) -> String {
+    match n {
+        0..1024 => format!("{n} B"),
+        1024..1_048_576 => format!("{:.1} KB", n as f64 / 1024.0),
+        _ => format!("{:.1} MB", n as f64 / 1_048_576.0),
+    }
+}
+
+fn draw_files(f: &mut Frame, app: &App, area: Rect) {
+    let name = app.selected().map(|a| a.info.name.clone()).unwrap_or_default();
+    let [list, preview] = Layout::horizontal([Constraint::Percentage(40), Constraint::Percentage(60)]).areas(area);
+    let block = pane(app, format!("{name} · files"), app.focus == Focus::Main);
+    let inner = block.inner(list);
+    f.render_widget(block, list);
+    let w = inner.width as usize;
+    let lines: Vec<Line> = app
+        .files
+        .entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let depth = e.path.matches('/').count();
+            let fname = e.path.rsplit('/').next().unwrap_or(&e.path);
+            let badge = match e.protection.as_str() {
+                "none" => "",
+                "read_only" => " ro",
+                "no_delete" => " nd",
+                other => other,
+            };
+            let size = human(e.size);
+            let left = format!("{}{fname}", "  ".repeat(depth));
+            let room = w.saturating_sub(size.width() + badge.width() + 1);
+            let l = Line::from(vec![
+                Span::raw(format!("{:<room$}", fit(&left, room))),
+                Span::styled(badge.to_string(), app.theme.get("waiting")),
+                Span::styled(format!(" {size}"), app.theme.get("dim")),
+            ]);
+            if i == app.files.sel { l.style(app.theme.get("selection")) } else { l }
+        })
+        .collect();
+    let top = app.files.sel.saturating_sub(inner.height as usize - 1);
+    f.render_widget(Paragraph::new(lines).scroll((top as u16, 0)), inner);
+
+    let (title, body) = match app.preview() {
+        Some((e, Ok(text))) => {
+            let ext = e.path.rsplit('.').next().unwrap_or("txt").to_string();
+            let spans = super::highlight::text(&ext, &text, preview.height as usize);
+            (e.path.clone(), spans.into_iter().map(Line::from).collect::<Vec<_>>())
+        }
+        Some((e, Err(why))) => (e.path.clone(), vec![Line::styled(why, app.theme.get("dim"))]),
+        None => ("preview".into(), vec![Line::styled("no file", app.theme.get("dim"))]),
+    };
+    let block = pane(app, title, false);
+    let inner = block.inner(preview);
+    f.render_widget(block, preview);
+    f.render_widget(Paragraph::new(body), inner);
+}
+
+fn draw_approvals(f: &mut Frame, app: &App, area: Rect) {
+    let block = pane(app, format!("Waiting on you ({})", app.pending.len()), app.focus == Focus::Main);
+    let inner = block.inner(area);
+    f.render_widget(block, area);
+    if app.pending.is_empty() {
+        f.render_widget(Paragraph::new(Span::styled("Nothing waits for you.", app.theme.get("dim"))), inner);
+        return;
+    }
+    let w = inner.width as usize;
+    let lines: Vec<Line> = app
+        .pending
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let what = if p.ask {
+                format!("ask  {}", p.args["question"].as_str().unwrap_or(""))
+            } else {
+                format!("{}  {}", p.tool, chat::gist(&p.args))
+            };
+            let waited = ago(app.now_ms, p.since_ms);
+            let left = format!("{:<12} {what}", fit(&p.agent_name, 12));
+            let room = w.saturating_sub(waited.width() + 1);
+            let l = Line::from(vec![
+                Span::raw(format!("{:<room$}", fit(&left, room))),
+                Span::styled(format!(" {waited}"), app.theme.get("waiting")),
+            ]);
+            if i == app.files.sel { l.style(app.theme.get("selection")) } else { l }
+        })
+        .collect();
+    f.render_widget(Paragraph::new(lines), inner);
+}
+
+fn draw_events(f: &mut Frame, app: &App, area: Rect) {
+    let mode = if app.events_follow { "follow" } else { "paused" };
+    let filter =
+        if app.events_filter.is_empty() { String::new() } else { format!(" · filter: {}", app.events_filter) };
+    let block = pane(app, format!("Events · {mode}{filter}"), app.focus == Focus::Events);
+    let inner = block.inner(area);
+    f.render_widget(block, area);
+    let events = app.visible_events();
+    let h = inner.height as usize;
+    let end = if app.events_follow { events.len() } else { (app.events_sel + 1).min(events.len()) };
+    let start = end.saturating_sub(h);
+    let w = inner.width as usize;
+    let lines: Vec<Line> = events[start..end]
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let t = chrono::DateTime::from_timestamp_millis(e.timestamp)
+                .map(|d| d.format("%H:%M:%S%.3f").to_string())
+                .unwrap_or_default();
+            let who = e
+                .agent_id
+                .as_ref()
+                .and_then(|id| app.agents.iter().find(|a| &a.info.id == id))
+                .map(|a| a.info.name.clone())
+                .unwrap_or_else(|| "fleet".into());
+            let payload = e.payload.to_string();
+            let text = format!("{t}  {:<20} {:<10} {payload}", e.event_type, fit(&who, 10));
+            let style = if e.event_type.ends_with("failed") || e.event_type.ends_with("error") {
+                app.theme.get("error")
+            } else if e.event_type.starts_with("hil.") || e.event_type.starts_with("ask.") {
+                app.theme.get("waiting")
+            } else {
+                app.theme.get("text")
+            };
+            let l = Line::styled(fit(&text, w), style);
+            if !app.events_follow && start + i == app.events_sel { l.style(app.theme.get("selection")) } else { l }
+        })
+        .collect();
+    f.render_widget(Paragraph::new(lines), inner);
+}
+
+fn draw_footer(f: &mut Frame, app: &App, area: Rect) {
+    let line = match (&app.overlay, &app.status) {
+        (Overlay::CommandLine(t), _) => {
+            Line::from(vec![Span::styled(":", app.theme.get("accent")), Span::raw(t.clone()), Span::raw("▏")])
+        }
+        (_, Some(s)) => Line::styled(format!(" {s}"), app.theme.get("waiting")),
+        _ => {
+            let mode = if app.focus == Focus::Composer { " INSERT " } else { " NORMAL " };
+            let mut spans = vec![Span::styled(mode, app.theme.get("selection")), Span::raw(" ")];
+            for (i, (k, what)) in app.hints().into_iter().enumerate() {
+                if i > 0 {
+                    spans.push(Span::styled(" · ", app.theme.get("dim")));
+                }
+                spans.push(Span::styled(k, app.theme.get("accent")));
+                spans.push(Span::raw(format!(" {what}")));
+            }
+            Line::from(spans)
+        }
+    };
+    f.render_widget(Paragraph::new(line), area);
+}
+
+fn centered(area: Rect, w: u16, h: u16) -> Rect {
+    let w = w.min(area.width.saturating_sub(2));
+    let h = h.min(area.height.saturating_sub(2));
+    Rect { x: area.x + (area.width - w) / 2, y: area.y + (area.height - h) / 2, width: w, height: h }
+}
+
+fn draw_overlay(f: &mut Frame, app: &App, area: Rect) {
+    match &app.overlay {
+        Overlay::None | Overlay::CommandLine(_) => {}
+        Overlay::Palette { query, sel } => {
+            let r = centered(area, 70, 16);
+            f.render_widget(Clear, r);
+            let block = pane(app, "Commands".into(), true);
+            let inner = block.inner(r);
+            f.render_widget(block, r);
+            let hits = palette_hits(query);
+            let mut lines = vec![Line::from(vec![
+                Span::styled("> ", app.theme.get("accent")),
+                Span::raw(query.clone()),
+                Span::raw("▏"),
+            ])];
+            let w = inner.width as usize;
+            let sel = (*sel).min(hits.len().saturating_sub(1));
+            for (i, c) in hits.iter().take(inner.height as usize - 1).enumerate() {
+                let keys = app.keymap.keys_for(c.name).join(" ");
+                let left = format!("{:<16} {}", c.name, c.description);
+                let room = w.saturating_sub(keys.width() + 1);
+                let l = Line::from(vec![
+                    Span::raw(format!("{:<room$}", fit(&left, room))),
+                    Span::styled(format!(" {keys}"), app.theme.get("accent")),
+                ]);
+                lines.push(if i == sel { l.style(app.theme.get("selection")) } else { l });
+            }
+            f.render_widget(Paragraph::new(lines), inner);
+        }
+        Overlay::Help => {
+            let r = centered(area, 76, 30);
+            f.render_widget(Clear, r);
+            let block = pane(app, "Keys active now (any key closes)".into(), true);
+            let inner = block.inner(r);
+            f.render_widget(block, r);
+            let mut lines = Vec::new();
+            for ctx in app.contexts() {
+                let Some(map) = app.keymap.maps.get(ctx) else { continue };
+                lines.push(Line::styled(ctx.to_string(), app.theme.get("dim").add_modifier(Modifier::BOLD)));
+                for (k, c) in map {
+                    let desc = commands::find(c).map(|d| d.description).unwrap_or("");
+                    lines.push(Line::from(vec![
+                        Span::styled(format!("  {:<12}", k.to_string()), app.theme.get("accent")),
+                        Span::raw(fit(desc, inner.width as usize - 14)),
+                    ]));
+                }
+            }
+            f.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), inner);
+        }
+        Overlay::Reject { text, .. } => {
+            let r = centered(area, 70, 5);
+            f.render_widget(Clear, r);
+            let block = pane(app, "Reject · feedback the model will see (enter sends, esc cancels)".into(), true);
+            let inner = block.inner(r);
+            f.render_widget(block, r);
+            f.render_widget(Paragraph::new(format!("{text}▏")).wrap(Wrap { trim: false }), inner);
+        }
+        Overlay::Conflict { path, mine, theirs, .. } => {
+            let r = centered(area, 90, 20);
+            f.render_widget(Clear, r);
+            let block =
+                pane(app, format!("{path} changed while you edited: [m] keep mine · [t] keep the agent's"), true);
+            let inner = block.inner(r);
+            f.render_widget(block, r);
+            let [a, b] = Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(inner);
+            f.render_widget(
+                Paragraph::new(mine.clone()).block(Block::default().borders(Borders::RIGHT).title("mine")),
+                a,
+            );
+            f.render_widget(Paragraph::new(theirs.clone()).block(Block::default().title("the agent's")), b);
+        }
+    }
+}
+
+fn draw_first_run(f: &mut Frame, app: &App, area: Rect) {
+    let block = pane(app, "Welcome".into(), true);
+    let inner = block.inner(area);
+    f.render_widget(block, area);
+    let text = vec![
+        Line::styled("No agents in the fleet folder yet.", app.theme.get("text").add_modifier(Modifier::BOLD)),
+        Line::default(),
+        Line::raw("Press n (or :new) to create one, or put .adf files in the fleet folder:"),
+        Line::styled(format!("  {}", crate::paths::fleet_dir().display()), app.theme.get("accent")),
+    ];
+    f.render_widget(Paragraph::new(text).wrap(Wrap { trim: false }), inner);
+}
