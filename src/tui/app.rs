@@ -272,10 +272,11 @@ impl App {
                     if status == "pending" && !ask {
                         continue;
                     }
-                    let reason = t
-                        .approval_meta
-                        .as_ref()
-                        .and_then(|m| m["reason"].as_str().or(m["justification"].as_str()))
+                    // The model's `_reason`; else why the runtime asks
+                    // (`restricted`, `protection`).
+                    let reason = t.args["_reason"]
+                        .as_str()
+                        .or(t.approval_meta.as_ref().and_then(|m| m["reason"].as_str()))
                         .map(str::to_string);
                     out.push(Pending {
                         agent_id: a.info.id.clone(),

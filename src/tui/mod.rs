@@ -207,6 +207,12 @@ async fn event_loop(
             _ = frame_due => {}
         }
         for a in actions {
+            // The editor owns the terminal's input while it runs: stop
+            // reading keys (and answers to terminal queries) until it ends.
+            let editor = matches!(a, Action::EditFile { .. } | Action::ComposeInEditor);
+            if editor {
+                drop(std::mem::replace(&mut keys, EventStream::new()));
+            }
             if let Err(e) = perform(app, fleet, &mut term, a, opts, dir).await {
                 app.status = Some(e.to_string());
             }
@@ -236,11 +242,12 @@ fn edit_text(
     let editor = app::editor_command();
     let status =
         std::process::Command::new("sh").arg("-c").arg(format!("{editor} \"$1\"")).arg("adf-edit").arg(&file).status();
-    terminal::enable_raw_mode()?;
+    *term = setup(inline)?;
     if !inline {
-        execute!(std::io::stdout(), terminal::EnterAlternateScreen)?;
+        // A fresh terminal redraws every cell on the cleared screen (no
+        // cursor-position query, which some terminals never answer).
+        execute!(std::io::stdout(), terminal::Clear(terminal::ClearType::All))?;
     }
-    term.clear()?;
     let status = status.with_context(|| format!("cannot run the editor \"{editor}\""))?;
     let out = std::fs::read_to_string(&file);
     let _ = std::fs::remove_dir_all(&dir);

@@ -30,8 +30,20 @@ fn pane<'a>(app: &App, title: String, focused: bool) -> Block<'a> {
         format!(" {title} "),
         if focused { style.add_modifier(Modifier::BOLD) } else { app.theme.get("text") },
     ));
-    if app.glyphs.collapsed == "▸" { b.border_type(BorderType::Plain) } else { b }
+    if app.glyphs.collapsed == "▸" { b.border_type(BorderType::Plain) } else { b.border_set(ASCII_BORDER) }
 }
+
+/// Borders where the locale is not UTF-8.
+const ASCII_BORDER: ratatui::symbols::border::Set = ratatui::symbols::border::Set {
+    top_left: "+",
+    top_right: "+",
+    bottom_left: "+",
+    bottom_right: "+",
+    vertical_left: "|",
+    vertical_right: "|",
+    horizontal_top: "-",
+    horizontal_bottom: "-",
+};
 
 pub fn draw(f: &mut Frame, app: &App) {
     let area = f.area();
@@ -174,7 +186,11 @@ fn pending_card(app: &App, p: &Pending, width: usize) -> Vec<Line<'static>> {
         if let Some(r) = &p.reason {
             body.extend(chat::wrap(&format!("reason: {r}"), w.saturating_sub(4)));
         }
-        body.push("[a] approve once   [A] always   [r] reject with feedback".into());
+        body.push(if w >= 64 {
+            "[a] approve once   [A] always   [r] reject with feedback".into()
+        } else {
+            "[a] once  [A] always  [r] reject".into()
+        });
     }
     for b in body {
         let fill = w.saturating_sub(b.width() + 4);

@@ -1,0 +1,320 @@
+//! The terminal app without a terminal: frames rendered into ratatui's test
+//! backend from real agent files (insta snapshots at 80×24 and 120×40), and
+//! key sequences driven through the app's state machine (keys in, state and
+//! actions out).
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use adf::protocol::{Command, Envelope};
+use adf::providers::scripted::{Reply, Scripted};
+use adf::runtime::bus::Bus;
+use adf::runtime::executor::{Absent, Executor};
+use adf::runtime::fleet::AgentInfo;
+use adf::store::files::WriteOptions;
+use adf::store::{Caller, NewAgent, Store};
+use adf::tui::app::{Action, App, Focus, MainView, Overlay};
+use adf::tui::chat::{ASCII, UTF8};
+use adf::tui::keys::Keymap;
+use adf::tui::theme::Theme;
+use adf::tui::ui;
+use common::*;
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use serde_json::json;
+
+/// Create an agent at `rel` and run `turns` (message, replies) through the
+/// real executor with the scripted model and an absent owner.
+async fn agent(root: &Path, rel: &str, name: &str, turns: Vec<(&str, Vec<Reply>)>) -> AgentInfo {
+    let path = root.join(rel);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let (store, _) = Store::create(
+        &path,
+        &NewAgent { name: Some(name), provider: Some("scripted"), model: Some("mock-1"), ..Default::default() },
+    )
+    .unwrap();
+    let replies: Vec<Reply> = turns.iter().flat_map(|(_, r)| r.clone()).collect();
+    let mut ex = Executor::new(store, Arc::new(Scripted::new(replies)), Bus::new(), Arc::new(Absent)).unwrap();
+    for (msg, _) in &turns {
+        ex.chat(msg).await.unwrap();
+    }
+    let id = ex.agent_id().to_string();
+    let handle = ex.store.meta_get("adf_handle").unwrap().map(|m| m.value).unwrap_or_default();
+    ex.store.close().unwrap();
+    AgentInfo { id, name: name.into(), handle, path }
+}
+
+async fn fleet(root: &Path) -> Vec<AgentInfo> {
+    let research = agent(
+        root,
+        "research/research.adf",
+        "research",
+        vec![
+            (
+                "Summarise today's tickets into notes/today.md",
+                vec![
+                    Reply::Tools(vec![(
+                        "fs_write".into(),
+                        json!({"mode": "write", "path": "notes/today.md", "content": "# Today\n\n- 12 tickets, 3 urgent\n"}),
+                    )]),
+                    Reply::Text("Done: **12 tickets**, 3 urgent.\n\n```rust\nfn main() { println!(\"hi\"); }\n```\nThe summary is in `notes/today.md`.".into()),
+                ],
+            ),
+            (
+                "Raise the turn limit",
+                vec![Reply::Tools(vec![(
+                    "sys_update_config".into(),
+                    json!({"path": "limits.max_active_turns", "value": 20, "_reason": "the nightly batch needs more turns"}),
+                )])],
+            ),
+        ],
+    )
+    .await;
+    let deployer = agent(root, "ops/deployer.adf", "deployer", vec![]).await;
+    let scribe = agent(root, "scribe.adf", "scribe", vec![]).await;
+    vec![research, deployer, scribe]
+}
+
+fn app() -> App {
+    App::new(Keymap::load(None).unwrap(), Theme::default_theme(), UTF8)
+}
+
+fn render(app: &App, w: u16, h: u16) -> String {
+    let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
+    term.draw(|f| ui::draw(f, app)).unwrap();
+    term.backend().to_string()
+}
+
+fn key(app: &mut App, code: KeyCode) -> Vec<Action> {
+    app.key(KeyEvent::new(code, KeyModifiers::NONE))
+}
+
+fn keys(app: &mut App, s: &str) -> Vec<Action> {
+    s.chars().flat_map(|c| key(app, KeyCode::Char(c))).collect()
+}
+
+fn ctrl(app: &mut App, c: char) -> Vec<Action> {
+    app.key(KeyEvent::new(KeyCode::Char(c), KeyModifiers::CONTROL))
+}
+
+/// A fleet with history, one approval waiting (2 min 10 s), research selected.
+async fn loaded(root: &Path) -> App {
+    let infos = fleet(root).await;
+    let mut a = app();
+    a.set_agents(infos, root);
+    a.sel = a.agents.iter().position(|x| x.info.name == "research").unwrap();
+    a.now_ms = a.pending[0].since_ms + 130_000;
+    a.focus = Focus::Main;
+    a
+}
+
+fn event(app: &App, ty: &'static str, agent: &str, at: i64, payload: serde_json::Value) -> Envelope {
+    let id = app.agents.iter().find(|a| a.info.name == agent).unwrap().info.id.clone();
+    let mut e = Envelope::new(ty, Some(&id), "agent:t1", payload);
+    e.timestamp = at;
+    e
+}
+
+#[tokio::test]
+async fn snapshots_of_the_fleet_chat_and_approval() {
+    let dir = tmp();
+    let mut a = loaded(dir.path()).await;
+    assert_eq!(a.pending.len(), 1, "{:?}", a.pending);
+    insta::assert_snapshot!("chat_with_approval_120x40", render(&a, 120, 40));
+    insta::assert_snapshot!("chat_with_approval_80x24", render(&a, 80, 24));
+    // Tool card expanded: select the card and open it.
+    a.run("top");
+    a.run("down");
+    a.run("open");
+    insta::assert_snapshot!("tool_card_expanded_120x40", render(&a, 120, 40));
+    a.focus = Focus::Fleet;
+    insta::assert_snapshot!("fleet_tree_80x24", render(&a, 80, 24));
+}
+
+#[tokio::test]
+async fn snapshot_of_a_chat_mid_stream_and_an_error() {
+    let dir = tmp();
+    let mut a = loaded(dir.path()).await;
+    let base = 1_764_547_200_000; // 2025-12-01T00:00:00Z
+    for (i, t) in ["Looking at the", " ticket table first.\nThere are ", "12 rows"].iter().enumerate() {
+        let e = event(&a, "turn.delta", "research", base + i as i64, json!({"kind": "text", "text": t}));
+        a.on_event(&e);
+    }
+    insta::assert_snapshot!("chat_mid_stream_120x40", render(&a, 120, 40));
+    let e = event(&a, "llm.failed", "research", base + 5, json!({"error": "401 Unauthorized: invalid x-api-key"}));
+    a.on_event(&e);
+    insta::assert_snapshot!("chat_error_80x24", render(&a, 80, 24));
+}
+
+#[tokio::test]
+async fn snapshot_of_an_ask() {
+    let dir = tmp();
+    let info = agent(
+        dir.path(),
+        "helper.adf",
+        "helper",
+        vec![(
+            "Plan the trip",
+            vec![Reply::Tools(vec![("ask".into(), json!({"question": "Which city first, Oslo or Bergen?"}))])],
+        )],
+    )
+    .await;
+    let mut a = app();
+    a.set_agents(vec![info], dir.path());
+    assert!(a.pending[0].ask);
+    a.now_ms = a.pending[0].since_ms + 5_000;
+    insta::assert_snapshot!("ask_80x24", render(&a, 80, 24));
+    // Sending from the composer answers the ask.
+    key(&mut a, KeyCode::Char('i'));
+    keys(&mut a, "Oslo");
+    let acts = key(&mut a, KeyCode::Enter);
+    assert!(matches!(&acts[..], [Action::Run(Command::Answer { text, .. })] if text == "Oslo"), "{acts:?}");
+}
+
+#[tokio::test]
+async fn snapshots_of_files_events_palette_help() {
+    let dir = tmp();
+    let mut a = loaded(dir.path()).await;
+    a.run("files");
+    let i = a.files.entries.iter().position(|e| e.path == "notes/today.md").unwrap();
+    a.files.sel = i;
+    insta::assert_snapshot!("files_with_preview_120x40", render(&a, 120, 40));
+    let base = 1_764_547_200_000;
+    for (i, (ty, p)) in [
+        ("tool.started", json!({"name": "fs_write", "input": {"path": "notes/today.md"}})),
+        ("tool.completed", json!({"name": "fs_write", "result": "ok"})),
+        ("hil.requested", json!({"tool": "sys_update_config"})),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let e = event(&a, ty, "research", base + i as i64 * 1500, p);
+        a.on_event(&e);
+    }
+    a.run("chat");
+    a.focus = Focus::Events;
+    insta::assert_snapshot!("events_pane_80x24", render(&a, 80, 24));
+    a.focus = Focus::Main;
+    ctrl(&mut a, 'p');
+    keys(&mut a, "appr");
+    insta::assert_snapshot!("palette_80x24", render(&a, 80, 24));
+    key(&mut a, KeyCode::Esc);
+    keys(&mut a, "?");
+    insta::assert_snapshot!("help_120x40", render(&a, 120, 40));
+}
+
+#[test]
+fn snapshot_of_the_first_run_in_ascii() {
+    let dir = tmp();
+    let mut a = App::new(Keymap::load(None).unwrap(), Theme::default_theme(), ASCII);
+    a.set_agents(Vec::new(), dir.path());
+    let frame = render(&a, 80, 24);
+    assert!(frame.contains("No agents in the fleet folder yet."));
+    // The fleet folder depends on the machine; the rest is fixed.
+    let frame: String = frame.lines().filter(|l| !l.contains('/')).collect::<Vec<_>>().join("\n");
+    insta::assert_snapshot!("first_run_80x24", frame);
+}
+
+#[tokio::test]
+async fn keys_drive_the_state_machine() {
+    let dir = tmp();
+    let mut a = loaded(dir.path()).await;
+    a.focus = Focus::Fleet;
+    let research = a.sel;
+    // j/k move in the tree (research is last: folders sort after the root).
+    assert_eq!(research, 2);
+    key(&mut a, KeyCode::Char('k'));
+    assert_eq!(a.sel, 1);
+    key(&mut a, KeyCode::Down);
+    key(&mut a, KeyCode::Char('j'));
+    assert_eq!(a.sel, research, "stops at the last agent");
+    // tab cycles panes; esc goes back to the tree.
+    key(&mut a, KeyCode::Tab);
+    assert_eq!(a.focus, Focus::Main);
+    key(&mut a, KeyCode::Esc);
+    assert_eq!(a.focus, Focus::Fleet);
+    // i, text, alt-enter, text, enter: one message with a newline.
+    key(&mut a, KeyCode::Char('i'));
+    assert_eq!(a.focus, Focus::Composer);
+    keys(&mut a, "hello");
+    a.key(KeyEvent::new(KeyCode::Enter, KeyModifiers::ALT));
+    keys(&mut a, "world");
+    let acts = key(&mut a, KeyCode::Enter);
+    let id = a.agents[research].info.id.clone();
+    assert_eq!(
+        acts,
+        vec![Action::Run(Command::SendChat { agent: id.clone(), r#loop: "main".into(), text: "hello\nworld".into() })]
+    );
+    assert!(a.composer.is_empty());
+    key(&mut a, KeyCode::Esc);
+    assert_eq!(a.focus, Focus::Main);
+    // r opens the feedback box; enter sends the rejection with it.
+    let task = a.pending[0].task_id.clone();
+    key(&mut a, KeyCode::Char('r'));
+    assert!(matches!(a.overlay, Overlay::Reject { .. }));
+    keys(&mut a, "not tonight");
+    let acts = key(&mut a, KeyCode::Enter);
+    assert_eq!(
+        acts,
+        vec![Action::Run(Command::Deny {
+            agent: id.clone(),
+            task_id: task.clone(),
+            feedback: Some("not tonight".into())
+        })]
+    );
+    assert!(a.pending.is_empty(), "resolved here, gone here");
+    // a / A approve the request (after a refresh finds it again).
+    a.refresh_pending();
+    let acts = keys(&mut a, "A");
+    assert_eq!(acts, vec![Action::Run(Command::Approve { agent: id.clone(), task_id: task, always: true })]);
+    assert!(keys(&mut a, "a").is_empty());
+    assert_eq!(a.status.as_deref(), Some("nothing waits for approval here"));
+    // : runs commands by name or alias; a typo says so.
+    keys(&mut a, ":approvals");
+    key(&mut a, KeyCode::Enter);
+    assert_eq!(a.main, MainView::Approvals);
+    keys(&mut a, ":qiut");
+    key(&mut a, KeyCode::Enter);
+    assert_eq!(a.status.as_deref(), Some("unknown command \"qiut\" (did you mean :quit?)"));
+    // The palette runs what it finds.
+    ctrl(&mut a, 'p');
+    keys(&mut a, "emergency");
+    assert_eq!(key(&mut a, KeyCode::Enter), vec![Action::Run(Command::EmergencyStop)]);
+    // m edits mind.md; ctrl-c interrupts; s/x start and stop.
+    a.run("chat");
+    assert_eq!(keys(&mut a, "m"), vec![Action::EditFile { agent: id.clone(), path: "mind.md".into() }]);
+    assert_eq!(ctrl(&mut a, 'c'), vec![Action::Run(Command::Interrupt { agent: id.clone() })]);
+    assert_eq!(keys(&mut a, "x"), vec![Action::Run(Command::Stop { agent: id.clone() })]);
+    assert_eq!(keys(&mut a, "n"), vec![Action::NewAgent]);
+    // ? shows help; any key closes it; q quits.
+    keys(&mut a, "?");
+    assert_eq!(a.overlay, Overlay::Help);
+    keys(&mut a, "z");
+    assert_eq!(a.overlay, Overlay::None);
+    keys(&mut a, "q");
+    assert!(a.quit);
+}
+
+#[tokio::test]
+async fn an_edit_that_raced_the_agent_asks_which_to_keep() {
+    let dir = tmp();
+    let mut a = loaded(dir.path()).await;
+    let id = a.agents[a.sel].info.id.clone();
+    let base = a.read_file(&id, "mind.md");
+    // Unchanged: nothing to write.
+    assert_eq!(a.edited(&id, "mind.md", base.as_deref(), base.clone().unwrap()), None);
+    // Changed, file untouched meanwhile: write mine.
+    assert_eq!(a.edited(&id, "mind.md", base.as_deref(), "mine".into()), Some("mine".into()));
+    // The agent wrote the file meanwhile: both versions, the owner picks.
+    let path = a.agents[a.sel].info.path.clone();
+    let mut s = Store::open(&path).unwrap();
+    s.file_write(Caller::Owner, "mind.md", b"theirs", &WriteOptions::default()).unwrap();
+    s.close().unwrap();
+    assert_eq!(a.edited(&id, "mind.md", base.as_deref(), "mine".into()), None);
+    assert!(matches!(&a.overlay, Overlay::Conflict { theirs, .. } if theirs == "theirs"));
+    let acts = keys(&mut a, "m");
+    assert_eq!(acts, vec![Action::WriteFile { agent: id, path: "mind.md".into(), content: "mine".into() }]);
+}

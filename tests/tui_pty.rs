@@ -1,0 +1,210 @@
+//! The real `adf` binary in a real pseudo-terminal (portable-pty), its
+//! screen read back through a terminal emulator (vt100), talking to the
+//! wire-level fake provider: start and quit with the terminal restored, a
+//! streamed reply, an approval with `a` and its effect in the file, a
+//! rejection with feedback the model sees, `m` through `$EDITOR`, resize.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::fake_provider::*;
+use common::*;
+use portable_pty::{CommandBuilder, PtySize, native_pty_system};
+
+struct Tui {
+    parser: Arc<Mutex<vt100::Parser>>,
+    raw: Arc<Mutex<Vec<u8>>>,
+    writer: Box<dyn Write + Send>,
+    child: Box<dyn portable_pty::Child + Send + Sync>,
+    master: Box<dyn portable_pty::MasterPty + Send>,
+}
+
+impl Tui {
+    fn start(home: &Path, base: &str, editor: Option<&Path>, cols: u16, rows: u16) -> Tui {
+        let pty = native_pty_system();
+        let pair = pty.openpty(PtySize { rows, cols, pixel_width: 0, pixel_height: 0 }).unwrap();
+        let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_adf"));
+        cmd.env("ADF_HOME", home);
+        cmd.env("ANTHROPIC_API_KEY", "sk-test");
+        cmd.env("ANTHROPIC_BASE_URL", base);
+        cmd.env("LANG", "C.UTF-8");
+        cmd.env("TERM", "xterm");
+        cmd.env_remove("VISUAL");
+        match editor {
+            Some(e) => cmd.env("EDITOR", e),
+            None => cmd.env("EDITOR", "false"),
+        }
+        cmd.cwd(home);
+        let child = pair.slave.spawn_command(cmd).unwrap();
+        drop(pair.slave);
+        let parser = Arc::new(Mutex::new(vt100::Parser::new(rows, cols, 0)));
+        let raw = Arc::new(Mutex::new(Vec::new()));
+        let mut reader = pair.master.try_clone_reader().unwrap();
+        let (p, r) = (parser.clone(), raw.clone());
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = reader.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                p.lock().unwrap().process(&buf[..n]);
+                r.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        let writer = pair.master.take_writer().unwrap();
+        Tui { parser, raw, writer, child, master: pair.master }
+    }
+
+    fn screen(&self) -> String {
+        self.parser.lock().unwrap().screen().contents()
+    }
+
+    fn wait_for(&self, text: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let s = self.screen();
+            if s.contains(text) {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {text:?}; screen:\n{s}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn send(&mut self, bytes: &str) {
+        self.writer.write_all(bytes.as_bytes()).unwrap();
+        self.writer.flush().unwrap();
+        // Keys typed by a person arrive apart; give the app a beat.
+        std::thread::sleep(Duration::from_millis(60));
+    }
+
+    fn quit(mut self) -> Vec<u8> {
+        self.send("q");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(status.success(), "adf exited with {status:?}");
+                break;
+            }
+            assert!(Instant::now() < deadline, "adf did not quit; screen:\n{}", self.screen());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(!self.parser.lock().unwrap().screen().alternate_screen(), "the alternate screen was left");
+        self.raw.lock().unwrap().clone()
+    }
+}
+
+fn home_with_agent(dir: &Path) -> std::path::PathBuf {
+    let home = dir.join("home");
+    let agents = home.join("data/agents");
+    std::fs::create_dir_all(&agents).unwrap();
+    ok(&adf(&agents, &["new", "a.adf", "--provider", "anthropic", "--model", "test-model"], None));
+    home
+}
+
+fn sql(path: &Path, q: &str) -> String {
+    let c = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    c.query_row(q, [], |r| r.get::<_, String>(0)).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_chat_approve_reject_edit_resize_quit() {
+    let dir = tmp();
+    let home = home_with_agent(dir.path());
+    let fake =
+        FakeProvider::start(vec![Scripted::sse(anthropic_text(&["Hello ", "from the ", "fake model.\n"], 12, 7))])
+            .await;
+    let editor = dir.path().join("editor.sh");
+    std::fs::write(&editor, "#!/bin/sh\nprintf 'Remember: the owner likes tea.\\n' >> \"$1\"\n").unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&editor, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let base = fake.base_url.clone();
+    let home2 = home.clone();
+    let fake = Arc::new(fake);
+    let f2 = fake.clone();
+    tokio::task::spawn_blocking(move || {
+        let fake = f2;
+        let mut t = Tui::start(&home2, &base, Some(&editor), 120, 40);
+        t.wait_for("adf › a › main");
+        // Send a message; the reply streams in.
+        t.send("i");
+        t.send("hi there");
+        t.send("\r");
+        t.wait_for("from the fake model.");
+        assert!(t.screen().contains("you  hi there"));
+
+        // A restricted tool call waits for approval; `a` approves it and
+        // the change lands in the file.
+        fake.push(Scripted::sse(anthropic_tool(
+            "toolu_1",
+            "sys_update_config",
+            r#"{"path":"description","value":"approved from the tui","_reason":"keep it current"}"#,
+        )));
+        fake.push(Scripted::sse(anthropic_text(&["Updated."], 5, 2)));
+        t.send("i");
+        t.send("update your description");
+        t.send("\r");
+        t.wait_for("approval · sys_update_config");
+        t.wait_for("reason: keep it current");
+        t.send("\x1b"); // leave the composer
+        t.send("a");
+        t.wait_for("Updated.");
+        let file = home2.join("data/agents/a.adf");
+        assert_eq!(
+            sql(&file, "SELECT json_extract(config_json, '$.description') FROM adf_config"),
+            "approved from the tui"
+        );
+
+        // A rejection with feedback: the model sees it.
+        fake.push(Scripted::sse(anthropic_tool(
+            "toolu_2",
+            "sys_update_config",
+            r#"{"path":"description","value":"nope","_reason":"again"}"#,
+        )));
+        fake.push(Scripted::sse(anthropic_text(&["Understood."], 5, 2)));
+        t.send("i");
+        t.send("try again");
+        t.send("\r");
+        t.wait_for("reason: again");
+        t.send("\x1b");
+        t.send("r");
+        t.wait_for("Reject");
+        t.send("not today");
+        t.send("\r");
+        t.wait_for("Understood.");
+        let sent = serde_json::to_string(&fake.requests().last().unwrap().1).unwrap();
+        assert!(sent.contains("not today"), "{sent}");
+        assert_eq!(
+            sql(&file, "SELECT json_extract(config_json, '$.description') FROM adf_config"),
+            "approved from the tui"
+        );
+
+        // m: mind.md through $EDITOR, written back through the agent.
+        t.send("m");
+        t.wait_for("mind.md saved");
+        assert!(
+            sql(&file, "SELECT CAST(content AS TEXT) FROM adf_files WHERE path = 'mind.md'")
+                .ends_with("Remember: the owner likes tea.\n")
+        );
+
+        // Resize to 80×24: the layout follows.
+        t.master.resize(PtySize { rows: 24, cols: 80, pixel_width: 0, pixel_height: 0 }).unwrap();
+        t.parser.lock().unwrap().screen_mut().set_size(24, 80);
+        t.send("\x0c"); // any key redraws too; the resize event comes first
+        let s = t.wait_for("? help");
+        assert!(s.lines().all(|l| l.chars().count() <= 80), "{s}");
+        let out = t.quit();
+        let tail = String::from_utf8_lossy(&out[out.len().saturating_sub(200)..]).to_string();
+        assert!(tail.contains("\x1b[?1049l"), "the alternate screen is left on exit: {tail:?}");
+    })
+    .await
+    .unwrap();
+}
