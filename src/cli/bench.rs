@@ -19,6 +19,8 @@ pub enum Suite {
     Store,
     /// Event bus publish cost with 10 live subscribers.
     Events,
+    /// Terminal app frame times (10 000-row loop, 200 agents, a stream).
+    Tui,
 }
 
 #[derive(Debug, Serialize)]
@@ -47,7 +49,38 @@ pub fn run(out: &Out, suite: Suite, iterations: usize) -> anyhow::Result<()> {
     match suite {
         Suite::Store => store(out, iterations),
         Suite::Events => events(out, iterations),
+        Suite::Tui => tui(out),
     }
+}
+
+fn tui(out: &Out) -> anyhow::Result<()> {
+    let r = crate::tui::bench::run()?;
+    if out.json {
+        return out.json(&r);
+    }
+    let mut rows: Vec<Vec<String>> = r
+        .scenarios
+        .iter()
+        .map(|s| {
+            vec![
+                s.name.to_string(),
+                s.frames.to_string(),
+                format!("{:.2} ms", s.p50_ms),
+                format!("{:.2} ms", s.p99_ms),
+                format!("{:.2} ms", s.max_ms),
+                "< 4 ms".into(),
+            ]
+        })
+        .collect();
+    rows.push(vec![
+        "RSS growth scrolling the 10 000-row loop".into(),
+        String::new(),
+        format!("{:.1} MB", r.scroll_rss_growth_mb),
+        String::new(),
+        String::new(),
+        "flat".into(),
+    ]);
+    out.table(&["TUI (120x40)", "FRAMES", "P50", "P99", "MAX", "TARGET"], &rows)
 }
 
 fn events(out: &Out, iterations: usize) -> anyhow::Result<()> {

@@ -119,8 +119,12 @@ pub struct ChatState {
     pub expanded: HashSet<usize>,
     /// The selected block (tool cards open with `enter`).
     pub sel: Option<usize>,
-    /// Lines scrolled up from the bottom (0 follows the stream).
-    pub scroll: usize,
+    /// The first line shown: (block, line within it); `None` follows the
+    /// stream at the bottom. Only blocks on screen are ever laid out.
+    pub top: Option<(usize, usize)>,
+    /// Where the last frame started and its width, for scrolling from a
+    /// followed view.
+    pub drawn: std::cell::Cell<(usize, usize, usize)>,
     /// New lines arrived while scrolled up.
     pub unseen: bool,
 }
@@ -246,7 +250,7 @@ impl App {
                     a.tokens += t["input"].as_u64().unwrap_or(0) + t["output"].as_u64().unwrap_or(0);
                 }
             }
-            if !rows.is_empty() && chat.scroll > 0 {
+            if !rows.is_empty() && chat.top.is_some() {
                 chat.unseen = true;
             }
             chat::push_rows(&mut chat.blocks, &rows);
@@ -766,19 +770,69 @@ impl App {
             (Focus::Main, MainView::Approvals) => self.files.sel = step(self.files.sel, self.pending.len()),
             (Focus::Main, MainView::Chat) => {
                 let Some(id) = self.selected_id() else { return };
+                let (theme, glyphs) = (&self.theme, &self.glyphs);
                 let chat = self.chats.entry(id).or_default();
                 let len = chat.blocks.len();
-                // Moving the block selection scrolls with it; at the
-                // bottom the view follows the stream again.
-                chat.sel = Some(step(chat.sel.unwrap_or(len.saturating_sub(1)), len));
-                match how {
-                    "page_up" => chat.scroll += 10,
-                    "page_down" => chat.scroll = chat.scroll.saturating_sub(10),
-                    "bottom" => chat.scroll = 0,
-                    _ => {}
+                if len == 0 {
+                    return;
                 }
-                if chat.sel == Some(len.saturating_sub(1)) && how != "page_up" {
-                    chat.scroll = 0;
+                let (b0, o0, width) = chat.drawn.get();
+                let height_of = |chat: &ChatState, i: usize| {
+                    chat::layout(&chat.blocks[i], width.max(20), chat.expanded.contains(&i), false, theme, glyphs).len()
+                };
+                match how {
+                    "page_up" | "page_down" => {
+                        // Ten lines at a time from where the view is.
+                        let (mut b, mut o) = chat.top.unwrap_or((b0, o0));
+                        if how == "page_up" {
+                            let mut n = 10;
+                            while n > 0 {
+                                if o >= n {
+                                    o -= n;
+                                    n = 0;
+                                } else if b == 0 {
+                                    o = 0;
+                                    n = 0;
+                                } else {
+                                    n -= o + 1;
+                                    b -= 1;
+                                    o = height_of(chat, b).saturating_sub(1);
+                                }
+                            }
+                            chat.top = Some((b, o));
+                        } else {
+                            o += 10;
+                            while b < len && o >= height_of(chat, b) {
+                                o -= height_of(chat, b);
+                                b += 1;
+                            }
+                            chat.top = if b >= len.saturating_sub(1) { None } else { Some((b, o)) };
+                        }
+                        chat.sel = None;
+                    }
+                    "bottom" => {
+                        chat.top = None;
+                        chat.sel = Some(len - 1);
+                    }
+                    "top" => {
+                        chat.top = Some((0, 0));
+                        chat.sel = Some(0);
+                    }
+                    _ => {
+                        // Moving the block selection scrolls with it.
+                        let cur = chat.sel.unwrap_or(if how == "up" { len } else { len - 1 });
+                        let next = if how == "up" { cur.saturating_sub(1) } else { (cur + 1).min(len - 1) };
+                        chat.sel = Some(next);
+                        let first = chat.top.map(|t| t.0).unwrap_or(b0);
+                        if next < first {
+                            chat.top = Some((next, 0));
+                        } else if chat.top.is_some() && how == "down" && next > first + 3 {
+                            chat.top = Some((first + 1, 0));
+                        }
+                    }
+                }
+                if chat.top.is_none() || chat.sel == Some(len - 1) && how == "down" {
+                    chat.top = if chat.sel == Some(len - 1) { None } else { chat.top };
                     chat.unseen = false;
                 }
             }
@@ -836,7 +890,7 @@ impl App {
             return vec![Action::Run(Command::Answer { agent: id, request_id: ask.task_id, text })];
         }
         if let Some(chat) = self.chats.get_mut(&id) {
-            chat.scroll = 0;
+            chat.top = None;
             chat.sel = None;
         }
         vec![Action::Run(Command::SendChat { agent: id, r#loop: "main".into(), text })]

@@ -7,6 +7,7 @@
 //! `$EDITOR` / `vi` on a temporary copy, and write back through the agent.
 
 pub mod app;
+pub mod bench;
 pub mod chat;
 pub mod commands;
 pub mod highlight;

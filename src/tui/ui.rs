@@ -263,39 +263,65 @@ fn draw_chat(f: &mut Frame, app: &App, area: Rect) {
     for p in app.pending.iter().filter(|p| p.agent_id == agent.info.id) {
         tail.extend(pending_card(app, p, width));
     }
-    let scroll = ctx.map(|c| c.scroll).unwrap_or(0);
-    let need = height + scroll;
-    let mut lines: Vec<Line> = Vec::new();
-    if let Some(c) = ctx {
-        let mut above: Vec<Vec<Line>> = Vec::new();
-        let mut count = tail.len();
-        for (i, b) in c.blocks.iter().enumerate().rev() {
-            if count >= need {
-                break;
+    let lay = |c: &super::app::ChatState, i: usize| {
+        chat::layout(
+            &c.blocks[i],
+            width,
+            c.expanded.contains(&i),
+            c.sel == Some(i) && app.focus == Focus::Main,
+            &app.theme,
+            &app.glyphs,
+        )
+    };
+    let mut view: Vec<Line> = Vec::with_capacity(height);
+    match ctx {
+        // Scrolled: from the anchor down, as far as the view reaches.
+        Some(c) if c.top.is_some_and(|(b, _)| b < c.blocks.len()) => {
+            let (b, mut skip) = c.top.unwrap_or_default();
+            c.drawn.set((b, skip, width));
+            for i in b..c.blocks.len() {
+                for l in lay(c, i) {
+                    if skip > 0 {
+                        skip -= 1;
+                    } else if view.len() < height {
+                        view.push(l);
+                    }
+                }
+                if view.len() >= height {
+                    break;
+                }
             }
-            let l = chat::layout(
-                b,
-                width,
-                c.expanded.contains(&i),
-                c.sel == Some(i) && app.focus == Focus::Main,
-                &app.theme,
-                &app.glyphs,
-            );
-            count += l.len();
-            above.push(l);
+            view.extend(tail.into_iter().take(height.saturating_sub(view.len())));
+            if c.unseen
+                && let Some(last) = view.last_mut()
+            {
+                *last = Line::styled("  ↓ new".to_string(), app.theme.get("accent"));
+            }
         }
-        for l in above.into_iter().rev() {
-            lines.extend(l);
+        // Following: from the bottom up, only as far as the view reaches.
+        _ => {
+            let mut above: Vec<Vec<Line>> = Vec::new();
+            let mut count = tail.len();
+            let mut first = (0, 0);
+            if let Some(c) = ctx {
+                for i in (0..c.blocks.len()).rev() {
+                    if count >= height {
+                        break;
+                    }
+                    let l = lay(c, i);
+                    count += l.len();
+                    first = (i, count.saturating_sub(height));
+                    above.push(l);
+                }
+            }
+            let mut lines: Vec<Line> = above.into_iter().rev().flatten().collect();
+            lines.extend(tail);
+            let start = lines.len().saturating_sub(height);
+            view = lines.split_off(start);
+            if let Some(c) = ctx {
+                c.drawn.set((first.0, first.1, width));
+            }
         }
-    }
-    lines.extend(tail);
-    let end = lines.len().saturating_sub(scroll.min(lines.len().saturating_sub(height.min(lines.len()))));
-    let start = end.saturating_sub(height);
-    let mut view: Vec<Line> = lines.drain(start..end).collect();
-    if ctx.is_some_and(|c| c.unseen && c.scroll > 0)
-        && let Some(last) = view.last_mut()
-    {
-        *last = Line::styled("  ↓ new".to_string(), app.theme.get("accent"));
     }
     f.render_widget(Paragraph::new(view), inner);
 
