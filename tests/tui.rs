@@ -88,6 +88,12 @@ fn render(app: &App, w: u16, h: u16) -> String {
     term.backend().to_string()
 }
 
+/// Snapshot a screen at both sizes the issue names.
+fn both(name: &str, app: &App) {
+    insta::assert_snapshot!(format!("{name}_80x24"), render(app, 80, 24));
+    insta::assert_snapshot!(format!("{name}_120x40"), render(app, 120, 40));
+}
+
 fn key(app: &mut App, code: KeyCode) -> Vec<Action> {
     app.key(KeyEvent::new(code, KeyModifiers::NONE))
 }
@@ -123,15 +129,15 @@ async fn snapshots_of_the_fleet_chat_and_approval() {
     let dir = tmp();
     let mut a = loaded(dir.path()).await;
     assert_eq!(a.pending.len(), 1, "{:?}", a.pending);
-    insta::assert_snapshot!("chat_with_approval_120x40", render(&a, 120, 40));
-    insta::assert_snapshot!("chat_with_approval_80x24", render(&a, 80, 24));
+    // The approval card, and the tool card collapsed above it.
+    both("chat_with_approval", &a);
     // Tool card expanded: select the card and open it.
     a.run("top");
     a.run("down");
     a.run("open");
-    insta::assert_snapshot!("tool_card_expanded_120x40", render(&a, 120, 40));
+    both("tool_card_expanded", &a);
     a.focus = Focus::Fleet;
-    insta::assert_snapshot!("fleet_tree_80x24", render(&a, 80, 24));
+    both("fleet_tree", &a);
 }
 
 #[tokio::test]
@@ -143,10 +149,10 @@ async fn snapshot_of_a_chat_mid_stream_and_an_error() {
         let e = event(&a, "turn.delta", "research", base + i as i64, json!({"kind": "text", "text": t}));
         a.on_event(&e);
     }
-    insta::assert_snapshot!("chat_mid_stream_120x40", render(&a, 120, 40));
+    both("chat_mid_stream", &a);
     let e = event(&a, "llm.failed", "research", base + 5, json!({"error": "401 Unauthorized: invalid x-api-key"}));
     a.on_event(&e);
-    insta::assert_snapshot!("chat_error_80x24", render(&a, 80, 24));
+    both("chat_error", &a);
 }
 
 #[tokio::test]
@@ -166,7 +172,7 @@ async fn snapshot_of_an_ask() {
     a.set_agents(vec![info], dir.path());
     assert!(a.pending[0].ask);
     a.now_ms = a.pending[0].since_ms + 5_000;
-    insta::assert_snapshot!("ask_80x24", render(&a, 80, 24));
+    both("ask", &a);
     // Sending from the composer answers the ask.
     key(&mut a, KeyCode::Char('i'));
     keys(&mut a, "Oslo");
@@ -181,7 +187,7 @@ async fn snapshots_of_files_events_palette_help() {
     a.run("files");
     let i = a.files.entries.iter().position(|e| e.path == "notes/today.md").unwrap();
     a.files.sel = i;
-    insta::assert_snapshot!("files_with_preview_120x40", render(&a, 120, 40));
+    both("files_with_preview", &a);
     let base = 1_764_547_200_000;
     for (i, (ty, p)) in [
         ("tool.started", json!({"name": "fs_write", "input": {"path": "notes/today.md"}})),
@@ -196,14 +202,23 @@ async fn snapshots_of_files_events_palette_help() {
     }
     a.run("chat");
     a.focus = Focus::Events;
-    insta::assert_snapshot!("events_pane_80x24", render(&a, 80, 24));
+    both("events_pane", &a);
+    // enter shows one event in full; any key closes it.
+    key(&mut a, KeyCode::Enter);
+    assert!(matches!(&a.overlay, Overlay::Event(e) if e.event_type == "hil.requested"));
+    both("event_details", &a);
+    keys(&mut a, " ");
+    // `/` filters the pane by type and text; `o` keeps one agent's events.
+    keys(&mut a, "/fs_write");
+    key(&mut a, KeyCode::Enter);
+    assert_eq!(a.visible_events().len(), 2);
     a.focus = Focus::Main;
     ctrl(&mut a, 'p');
     keys(&mut a, "appr");
-    insta::assert_snapshot!("palette_80x24", render(&a, 80, 24));
+    both("palette", &a);
     key(&mut a, KeyCode::Esc);
     keys(&mut a, "?");
-    insta::assert_snapshot!("help_120x40", render(&a, 120, 40));
+    both("help", &a);
 }
 
 #[test]
@@ -211,11 +226,14 @@ fn snapshot_of_the_first_run_in_ascii() {
     let dir = tmp();
     let mut a = App::new(Keymap::load(None).unwrap(), Theme::default_theme(), ASCII);
     a.set_agents(Vec::new(), dir.path());
-    let frame = render(&a, 80, 24);
-    assert!(frame.contains("No agents in the fleet folder yet."));
-    // The fleet folder depends on the machine; the rest is fixed.
-    let frame: String = frame.lines().filter(|l| !l.contains('/')).collect::<Vec<_>>().join("\n");
-    insta::assert_snapshot!("first_run_80x24", frame);
+    for (w, h) in [(80, 24), (120, 40)] {
+        let frame = render(&a, w, h);
+        assert!(frame.contains("No agents in the fleet folder yet."));
+        assert!(frame.is_ascii(), "nothing but ASCII without a UTF-8 locale:\n{frame}");
+        // The fleet folder depends on the machine; the rest is fixed.
+        let frame: String = frame.lines().filter(|l| !l.contains('/')).collect::<Vec<_>>().join("\n");
+        insta::assert_snapshot!(format!("first_run_{w}x{h}"), frame);
+    }
 }
 
 #[tokio::test]
@@ -296,6 +314,26 @@ async fn keys_drive_the_state_machine() {
     assert_eq!(a.overlay, Overlay::None);
     keys(&mut a, "q");
     assert!(a.quit);
+}
+
+#[tokio::test]
+async fn a_key_typed_into_the_app_connects_a_provider() {
+    let dir = tmp();
+    let mut a = loaded(dir.path()).await;
+    a.provider_hint = Some("No model provider is connected. Type :connect to enter a key here.".into());
+    both("no_provider", &a);
+    keys(&mut a, ":connect");
+    key(&mut a, KeyCode::Enter);
+    key(&mut a, KeyCode::Tab);
+    keys(&mut a, "sk-secret");
+    let frame = render(&a, 80, 24);
+    assert!(!frame.contains("sk-secret"), "the key is masked");
+    assert!(frame.contains("•••••••••"), "{frame}");
+    assert_eq!(
+        key(&mut a, KeyCode::Enter),
+        vec![Action::SaveKey { provider: "openai".into(), key: "sk-secret".into() }]
+    );
+    assert_eq!(a.overlay, Overlay::None);
 }
 
 #[tokio::test]

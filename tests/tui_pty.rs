@@ -18,25 +18,31 @@ use portable_pty::{CommandBuilder, PtySize, native_pty_system};
 struct Tui {
     parser: Arc<Mutex<vt100::Parser>>,
     raw: Arc<Mutex<Vec<u8>>>,
-    writer: Box<dyn Write + Send>,
+    writer: Arc<Mutex<Box<dyn Write + Send>>>,
     child: Box<dyn portable_pty::Child + Send + Sync>,
     master: Box<dyn portable_pty::MasterPty + Send>,
 }
 
 impl Tui {
     fn start(home: &Path, base: &str, editor: Option<&Path>, cols: u16, rows: u16) -> Tui {
+        let editor = editor.map(|e| e.display().to_string()).unwrap_or_else(|| "false".into());
+        let env = [("ANTHROPIC_API_KEY", "sk-test"), ("ANTHROPIC_BASE_URL", base), ("EDITOR", editor.as_str())];
+        Tui::start_with(home, &env, &[], cols, rows)
+    }
+
+    fn start_with(home: &Path, env: &[(&str, &str)], args: &[&str], cols: u16, rows: u16) -> Tui {
         let pty = native_pty_system();
         let pair = pty.openpty(PtySize { rows, cols, pixel_width: 0, pixel_height: 0 }).unwrap();
         let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_adf"));
+        cmd.args(args);
+        for k in ["VISUAL", "EDITOR", "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENROUTER_API_KEY", "OLLAMA_HOST"] {
+            cmd.env_remove(k);
+        }
         cmd.env("ADF_HOME", home);
-        cmd.env("ANTHROPIC_API_KEY", "sk-test");
-        cmd.env("ANTHROPIC_BASE_URL", base);
         cmd.env("LANG", "C.UTF-8");
         cmd.env("TERM", "xterm");
-        cmd.env_remove("VISUAL");
-        match editor {
-            Some(e) => cmd.env("EDITOR", e),
-            None => cmd.env("EDITOR", "false"),
+        for (k, v) in env {
+            cmd.env(k, v);
         }
         cmd.cwd(home);
         let child = pair.slave.spawn_command(cmd).unwrap();
@@ -44,18 +50,24 @@ impl Tui {
         let parser = Arc::new(Mutex::new(vt100::Parser::new(rows, cols, 0)));
         let raw = Arc::new(Mutex::new(Vec::new()));
         let mut reader = pair.master.try_clone_reader().unwrap();
-        let (p, r) = (parser.clone(), raw.clone());
+        let writer = Arc::new(Mutex::new(pair.master.take_writer().unwrap()));
+        let (p, r, w) = (parser.clone(), raw.clone(), writer.clone());
         std::thread::spawn(move || {
             let mut buf = [0u8; 8192];
             while let Ok(n) = reader.read(&mut buf) {
                 if n == 0 {
                     break;
                 }
-                p.lock().unwrap().process(&buf[..n]);
+                let mut parser = p.lock().unwrap();
+                parser.process(&buf[..n]);
                 r.lock().unwrap().extend_from_slice(&buf[..n]);
+                // Answer cursor-position queries as a real terminal does.
+                if buf[..n].windows(4).any(|x| x == b"\x1b[6n") {
+                    let (row, col) = parser.screen().cursor_position();
+                    let _ = write!(w.lock().unwrap(), "\x1b[{};{}R", row + 1, col + 1);
+                }
             }
         });
-        let writer = pair.master.take_writer().unwrap();
         Tui { parser, raw, writer, child, master: pair.master }
     }
 
@@ -76,10 +88,16 @@ impl Tui {
     }
 
     fn send(&mut self, bytes: &str) {
-        self.writer.write_all(bytes.as_bytes()).unwrap();
-        self.writer.flush().unwrap();
+        let mut w = self.writer.lock().unwrap();
+        w.write_all(bytes.as_bytes()).unwrap();
+        w.flush().unwrap();
+        drop(w);
         // Keys typed by a person arrive apart; give the app a beat.
         std::thread::sleep(Duration::from_millis(60));
+    }
+
+    fn raw(&self) -> String {
+        String::from_utf8_lossy(&self.raw.lock().unwrap()).to_string()
     }
 
     fn quit(mut self) -> Vec<u8> {
@@ -204,6 +222,74 @@ async fn start_chat_approve_reject_edit_resize_quit() {
         let out = t.quit();
         let tail = String::from_utf8_lossy(&out[out.len().saturating_sub(200)..]).to_string();
         assert!(tail.contains("\x1b[?1049l"), "the alternate screen is left on exit: {tail:?}");
+    })
+    .await
+    .unwrap();
+}
+
+/// First run without a key: the app says how to connect, a key typed into
+/// it is saved 0600 in the settings file, and the agent then talks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_a_provider_from_the_app() {
+    let dir = tmp();
+    let home = home_with_agent(dir.path());
+    let fake = Arc::new(
+        FakeProvider::start(vec![Scripted::sse(anthropic_text(&["Connected ", "and talking.\n"], 3, 2))]).await,
+    );
+    let f2 = fake.clone();
+    tokio::task::spawn_blocking(move || {
+        let base = f2.base_url.clone();
+        let mut t = Tui::start_with(&home, &[("ANTHROPIC_BASE_URL", &base)], &[], 120, 40);
+        t.wait_for("No model provider is connected");
+        t.send(":connect\r");
+        t.wait_for("Connect a provider");
+        t.send("sk-typed-in-app\r");
+        t.wait_for("anthropic connected");
+        assert!(!t.screen().contains("sk-typed-in-app"), "the key is never shown");
+        let settings = home.join("config/settings.json");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            assert_eq!(std::fs::metadata(&settings).unwrap().permissions().mode() & 0o777, 0o600);
+        }
+        assert!(std::fs::read_to_string(&settings).unwrap().contains("sk-typed-in-app"));
+        t.send("i");
+        t.send("hello");
+        t.send("\r");
+        t.wait_for("and talking.");
+        let (headers, _) = f2.requests().last().unwrap().clone();
+        assert_eq!(headers["x-api-key"], "sk-typed-in-app");
+        t.send("\x1b");
+        let out = t.quit();
+        assert!(!String::from_utf8_lossy(&out).contains("sk-typed-in-app"), "the key never reaches the screen");
+    })
+    .await
+    .unwrap();
+}
+
+/// `--inline` draws below the prompt (no alternate screen); `x` turns the
+/// agent off and `s` starts it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inline_mode_stop_and_start() {
+    let dir = tmp();
+    let home = home_with_agent(dir.path());
+    let fake = FakeProvider::start(vec![Scripted::sse(anthropic_text(&["Back ", "again.\n"], 3, 2))]).await;
+    let base = fake.base_url.clone();
+    tokio::task::spawn_blocking(move || {
+        let env = [("ANTHROPIC_API_KEY", "sk-test"), ("ANTHROPIC_BASE_URL", base.as_str())];
+        let mut t = Tui::start_with(&home, &env, &["--inline"], 100, 30);
+        t.wait_for("adf › a › main");
+        t.send("x");
+        t.wait_for("off");
+        t.send("s");
+        t.wait_for("started");
+        t.send("i");
+        t.send("are you there?");
+        t.send("\r");
+        t.wait_for("Back again.");
+        t.send("\x1b");
+        assert!(!t.raw().contains("\x1b[?1049h"), "inline mode never enters the alternate screen");
+        t.quit();
     })
     .await
     .unwrap();

@@ -103,7 +103,8 @@ impl ModelRequest {
 }
 
 /// Token usage of one call.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Usage {
     pub input: u64,
     pub output: u64,

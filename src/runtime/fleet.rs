@@ -55,11 +55,20 @@ pub struct Fleet {
     /// Load agents whose provider cannot be set up, with a provider that
     /// explains why on each call (the terminal app), instead of refusing.
     lenient: bool,
+    /// Agents loaded without a provider, with why (lenient loading).
+    unconfigured: BTreeMap<String, String>,
 }
 
 impl Fleet {
     pub fn new(bus: Arc<Bus>, factory: ProviderFactory) -> Self {
-        Fleet { bus, factory, agents: BTreeMap::new(), stream_deltas: false, lenient: false }
+        Fleet {
+            bus,
+            factory,
+            agents: BTreeMap::new(),
+            stream_deltas: false,
+            lenient: false,
+            unconfigured: BTreeMap::new(),
+        }
     }
 
     /// Publish `turn.delta` events for every agent loaded from now on.
@@ -78,9 +87,11 @@ impl Fleet {
     pub fn load(&mut self, path: &Path) -> Result<AgentInfo, String> {
         let store = Store::open(path).map_err(|e| e.to_string())?;
         let cfg = store.config_value().map_err(|e| e.to_string())?;
-        let provider = match (self.factory)(&cfg) {
-            Ok(p) => p,
-            Err(e) if self.lenient => Arc::new(crate::providers::Unconfigured { why: e }) as Arc<dyn Provider>,
+        let (provider, why) = match (self.factory)(&cfg) {
+            Ok(p) => (p, None),
+            Err(e) if self.lenient => {
+                (Arc::new(crate::providers::Unconfigured { why: e.clone() }) as Arc<dyn Provider>, Some(e))
+            }
             Err(e) => return Err(format!("{}: {e}", path.display())),
         };
         let handle = store.meta_get("adf_handle").ok().flatten().map(|m| m.value).unwrap_or_default();
@@ -99,6 +110,10 @@ impl Fleet {
             serde_json::json!({"filePath": path.display().to_string(), "name": name, "handle": handle,
                 "autostart": cfg.get("autostart").and_then(|v| v.as_bool()).unwrap_or(false)}),
         );
+        match why {
+            Some(w) => self.unconfigured.insert(id.clone(), w),
+            None => self.unconfigured.remove(&id),
+        };
         let (agent, task) = spawn(ex, owner);
         let info = AgentInfo { id: id.clone(), name: name.clone(), handle: handle.clone(), path: path.to_path_buf() };
         self.agents.insert(id, Loaded { path: path.to_path_buf(), name, handle, agent, task });
@@ -183,6 +198,38 @@ impl Fleet {
         let id = self.resolve(agent)?;
         let loaded = self.agents.get(&id).ok_or_else(|| format!("{agent}: not loaded"))?;
         if loaded.agent.send(cmd) { Ok(()) } else { Err(format!("{agent}: the agent has stopped")) }
+    }
+
+    /// Agents loaded without a working provider, and why.
+    pub fn unconfigured(&self) -> &BTreeMap<String, String> {
+        &self.unconfigured
+    }
+
+    /// Whether an agent's actor has ended (it was turned off).
+    pub fn is_stopped(&self, agent: &str) -> bool {
+        self.resolve(agent).ok().and_then(|id| self.agents.get(&id)).is_some_and(|l| l.task.is_finished())
+    }
+
+    /// Stop an agent's actor, close its file and load it again (a stopped
+    /// agent started again, or new provider settings taken up).
+    pub async fn reload(&mut self, agent: &str) -> Result<AgentInfo, String> {
+        let id = self.resolve(agent)?;
+        let l = self.agents.remove(&id).ok_or_else(|| format!("{agent}: not loaded"))?;
+        // The actor ends when its last handle goes.
+        drop(l.agent);
+        match l.task.await {
+            Ok(ex) => ex.store.close().map_err(|e| e.to_string())?,
+            Err(e) => return Err(format!("{}: {e}", l.path.display())),
+        }
+        self.load(&l.path)
+    }
+
+    /// Start an agent: lift a suspension, or load again one that is off.
+    pub async fn start(&mut self, agent: &str) -> Result<(), String> {
+        if self.is_stopped(agent) {
+            return self.reload(agent).await.map(|_| ());
+        }
+        self.command(Command::Start { agent: agent.to_string() })
     }
 
     /// Turn every agent off at once: running turns end now.

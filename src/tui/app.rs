@@ -43,6 +43,12 @@ pub enum Action {
         agent: String,
         what: String,
     },
+    /// Save a provider key typed into the app (settings file, 0600) and
+    /// reload the agents so they use it.
+    SaveKey {
+        provider: String,
+        key: String,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,6 +81,13 @@ pub enum Overlay {
         task_id: String,
         text: String,
     },
+    /// One event in full.
+    Event(Box<Envelope>),
+    /// Connect a provider: pick one, type its key (shown masked).
+    Connect {
+        provider: usize,
+        key: String,
+    },
     /// Two versions of a file after an edit raced the agent.
     Conflict {
         agent: String,
@@ -106,7 +119,15 @@ pub struct AgentEntry {
     pub model: String,
     pub unread: usize,
     pub tokens: u64,
+    /// Cost of the loop's calls where the price is known (USD).
+    pub cost: f64,
+    /// Input + output tokens of the last call against the compaction
+    /// threshold: how full the context is.
+    pub context_pct: Option<u32>,
 }
+
+/// Providers a key can be typed in for.
+pub const CONNECT: &[&str] = &["anthropic", "openai", "openrouter"];
 
 /// One agent's chat: blocks from its loop, the stream being written, the
 /// view position.
@@ -158,6 +179,11 @@ pub struct App {
     pub now_ms: i64,
     /// How to connect a provider, when none is configured.
     pub provider_hint: Option<String>,
+    /// Only the selected agent's events in the events pane.
+    pub events_agent_only: bool,
+    /// (time, tokens) of recent model calls, for the fleet's token burn.
+    burn: VecDeque<(i64, u64)>,
+    prices: crate::providers::prices::Prices,
     readers: HashMap<String, Store>,
 }
 
@@ -187,6 +213,11 @@ impl App {
             quit: false,
             now_ms: crate::store::now_ms(),
             provider_hint: None,
+            events_agent_only: false,
+            burn: VecDeque::new(),
+            prices: crate::providers::accounts::load()
+                .map(|s| crate::providers::prices::from_settings(&s))
+                .unwrap_or_default(),
             readers: HashMap::new(),
         }
     }
@@ -202,7 +233,16 @@ impl App {
                     .and_then(|p| p.strip_prefix(root).ok())
                     .map(|p| p.display().to_string())
                     .unwrap_or_default();
-                AgentEntry { info, folder, state: "idle".into(), model: String::new(), unread: 0, tokens: 0 }
+                AgentEntry {
+                    info,
+                    folder,
+                    state: "idle".into(),
+                    model: String::new(),
+                    unread: 0,
+                    tokens: 0,
+                    cost: 0.0,
+                    context_pct: None,
+                }
             })
             .collect();
         agents.sort_by(|a, b| (&a.folder, &a.info.name).cmp(&(&b.folder, &b.info.name)));
@@ -234,8 +274,10 @@ impl App {
     pub fn refresh_agent(&mut self, i: usize) {
         let Some(a) = self.agents.get_mut(i) else { return };
         let Some(store) = self.readers.get(&a.info.id) else { return };
+        let mut threshold = 100_000u64;
         if let Ok(cfg) = store.config_value() {
             a.model = cfg.pointer("/model/model_id").and_then(Value::as_str).unwrap_or("").to_string();
+            threshold = cfg.pointer("/context/compact_threshold").and_then(Value::as_u64).unwrap_or(100_000).max(1);
         }
         a.unread = store.inbox_unread().unwrap_or(0) as usize;
         let chat = self.chats.entry(a.info.id.clone()).or_default();
@@ -247,7 +289,11 @@ impl App {
                 if r.role == "assistant"
                     && let Some(t) = &r.tokens
                 {
-                    a.tokens += t["input"].as_u64().unwrap_or(0) + t["output"].as_u64().unwrap_or(0);
+                    let usage: crate::providers::Usage = serde_json::from_value(t.clone()).unwrap_or_default();
+                    a.tokens += usage.input + usage.output;
+                    let model = r.model.as_deref().unwrap_or(&a.model);
+                    a.cost += crate::providers::prices::cost(&self.prices, model, &usage).unwrap_or(0.0);
+                    a.context_pct = Some(((usage.input + usage.output) * 100 / threshold) as u32);
                 }
             }
             if !rows.is_empty() && chat.top.is_some() {
@@ -372,8 +418,17 @@ impl App {
                     self.refresh_agent(i);
                     self.refresh_pending();
                 }
-                "llm.completed" | "tool.completed" | "tool.failed" | "turn.completed" | "tool.started"
-                | "loop.recovered" => {
+                "llm.completed" => {
+                    let t = e.payload["input_tokens"].as_u64().unwrap_or(0)
+                        + e.payload["output_tokens"].as_u64().unwrap_or(0);
+                    self.burn.push_back((e.timestamp, t));
+                    if let Some(chat) = self.chats.get_mut(&id) {
+                        chat.streaming.clear();
+                        chat.thinking.clear();
+                    }
+                    self.refresh_agent(i);
+                }
+                "tool.completed" | "tool.failed" | "turn.completed" | "tool.started" | "loop.recovered" => {
                     if let Some(chat) = self.chats.get_mut(&id) {
                         chat.streaming.clear();
                         chat.thinking.clear();
@@ -399,6 +454,54 @@ impl App {
         actions
     }
 
+    /// `/`: filter the events pane by type and text; in a list, go to the
+    /// first entry whose name contains the text.
+    pub fn filter(&mut self, text: &str) {
+        let t = text.to_lowercase();
+        match (self.focus, self.main) {
+            (Focus::Events, _) => {
+                self.events_filter = text.to_string();
+                self.events_follow = true;
+            }
+            (Focus::Main, MainView::Files) => {
+                match self.files.entries.iter().position(|e| e.path.to_lowercase().contains(&t)) {
+                    Some(i) => self.files.sel = i,
+                    None => self.status = Some(format!("no file matches \"{text}\"")),
+                }
+            }
+            _ => match self.agents.iter().position(|a| a.info.name.to_lowercase().contains(&t)) {
+                Some(i) => {
+                    self.sel = i;
+                    self.refresh_files();
+                }
+                None => self.status = Some(format!("no agent matches \"{text}\"")),
+            },
+        }
+    }
+
+    /// Tokens per minute across the fleet, over the last minute.
+    pub fn burn_per_min(&self) -> u64 {
+        let since = self.now_ms - 60_000;
+        self.burn.iter().filter(|(t, _)| *t >= since).map(|(_, n)| n).sum()
+    }
+
+    /// The clock ticked: forget old burn samples and re-read what waits on
+    /// the owner (it may have been resolved elsewhere, by `adf approve` or
+    /// another app).
+    pub fn tick(&mut self, now_ms: i64) {
+        self.now_ms = now_ms;
+        while self.burn.front().is_some_and(|(t, _)| *t < now_ms - 60_000) {
+            self.burn.pop_front();
+        }
+        let before: Vec<String> = self.pending.iter().map(|p| p.task_id.clone()).collect();
+        self.refresh_pending();
+        if self.pending.iter().map(|p| &p.task_id).ne(before.iter()) {
+            for i in 0..self.agents.len() {
+                self.refresh_agent(i);
+            }
+        }
+    }
+
     /// Pending items of the selected agent.
     pub fn pending_here(&self) -> Vec<&Pending> {
         let id = self.selected_id().unwrap_or_default();
@@ -408,8 +511,10 @@ impl App {
     /// The events the pane shows (its filter applied).
     pub fn visible_events(&self) -> Vec<&Envelope> {
         let f = self.events_filter.to_lowercase();
+        let only = if self.events_agent_only { self.selected_id() } else { None };
         self.events
             .iter()
+            .filter(|e| only.is_none() || e.agent_id == only)
             .filter(|e| f.is_empty() || e.event_type.contains(&f) || e.payload.to_string().to_lowercase().contains(&f))
             .collect()
     }
@@ -549,6 +654,38 @@ impl App {
                 }
                 _ => Vec::new(),
             },
+            Overlay::Event(_) => {
+                self.overlay = Overlay::None;
+                Vec::new()
+            }
+            Overlay::Connect { provider, key } => match ev.code {
+                KeyCode::Esc => {
+                    self.overlay = Overlay::None;
+                    Vec::new()
+                }
+                KeyCode::Tab | KeyCode::Right | KeyCode::Down => {
+                    *provider = (*provider + 1) % CONNECT.len();
+                    Vec::new()
+                }
+                KeyCode::BackTab | KeyCode::Left | KeyCode::Up => {
+                    *provider = (*provider + CONNECT.len() - 1) % CONNECT.len();
+                    Vec::new()
+                }
+                KeyCode::Backspace => {
+                    key.pop();
+                    Vec::new()
+                }
+                KeyCode::Enter if !key.trim().is_empty() => {
+                    let a = Action::SaveKey { provider: CONNECT[*provider].to_string(), key: key.trim().to_string() };
+                    self.overlay = Overlay::None;
+                    vec![a]
+                }
+                KeyCode::Char(c) if !ctrl => {
+                    key.push(c);
+                    Vec::new()
+                }
+                _ => Vec::new(),
+            },
             Overlay::None => Vec::new(),
         }
     }
@@ -558,7 +695,8 @@ impl App {
         let mut parts = line.split_whitespace();
         let Some(name) = parts.next() else { return Vec::new() };
         if name == "filter" {
-            self.events_filter = parts.collect::<Vec<_>>().join(" ");
+            let text = parts.collect::<Vec<_>>().join(" ");
+            self.filter(&text);
             return Vec::new();
         }
         match commands::find(name) {
@@ -645,9 +783,16 @@ impl App {
                 Vec::new()
             }
             "filter" => {
-                if self.focus == Focus::Events {
-                    self.overlay = Overlay::CommandLine("filter ".into());
-                }
+                self.overlay = Overlay::CommandLine("filter ".into());
+                Vec::new()
+            }
+            "connect" => {
+                self.overlay = Overlay::Connect { provider: 0, key: String::new() };
+                Vec::new()
+            }
+            "events_scope" => {
+                self.events_agent_only = !self.events_agent_only;
+                self.events_sel = self.visible_events().len().saturating_sub(1);
                 Vec::new()
             }
             "next_pane" | "previous_pane" => {
@@ -861,6 +1006,13 @@ impl App {
                 }
             }
             (Focus::Main, MainView::Files) => return self.run("edit_file"),
+            (Focus::Events, _) => {
+                let events = self.visible_events();
+                let i = if self.events_follow { events.len().saturating_sub(1) } else { self.events_sel };
+                if let Some(e) = events.get(i).map(|e| Box::new((*e).clone())) {
+                    self.overlay = Overlay::Event(e);
+                }
+            }
             (Focus::Main, MainView::Approvals) => {
                 if let Some(p) = self.pending.get(self.files.sel).cloned()
                     && let Some(i) = self.agents.iter().position(|a| a.info.id == p.agent_id)

@@ -83,21 +83,14 @@ impl Drop for Guard {
     }
 }
 
-/// Why the app has no working provider, in words for the first run.
-fn provider_hint() -> Option<String> {
-    let vars = ["ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENROUTER_API_KEY", "OLLAMA_HOST", "OPENAI_BASE_URL"];
-    if vars.iter().any(|v| std::env::var(v).is_ok_and(|x| !x.is_empty())) {
-        return None;
-    }
-    let settings = crate::providers::accounts::settings_path();
-    if settings.exists() {
-        return None;
-    }
+/// How to connect a provider, when an agent was loaded without one.
+fn provider_hint(fleet: &Fleet) -> Option<String> {
+    let why = fleet.unconfigured().values().next()?;
     Some(format!(
-        "No model provider is connected, so agents cannot think yet (files, tables and events still work). \
-         Set ANTHROPIC_API_KEY, OPENAI_API_KEY, OPENROUTER_API_KEY or OLLAMA_HOST and restart, or add an \
-         account to {} (mode 0600).",
-        settings.display()
+        "No model provider is connected ({why}), so this agent cannot think yet; files, tables and events still \
+         work. Type :connect to enter a key here (saved to {}, mode 0600), or set ANTHROPIC_API_KEY, \
+         OPENAI_API_KEY, OPENROUTER_API_KEY or OLLAMA_HOST and restart.",
+        crate::providers::accounts::settings_path().display()
     ))
 }
 
@@ -127,7 +120,7 @@ pub fn run_with(opts: Options, factory: ProviderFactory) -> anyhow::Result<()> {
             }
         }
         let mut app = App::new(keymap, theme, glyphs);
-        app.provider_hint = provider_hint();
+        app.provider_hint = provider_hint(&fleet);
         app.set_agents(fleet.list(), &dir);
         if let Some(p) = problems.first() {
             app.status = Some(format!("not loaded: {p}"));
@@ -204,7 +197,10 @@ async fn event_loop(
                     dirty = true;
                 }
             },
-            _ = clock.tick() => dirty = dirty || !app.pending.is_empty(),
+            _ = clock.tick() => {
+                app.tick(crate::store::now_ms());
+                dirty = true;
+            }
             _ = frame_due => {}
         }
         for a in actions {
@@ -269,6 +265,35 @@ fn tempfile_dir() -> anyhow::Result<PathBuf> {
     Ok(d)
 }
 
+/// Add or replace the provider's account in the settings file (written
+/// 0600 by the accounts module); the key never reaches a log or event.
+fn save_key(provider: &str, key: &str) -> anyhow::Result<()> {
+    use crate::providers::accounts::{self, Account, Kind};
+    let mut s = accounts::load().map_err(anyhow::Error::msg)?;
+    let kind = match provider {
+        "anthropic" => Kind::Anthropic,
+        "openrouter" => Kind::Openrouter,
+        _ => Kind::Openai,
+    };
+    // A base URL from the environment (a proxy, a local server) stays in use.
+    let base_url = match kind {
+        Kind::Anthropic => std::env::var("ANTHROPIC_BASE_URL").ok(),
+        Kind::Openai => std::env::var("OPENAI_BASE_URL").ok(),
+        _ => None,
+    }
+    .filter(|v| !v.is_empty());
+    s.accounts.retain(|a| a.id != provider);
+    s.accounts.push(Account {
+        id: provider.to_string(),
+        kind,
+        base_url,
+        api_key: Some(key.to_string()),
+        api_key_env: None,
+        default_model: None,
+    });
+    accounts::save(&s).map_err(anyhow::Error::msg)
+}
+
 /// Write a file as the owner through the agent's actor (its writer).
 async fn owner_write(fleet: &Fleet, agent: &str, path: &str, content: String) -> anyhow::Result<()> {
     let (tx, rx) = tokio::sync::oneshot::channel();
@@ -292,12 +317,21 @@ async fn perform(
     dir: &Path,
 ) -> anyhow::Result<()> {
     match action {
-        Action::Run(cmd) => {
-            let start = matches!(&cmd, Command::Start { .. });
-            fleet.command(cmd).map_err(anyhow::Error::msg)?;
-            if start {
-                app.status = Some("started".into());
+        Action::Run(Command::Start { agent }) => {
+            fleet.start(&agent).await.map_err(anyhow::Error::msg)?;
+            app.set_agents(fleet.list(), dir);
+            app.status = Some("started".into());
+        }
+        Action::Run(cmd) => fleet.command(cmd).map_err(anyhow::Error::msg)?,
+        Action::SaveKey { provider, key } => {
+            save_key(&provider, &key)?;
+            // Agents loaded without a provider take the new one up.
+            for a in fleet.list() {
+                fleet.reload(&a.id).await.map_err(anyhow::Error::msg)?;
             }
+            app.set_agents(fleet.list(), dir);
+            app.provider_hint = provider_hint(fleet);
+            app.status = Some(format!("{provider} connected; key saved (0600)"));
         }
         Action::EditFile { agent, path } => {
             if let Some(e) = app.file_entry(&agent, &path)

@@ -73,6 +73,40 @@ pub fn draw(f: &mut Frame, app: &App) {
     }
     draw_footer(f, app, footer);
     draw_overlay(f, app, area);
+    if app.glyphs.collapsed != "▸" {
+        asciify(f.buffer_mut());
+    }
+}
+
+/// Where the locale is not UTF-8, nothing but ASCII reaches the terminal:
+/// drawing glyphs get their ASCII stand-ins, other characters a `?`.
+fn asciify(buf: &mut ratatui::buffer::Buffer) {
+    for cell in buf.content.iter_mut() {
+        let sym = cell.symbol();
+        if sym.is_ascii() {
+            continue;
+        }
+        let rep = match sym {
+            "─" | "━" | "╌" => "-",
+            "│" | "┃" | "▏" | "▍" => "|",
+            "┌" | "┐" | "└" | "┘" | "├" | "┤" | "┬" | "┴" | "┼" | "╭" | "╮" | "╰" | "╯" => {
+                "+"
+            }
+            "·" | "•" => "*",
+            "…" => ".",
+            "✉" => "m",
+            "⚠" => "!",
+            "↓" => "v",
+            "▸" => ">",
+            "▾" => "v",
+            "●" => "*",
+            "◆" => "+",
+            "○" => "o",
+            "◀" => "<",
+            _ => "?",
+        };
+        cell.set_symbol(rep);
+    }
 }
 
 fn draw_header(f: &mut Frame, app: &App, area: Rect) {
@@ -82,8 +116,10 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
         Some(a) => format!(" adf › {} › main", a.info.name),
         None => " adf".to_string(),
     };
+    let burn = app.burn_per_min();
+    let burn = if burn >= 1000 { format!("{:.1}k", burn as f64 / 1000.0) } else { burn.to_string() };
     let right = if area.width >= 100 {
-        format!("{} agents · {running} running · {waiting} waiting on you   ? help ", app.agents.len())
+        format!("{} agents · {running} running · {waiting} waiting on you · {burn} tok/min   ? help ", app.agents.len())
     } else if waiting > 0 {
         format!("{} {waiting} waiting · ? help ", app.glyphs.warn)
     } else {
@@ -225,11 +261,14 @@ fn draw_chat(f: &mut Frame, app: &App, area: Rect) {
     let Some(agent) = app.selected() else { return };
     let [log_area, composer_area] = Layout::vertical([Constraint::Min(3), Constraint::Length(4)]).areas(area);
     let ctx = app.chats.get(&agent.info.id);
+    let tokens =
+        if agent.tokens >= 10_000 { format!("{:.1}k", agent.tokens as f64 / 1000.0) } else { agent.tokens.to_string() };
+    let cost = if agent.cost > 0.0 { format!(" · ${:.3}", agent.cost) } else { String::new() };
+    let ctx_used = agent.context_pct.map(|p| format!(" · ctx {p}%")).unwrap_or_default();
     let right = format!(
-        " {} · {} · {} tok ",
+        " {} · {} · {tokens} tok{cost}{ctx_used} ",
         if agent.model.is_empty() { "no model" } else { &agent.model },
         agent.state,
-        agent.tokens
     );
     let block = pane(app, format!("{} · main", agent.info.name), app.focus == Focus::Main)
         .title_top(Line::from(right).right_aligned());
@@ -360,32 +399,41 @@ fn draw_files(f: &mut Frame, app: &App, area: Rect) {
     let inner = block.inner(list);
     f.render_widget(block, list);
     let w = inner.width as usize;
-    let lines: Vec<Line> = app
-        .files
-        .entries
-        .iter()
-        .enumerate()
-        .map(|(i, e)| {
-            let depth = e.path.matches('/').count();
-            let fname = e.path.rsplit('/').next().unwrap_or(&e.path);
-            let badge = match e.protection.as_str() {
-                "none" => "",
-                "read_only" => " ro",
-                "no_delete" => " nd",
-                other => other,
-            };
-            let size = human(e.size);
-            let left = format!("{}{fname}", "  ".repeat(depth));
-            let room = w.saturating_sub(size.width() + badge.width() + 1);
-            let l = Line::from(vec![
-                Span::raw(format!("{:<room$}", fit(&left, room))),
-                Span::styled(badge.to_string(), app.theme.get("waiting")),
-                Span::styled(format!(" {size}"), app.theme.get("dim")),
-            ]);
-            if i == app.files.sel { l.style(app.theme.get("selection")) } else { l }
-        })
-        .collect();
-    let top = app.files.sel.saturating_sub(inner.height as usize - 1);
+    // Files in path order, with a row for each folder where it starts.
+    let mut lines: Vec<Line> = Vec::new();
+    let mut sel_line = 0;
+    let mut open: Vec<&str> = Vec::new();
+    for (i, e) in app.files.entries.iter().enumerate() {
+        let dirs: Vec<&str> = e.path.split('/').collect();
+        let (fname, dirs) = dirs.split_last().map(|(f, d)| (*f, d.to_vec())).unwrap_or((e.path.as_str(), Vec::new()));
+        let common = open.iter().zip(&dirs).take_while(|(a, b)| a == b).count();
+        open.truncate(common);
+        for (d, dir) in dirs.iter().enumerate().skip(common) {
+            lines.push(Line::styled(format!("{}{} {dir}/", "  ".repeat(d), app.glyphs.expanded), app.theme.get("dim")));
+            open.push(dir);
+        }
+        let badge = match e.protection.as_str() {
+            "none" => "",
+            "read_only" => " ro",
+            "no_delete" => " nd",
+            other => other,
+        };
+        let size = human(e.size);
+        let left = format!("{}{fname}", "  ".repeat(dirs.len()));
+        let room = w.saturating_sub(size.width() + badge.width() + 1);
+        let l = Line::from(vec![
+            Span::raw(format!("{:<room$}", fit(&left, room))),
+            Span::styled(badge.to_string(), app.theme.get("waiting")),
+            Span::styled(format!(" {size}"), app.theme.get("dim")),
+        ]);
+        if i == app.files.sel {
+            sel_line = lines.len();
+            lines.push(l.style(app.theme.get("selection")));
+        } else {
+            lines.push(l);
+        }
+    }
+    let top = sel_line.saturating_sub((inner.height as usize).saturating_sub(1));
     f.render_widget(Paragraph::new(lines).scroll((top as u16, 0)), inner);
 
     let (title, body) = match app.preview() {
@@ -560,6 +608,42 @@ fn draw_overlay(f: &mut Frame, app: &App, area: Rect) {
             let inner = block.inner(r);
             f.render_widget(block, r);
             f.render_widget(Paragraph::new(format!("{text}▏")).wrap(Wrap { trim: false }), inner);
+        }
+        Overlay::Event(e) => {
+            let r = centered(area, 100, 30);
+            f.render_widget(Clear, r);
+            let block = pane(app, format!("{} · seq {} · {} (any key closes)", e.event_type, e.seq, e.source), true);
+            let inner = block.inner(r);
+            f.render_widget(block, r);
+            let body = serde_json::to_string_pretty(&e.payload).unwrap_or_default();
+            let lines: Vec<Line> =
+                super::highlight::text("json", &body, inner.height as usize).into_iter().map(Line::from).collect();
+            f.render_widget(Paragraph::new(lines), inner);
+        }
+        Overlay::Connect { provider, key } => {
+            let r = centered(area, 70, 8);
+            f.render_widget(Clear, r);
+            let block = pane(app, "Connect a provider (tab: next provider · enter saves · esc)".into(), true);
+            let inner = block.inner(r);
+            f.render_widget(block, r);
+            let mut choices = vec![Span::raw("provider: ")];
+            for (i, p) in super::app::CONNECT.iter().enumerate() {
+                let st = if i == *provider { app.theme.get("selection") } else { app.theme.get("dim") };
+                choices.push(Span::styled(format!(" {p} "), st));
+                choices.push(Span::raw(" "));
+            }
+            let masked = "•".repeat(key.chars().count().min(48));
+            let lines = vec![
+                Line::from(choices),
+                Line::default(),
+                Line::from(vec![Span::raw("key:      "), Span::raw(masked), Span::raw("▏")]),
+                Line::default(),
+                Line::styled(
+                    format!("saved to {} (mode 0600)", crate::providers::accounts::settings_path().display()),
+                    app.theme.get("dim"),
+                ),
+            ];
+            f.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), inner);
         }
         Overlay::Conflict { path, mine, theirs, .. } => {
             let r = centered(area, 90, 20);
