@@ -301,6 +301,17 @@ async fn keys_drive_the_state_machine() {
     ctrl(&mut a, 'p');
     keys(&mut a, "emergency");
     assert_eq!(key(&mut a, KeyCode::Enter), vec![Action::Run(Command::EmergencyStop)]);
+    // An approval arriving for an agent not on screen rings the bell;
+    // tokens of a call count in that agent's burn and the fleet's.
+    let deployer = a.agents.iter().position(|x| x.info.name == "deployer").unwrap();
+    let e = event(&a, "hil.requested", "deployer", a.now_ms, json!({"tool": "fs_delete"}));
+    assert_eq!(a.on_event(&e), vec![Action::Bell { agent: "deployer".into(), what: "an approval".into() }]);
+    let e = event(&a, "hil.requested", "research", a.now_ms, json!({"tool": "fs_delete"}));
+    assert!(a.on_event(&e).is_empty(), "no bell for the agent on screen");
+    let e = event(&a, "llm.completed", "deployer", a.now_ms, json!({"input_tokens": 900, "output_tokens": 300}));
+    a.on_event(&e);
+    assert_eq!((a.burn_per_min(Some(deployer)), a.burn_per_min(Some(research)), a.burn_per_min(None)), (1200, 0, 1200));
+    assert!(render(&a, 120, 40).contains("1.2k/m"));
     // m edits mind.md; ctrl-c interrupts; s/x start and stop.
     a.run("chat");
     assert_eq!(keys(&mut a, "m"), vec![Action::EditFile { agent: id.clone(), path: "mind.md".into() }]);

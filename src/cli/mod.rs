@@ -105,6 +105,24 @@ pub enum Command {
         #[arg(long)]
         flat_out: bool,
     },
+    /// Run the fleet headless with the HTTP control API and event stream.
+    ///
+    /// The bearer token is minted once into `daemon-token` in the config
+    /// folder (mode 0600; `ADF_DAEMON_TOKEN` overrides it and is required to
+    /// listen beyond loopback); local `adf` commands read it by themselves.
+    /// Settings (provider accounts, prices) are `settings.json` in the same
+    /// folder; the daemon logs to stderr (run it under systemd or redirect).
+    /// One daemon per fleet: a second one says which process holds it.
+    Daemon {
+        /// Address to listen on.
+        #[arg(long, env = "ADF_DAEMON_HOST", default_value = "127.0.0.1")]
+        host: String,
+        /// Port to listen on.
+        #[arg(long, env = "ADF_DAEMON_PORT", default_value_t = 7385)]
+        port: u16,
+        /// Fleet folders and agent files (default: the fleet folder).
+        paths: Vec<PathBuf>,
+    },
     /// List the agents of the fleet (the default when no command is given).
     Agents,
     /// Approve the tool call a paused turn waits on (after `chat` exited 3);
@@ -233,6 +251,10 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
 
 fn run_simple(command: Option<Command>, out: &Out) -> anyhow::Result<()> {
     match command {
+        Some(Command::Daemon { host, port, paths }) => crate::daemon::run(
+            crate::daemon::Options { host, port, paths, ..Default::default() },
+            crate::runtime::fleet::accounts_factory(),
+        ),
         None | Some(Command::Agents) => fleet::agents(out),
         Some(Command::New { path, name, handle, provider, model, description }) => {
             fleet::new(out, &path, name, handle, provider, model, description)

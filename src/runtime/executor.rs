@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 
+mod owner;
+
 use super::bus::Bus;
 use super::inject::{self, InjectError, InjectQueue, Injection};
 use super::prompt;

@@ -57,10 +57,30 @@ pub struct Fleet {
     lenient: bool,
     /// Agents loaded without a provider, with why (lenient loading).
     unconfigured: BTreeMap<String, String>,
+    /// The live state of each agent, as its `agent.state.changed` events
+    /// say (kept by a task following the bus).
+    states: Arc<std::sync::Mutex<BTreeMap<String, String>>>,
 }
 
 impl Fleet {
     pub fn new(bus: Arc<Bus>, factory: ProviderFactory) -> Self {
+        let states: Arc<std::sync::Mutex<BTreeMap<String, String>>> = Default::default();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let filter = super::bus::Filter { types: vec!["agent.state.changed".into()], agent_id: None };
+            let mut sub = bus.subscribe(None, filter);
+            let st = Arc::downgrade(&states);
+            rt.spawn(async move {
+                while let Some(item) = sub.next().await {
+                    let Some(states) = st.upgrade() else { break };
+                    if let super::bus::Item::Event(e) = item
+                        && let (Some(id), Some(state)) = (&e.event.agent_id, e.event.payload["state"].as_str())
+                        && let Ok(mut m) = states.lock()
+                    {
+                        m.insert(id.clone(), state.to_string());
+                    }
+                }
+            });
+        }
         Fleet {
             bus,
             factory,
@@ -68,7 +88,33 @@ impl Fleet {
             stream_deltas: false,
             lenient: false,
             unconfigured: BTreeMap::new(),
+            states,
         }
+    }
+
+    /// An agent's live state (`idle` until it says otherwise; `off` once
+    /// its actor has ended).
+    pub fn state(&self, id: &str) -> String {
+        if self.is_stopped(id) {
+            return "off".into();
+        }
+        self.states.lock().ok().and_then(|m| m.get(id).cloned()).unwrap_or_else(|| "idle".into())
+    }
+
+    /// Stop an agent and unload it (its file closed cleanly).
+    pub async fn unload(&mut self, agent: &str) -> Result<(), String> {
+        let id = self.resolve(agent)?;
+        let l = self.agents.remove(&id).ok_or_else(|| format!("{agent}: not loaded"))?;
+        drop(l.agent);
+        let ex = l.task.await.map_err(|e| format!("{}: {e}", l.path.display()))?;
+        ex.store.close().map_err(|e| e.to_string())?;
+        self.bus.publish(crate::protocol::Envelope::new(
+            crate::protocol::kind::AGENT_UNLOADED,
+            Some(&id),
+            "system:fleet",
+            serde_json::json!({"filePath": l.path.display().to_string()}),
+        ));
+        Ok(())
     }
 
     /// Publish `turn.delta` events for every agent loaded from now on.

@@ -181,8 +181,8 @@ pub struct App {
     pub provider_hint: Option<String>,
     /// Only the selected agent's events in the events pane.
     pub events_agent_only: bool,
-    /// (time, tokens) of recent model calls, for the fleet's token burn.
-    burn: VecDeque<(i64, u64)>,
+    /// (time, agent, tokens) of recent model calls, for the token burn.
+    burn: VecDeque<(i64, usize, u64)>,
     prices: crate::providers::prices::Prices,
     readers: HashMap<String, Store>,
 }
@@ -421,7 +421,7 @@ impl App {
                 "llm.completed" => {
                     let t = e.payload["input_tokens"].as_u64().unwrap_or(0)
                         + e.payload["output_tokens"].as_u64().unwrap_or(0);
-                    self.burn.push_back((e.timestamp, t));
+                    self.burn.push_back((e.timestamp, i, t));
                     if let Some(chat) = self.chats.get_mut(&id) {
                         chat.streaming.clear();
                         chat.thinking.clear();
@@ -480,9 +480,10 @@ impl App {
     }
 
     /// Tokens per minute across the fleet, over the last minute.
-    pub fn burn_per_min(&self) -> u64 {
+    /// Tokens per minute of one agent (by index), or of the fleet.
+    pub fn burn_per_min(&self, agent: Option<usize>) -> u64 {
         let since = self.now_ms - 60_000;
-        self.burn.iter().filter(|(t, _)| *t >= since).map(|(_, n)| n).sum()
+        self.burn.iter().filter(|(t, a, _)| *t >= since && agent.is_none_or(|i| i == *a)).map(|(_, _, n)| n).sum()
     }
 
     /// The clock ticked: forget old burn samples and re-read what waits on
@@ -490,7 +491,7 @@ impl App {
     /// another app).
     pub fn tick(&mut self, now_ms: i64) {
         self.now_ms = now_ms;
-        while self.burn.front().is_some_and(|(t, _)| *t < now_ms - 60_000) {
+        while self.burn.front().is_some_and(|(t, _, _)| *t < now_ms - 60_000) {
             self.burn.pop_front();
         }
         let before: Vec<String> = self.pending.iter().map(|p| p.task_id.clone()).collect();

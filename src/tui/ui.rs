@@ -116,8 +116,7 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
         Some(a) => format!(" adf › {} › main", a.info.name),
         None => " adf".to_string(),
     };
-    let burn = app.burn_per_min();
-    let burn = if burn >= 1000 { format!("{:.1}k", burn as f64 / 1000.0) } else { burn.to_string() };
+    let burn = short_count(app.burn_per_min(None));
     let right = if area.width >= 100 {
         format!("{} agents · {running} running · {waiting} waiting on you · {burn} tok/min   ? help ", app.agents.len())
     } else if waiting > 0 {
@@ -135,6 +134,11 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
         ])),
         area,
     );
+}
+
+/// 950, 1.2k, 34.5k.
+fn short_count(n: u64) -> String {
+    if n >= 1000 { format!("{:.1}k", n as f64 / 1000.0) } else { n.to_string() }
 }
 
 fn state_glyph(app: &App, state: &str, waiting: bool) -> (&'static str, Style) {
@@ -171,7 +175,10 @@ fn draw_tree(f: &mut Frame, app: &App, area: Rect) {
         } else if a.unread > 0 {
             format!("✉{}", a.unread)
         } else {
-            a.state.clone()
+            match app.burn_per_min(Some(i)) {
+                0 => a.state.clone(),
+                n => format!("{}/m", short_count(n)),
+            }
         };
         let indent = if a.folder.is_empty() { "" } else { "  " };
         let name_w = w.saturating_sub(indent.len() + 3 + badge.width());

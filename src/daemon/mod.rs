@@ -1,0 +1,328 @@
+//! `adf daemon`: the runtime headless, behind an HTTP control API and an SSE
+//! event stream (spec/daemon.md). One process per fleet (a lock in the
+//! fleet folder says who holds it); every route but `/health` needs the
+//! bearer token; the `Host` header must name this server (no DNS
+//! rebinding) and cross-site requests are refused; there are no CORS
+//! headers at all. Reads open the agent's file read-only beside its writer;
+//! writes go through the agent's actor, as the terminal app's do.
+
+pub mod openapi;
+pub mod resources;
+pub mod routes;
+pub mod sse;
+pub mod token;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Json;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use crate::runtime::agent::{AgentCommand, OwnerWork};
+use crate::runtime::bus::Bus;
+use crate::runtime::executor::Executor;
+use crate::runtime::fleet::{Fleet, ProviderFactory};
+use crate::store::Store;
+
+/// How the daemon starts.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub host: String,
+    pub port: u16,
+    /// Fleet folders and agent files; the default fleet when empty.
+    pub paths: Vec<PathBuf>,
+    /// Interval of the SSE heartbeat comment.
+    pub heartbeat: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { host: "127.0.0.1".into(), port: 7385, paths: Vec::new(), heartbeat: Duration::from_secs(30) }
+    }
+}
+
+/// What every handler shares.
+pub struct Shared {
+    pub fleet: tokio::sync::Mutex<Fleet>,
+    pub bus: Arc<Bus>,
+    pub token: String,
+    pub allowed_hosts: Vec<String>,
+    pub started: Instant,
+    pub heartbeat: Duration,
+    pub fleet_dir: PathBuf,
+    /// Turns true when the daemon shuts down: event streams end with it.
+    pub closing: tokio::sync::watch::Receiver<bool>,
+}
+
+pub type AppState = Arc<Shared>;
+
+/// An error as the API answers it: `{error, code?}` with a status.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub error: String,
+    pub code: Option<&'static str>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, error: impl Into<String>) -> Self {
+        ApiError { status, error: error.into(), code: None }
+    }
+    pub fn bad(error: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, error)
+    }
+    pub fn not_found(error: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, error)
+    }
+    pub fn internal(error: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, error)
+    }
+    pub fn with_code(mut self, code: &'static str) -> Self {
+        self.code = Some(code);
+        self
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut body = json!({"error": self.error});
+        if let Some(c) = self.code {
+            body["code"] = json!(c);
+        }
+        (self.status, Json(body)).into_response()
+    }
+}
+
+/// A store error as the API reports it: protection refusals are 403, a
+/// missing file or key 404, bad input 400.
+impl From<crate::store::StoreError> for ApiError {
+    fn from(e: crate::store::StoreError) -> Self {
+        use crate::store::StoreError as E;
+        let msg = e.to_string();
+        match e {
+            E::Denied(_) => ApiError::new(StatusCode::FORBIDDEN, msg).with_code("PROTECTED"),
+            E::Missing(_) | E::NotFound { .. } => ApiError::not_found(msg),
+            E::Invalid(_) => ApiError::bad(msg),
+            _ => ApiError::internal(msg),
+        }
+    }
+}
+
+pub type ApiResult<T = Json<Value>> = Result<T, ApiError>;
+
+fn is_loopback(host: &str) -> bool {
+    matches!(host, "127.0.0.1" | "localhost" | "::1" | "[::1]")
+}
+
+/// Token, `Host`, `Origin` and `Sec-Fetch-Site` checks for every request.
+async fn guard(State(s): State<AppState>, req: Request, next: Next) -> Response {
+    let headers = req.headers();
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
+    if !s.allowed_hosts.iter().any(|h| h == host) {
+        return ApiError::new(StatusCode::FORBIDDEN, format!("Host \"{host}\" is not this daemon"))
+            .with_code("BAD_HOST")
+            .into_response();
+    }
+    if let Some(origin) = headers.get(header::ORIGIN).and_then(|h| h.to_str().ok()) {
+        let same = s.allowed_hosts.iter().any(|h| origin == format!("http://{h}"));
+        if !same {
+            return ApiError::new(StatusCode::FORBIDDEN, format!("cross-origin request from {origin} refused"))
+                .with_code("CROSS_SITE")
+                .into_response();
+        }
+    }
+    if headers.get("sec-fetch-site").and_then(|h| h.to_str().ok()) == Some("cross-site") {
+        return ApiError::new(StatusCode::FORBIDDEN, "cross-site request refused")
+            .with_code("CROSS_SITE")
+            .into_response();
+    }
+    if req.uri().path() != "/health" && !authorized(headers, &s.token) {
+        return ApiError::new(StatusCode::UNAUTHORIZED, "Missing or invalid Authorization: Bearer token.")
+            .with_code("unauthorized")
+            .into_response();
+    }
+    next.run(req).await
+}
+
+fn authorized(headers: &HeaderMap, token: &str) -> bool {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.strip_prefix("Bearer "))
+        .is_some_and(|t| token::same(t.trim(), token))
+}
+
+/// Where the daemon of a fleet says how to reach it.
+pub fn info_path(fleet_dir: &Path) -> PathBuf {
+    fleet_dir.join(".daemon.json")
+}
+
+/// The URL of a daemon running for this fleet, if one answers.
+pub fn discover(fleet_dir: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(info_path(fleet_dir)).ok()?;
+    let v: Value = serde_json::from_str(&text).ok()?;
+    let url = v["url"].as_str()?.to_string();
+    // A stale file (daemon gone) is ignored: the lock tells.
+    crate::store::lock::current_holder(&fleet_dir.join(".daemon"))?;
+    Some(url)
+}
+
+/// Run the daemon until SIGINT or SIGTERM.
+pub fn run(opts: Options, factory: ProviderFactory) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(serve(opts, factory, shutdown_signal()))
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => return std::future::pending().await,
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Serve until `stop` completes (tests pass their own).
+pub async fn serve(
+    opts: Options,
+    factory: ProviderFactory,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let env_token = token::from_env();
+    if !is_loopback(&opts.host) && env_token.is_none() {
+        anyhow::bail!(
+            "refusing to listen on {} without ADF_DAEMON_TOKEN: a daemon reachable beyond this machine needs an explicit token",
+            opts.host
+        );
+    }
+    let token = token::load_or_mint().map_err(anyhow::Error::msg)?;
+    let fleet_dir = opts.paths.iter().find(|p| p.is_dir()).cloned().unwrap_or_else(crate::paths::fleet_dir);
+    let (mut files, _) = crate::cli::ensure_fleet(&fleet_dir)?;
+    files.extend(opts.paths.iter().filter(|p| p.is_file()).cloned());
+    for d in opts.paths.iter().filter(|p| p.is_dir() && **p != fleet_dir) {
+        files.extend(crate::cli::scan(d));
+    }
+    let _lock = crate::store::lock::WriterLock::acquire(&fleet_dir.join(".daemon")).map_err(|e| match e {
+        crate::store::StoreError::Held { pid, host, since, .. } => anyhow::anyhow!(
+            "{}: a daemon already runs for this fleet (pid {pid}, on {host}, since {since}); stop it first or use it",
+            fleet_dir.display()
+        ),
+        other => anyhow::anyhow!(other),
+    })?;
+    let listener = tokio::net::TcpListener::bind((opts.host.as_str(), opts.port))
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}:{}: {e}", opts.host, opts.port))?;
+    let addr: SocketAddr = listener.local_addr()?;
+    let bus = Bus::new();
+    let mut fleet = Fleet::new(bus.clone(), factory).stream_deltas(true).lenient(true);
+    for f in &files {
+        if let Err(e) = fleet.load(f) {
+            eprintln!("adf daemon: not loaded: {e}");
+        }
+    }
+    let port = addr.port();
+    let mut allowed_hosts = vec![format!("127.0.0.1:{port}"), format!("localhost:{port}"), format!("[::1]:{port}")];
+    if !is_loopback(&opts.host) {
+        allowed_hosts.push(format!("{}:{port}", opts.host));
+    }
+    let url = format!("http://{}:{port}", if opts.host == "0.0.0.0" { "127.0.0.1" } else { opts.host.as_str() });
+    let info = json!({"url": url, "pid": std::process::id(), "port": port});
+    std::fs::write(info_path(&fleet_dir), info.to_string())?;
+    let (closing_tx, closing) = tokio::sync::watch::channel(false);
+    let shared = Arc::new(Shared {
+        fleet: tokio::sync::Mutex::new(fleet),
+        bus: bus.clone(),
+        token,
+        allowed_hosts,
+        started: Instant::now(),
+        heartbeat: opts.heartbeat,
+        fleet_dir: fleet_dir.clone(),
+        closing,
+    });
+    bus.publish(crate::protocol::Envelope::new(
+        crate::protocol::kind::DAEMON_STARTED,
+        None,
+        "system:daemon",
+        json!({"host": opts.host, "port": port, "settingsPath": crate::providers::accounts::settings_path()}),
+    ));
+    eprintln!("adf daemon: listening on {url} (fleet {})", fleet_dir.display());
+    let app = routes::router(shared.clone())
+        .layer(axum::middleware::from_fn_with_state(shared.clone(), guard))
+        .with_state(shared.clone());
+    let stop = async move {
+        stop.await;
+        let _ = closing_tx.send(true);
+    };
+    let served = axum::serve(listener, app).with_graceful_shutdown(stop).await;
+    let _ = std::fs::remove_file(info_path(&fleet_dir));
+    let fleet = Arc::try_unwrap(shared)
+        .map(|s| s.fleet.into_inner())
+        .map_err(|_| anyhow::anyhow!("the daemon's state is still shared at shutdown"));
+    if let Ok(fleet) = fleet {
+        for e in fleet.shutdown().await {
+            eprintln!("adf daemon: {e}");
+        }
+    }
+    served?;
+    Ok(())
+}
+
+impl Shared {
+    /// Resolve an agent (id, handle or name) to its id and file.
+    pub async fn agent(&self, key: &str) -> Result<(String, PathBuf), ApiError> {
+        let fleet = self.fleet.lock().await;
+        let id = fleet.resolve(key).map_err(|e| {
+            if e.contains("names") { ApiError::bad(e) } else { ApiError::not_found(format!("Agent not found: {key}")) }
+        })?;
+        let path =
+            fleet.list().into_iter().find(|a| a.id == id).map(|a| a.path).ok_or_else(|| ApiError::not_found(key))?;
+        Ok((id, path))
+    }
+
+    /// Run a read on a fresh read-only connection, off the async workers.
+    pub async fn read<T: Send + 'static>(
+        &self,
+        key: &str,
+        f: impl FnOnce(&Store) -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<(String, T), ApiError> {
+        let (id, path) = self.agent(key).await?;
+        let out = tokio::task::spawn_blocking(move || {
+            let store = Store::open_read_only(&path)?;
+            f(&store)
+        })
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))??;
+        Ok((id, out))
+    }
+
+    /// Run owner work on the agent's actor (which owns the writer).
+    pub async fn write<T: Send + 'static>(
+        &self,
+        key: &str,
+        f: impl FnOnce(&mut Executor) -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<(String, T), ApiError> {
+        let (id, _) = self.agent(key).await?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let work = OwnerWork(Box::new(move |ex| {
+            let _ = tx.send(f(ex));
+        }));
+        self.fleet.lock().await.send(&id, AgentCommand::With(work)).map_err(ApiError::internal)?;
+        let out = rx.await.map_err(|_| ApiError::internal(format!("{key}: the agent stopped")))??;
+        Ok((id, out))
+    }
+}

@@ -1,0 +1,232 @@
+//! The control API's routes: health, the agents and their lifecycle, chat,
+//! and runtime diagnostics here; per-agent resources in `resources.rs`;
+//! the event stream in `sse.rs`. Each maps one to one onto a runtime
+//! command or a read of the agent's file.
+
+use std::collections::HashMap;
+
+use axum::Json;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+
+use super::{ApiError, ApiResult, AppState, resources, sse};
+use crate::protocol::Command;
+
+pub type Q = Query<HashMap<String, String>>;
+
+/// A JSON body, or a 400 that says what is wrong with it.
+pub fn body(bytes: &Bytes) -> Result<Value, ApiError> {
+    if bytes.is_empty() {
+        return Ok(json!({}));
+    }
+    serde_json::from_slice(bytes).map_err(|e| ApiError::bad(format!("malformed JSON body: {e}")))
+}
+
+/// A required string field of a body.
+pub fn field<'a>(v: &'a Value, name: &str) -> Result<&'a str, ApiError> {
+    v.get(name).and_then(Value::as_str).ok_or_else(|| ApiError::bad(format!("{name} is required (a string)")))
+}
+
+/// An integer query parameter within bounds.
+pub fn int(q: &HashMap<String, String>, name: &str, default: i64, min: i64, max: i64) -> Result<i64, ApiError> {
+    match q.get(name) {
+        None => Ok(default),
+        Some(s) => s
+            .parse::<i64>()
+            .map(|n| n.clamp(min, max))
+            .map_err(|_| ApiError::bad(format!("{name} must be an integer, got \"{s}\""))),
+    }
+}
+
+pub fn router(_s: AppState) -> Router<AppState> {
+    Router::new()
+        .route("/health", get(|| async { Json(json!({"ok": true})) }))
+        .route("/openapi.json", get(|| async { Json(super::openapi::document()) }))
+        .route("/events", get(sse::events))
+        .route("/agents", get(agents))
+        .route("/agents/load", post(load))
+        .route("/agents/{id}", get(agent))
+        .route("/agents/{id}/status", get(status))
+        .route("/agents/{id}/start", post(start))
+        .route("/agents/{id}/stop", post(stop))
+        .route("/agents/{id}/unload", post(stop))
+        .route("/agents/{id}/abort", post(abort))
+        .route("/agents/{id}/state", post(set_state))
+        .route("/agents/{id}/chat", post(chat).get(resources::chat_history).delete(resources::clear_loop))
+        .route("/runtime", get(runtime))
+        .route("/runtime/providers", get(providers))
+        .route("/runtime/usage", get(runtime_usage))
+        .route("/diagnostics", get(diagnostics))
+        .merge(resources::router())
+}
+
+async fn agents(State(s): State<AppState>) -> ApiResult {
+    let fleet = s.fleet.lock().await;
+    let list: Vec<Value> = fleet
+        .list()
+        .into_iter()
+        .map(|a| json!({"id": a.id, "filePath": a.path, "name": a.name, "handle": a.handle, "state": fleet.state(&a.id)}))
+        .collect();
+    Ok(Json(Value::Array(list)))
+}
+
+async fn load(State(s): State<AppState>, b: Bytes) -> ApiResult {
+    let v = body(&b)?;
+    let path = std::path::PathBuf::from(field(&v, "filePath")?);
+    if !path.is_file() {
+        return Err(ApiError::not_found(format!("no agent file at {}", path.display())));
+    }
+    let mut fleet = s.fleet.lock().await;
+    let info = fleet.load(&path).map_err(ApiError::bad)?;
+    drop(fleet);
+    let (_, config) = s.read(&info.id, |st| Ok(st.config_value()?)).await?;
+    Ok(Json(json!({"id": info.id, "filePath": info.path, "config": config})))
+}
+
+async fn agent(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult {
+    let (_, path) = s.agent(&id).await?;
+    let (id, config) = s.read(&id, |st| Ok(st.config_value()?)).await?;
+    Ok(Json(json!({"id": id, "filePath": path, "config": config})))
+}
+
+pub async fn status_of(s: &AppState, key: &str) -> ApiResult<Value> {
+    let (id, path) = s.agent(key).await?;
+    let fleet = s.fleet.lock().await;
+    let a = fleet.list().into_iter().find(|a| a.id == id).ok_or_else(|| ApiError::not_found(key))?;
+    let state = fleet.state(&id);
+    let stopped = fleet.is_stopped(&id);
+    drop(fleet);
+    let (_, (autostart, loop_count, pending)) = s
+        .read(&id, |st| {
+            let cfg = st.config_value()?;
+            let n = st.loop_rows(None)?.len();
+            let pending = st.task_list(Some("pending_approval"))?.len();
+            Ok((cfg["autostart"].as_bool().unwrap_or(false), n, pending))
+        })
+        .await?;
+    let runtime_state = if stopped {
+        "stopped"
+    } else if pending > 0 {
+        "awaiting_approval"
+    } else {
+        match state.as_str() {
+            "active" => "thinking",
+            "error" => "error",
+            "suspended" => "suspended",
+            _ => "idle",
+        }
+    };
+    Ok(json!({"id": id, "filePath": path, "name": a.name, "handle": a.handle, "autostart": autostart,
+        "state": state, "runtimeState": runtime_state, "targetState": Value::Null, "loopCount": loop_count}))
+}
+
+async fn status(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult {
+    status_of(&s, &id).await.map(Json)
+}
+
+async fn start(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult {
+    let (id, _) = s.agent(&id).await?;
+    s.fleet.lock().await.start(&id).await.map_err(ApiError::internal)?;
+    let agent = status_of(&s, &id).await?;
+    Ok(Json(json!({"success": true, "loaded": true, "startupTriggered": false, "agent": agent})))
+}
+
+async fn stop(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult {
+    let (id, _) = s.agent(&id).await?;
+    s.fleet.lock().await.unload(&id).await.map_err(ApiError::internal)?;
+    Ok(Json(json!({"success": true})))
+}
+
+async fn abort(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult {
+    let (id, _) = s.agent(&id).await?;
+    s.fleet.lock().await.command(Command::Interrupt { agent: id }).map_err(ApiError::internal)?;
+    Ok(Json(json!({"success": true})))
+}
+
+async fn set_state(State(s): State<AppState>, Path(id): Path<String>, b: Bytes) -> ApiResult {
+    let v = body(&b)?;
+    let state = field(&v, "state")?.to_string();
+    let (id, _) = s.agent(&id).await?;
+    s.fleet
+        .lock()
+        .await
+        .command(Command::SetState { agent: id.clone(), state: state.clone() })
+        .map_err(ApiError::bad)?;
+    Ok(Json(json!({"agentId": id, "success": true, "state": state})))
+}
+
+async fn chat(State(s): State<AppState>, Path(id): Path<String>, b: Bytes) -> Result<impl IntoResponse, ApiError> {
+    let v = body(&b)?;
+    let text = v.get("text").and_then(Value::as_str).filter(|t| !t.trim().is_empty());
+    let Some(text) = text else { return Err(ApiError::bad("text is required")) };
+    let (id, _) = s.agent(&id).await?;
+    s.fleet
+        .lock()
+        .await
+        .command(Command::SendChat { agent: id, r#loop: "main".into(), text: text.to_string() })
+        .map_err(ApiError::internal)?;
+    let turn = format!("turn_{}", crate::store::create::nanoid(12));
+    Ok((StatusCode::ACCEPTED, Json(json!({"accepted": true, "turnId": turn}))))
+}
+
+async fn runtime(State(s): State<AppState>) -> ApiResult {
+    let fleet = s.fleet.lock().await;
+    let agents: Vec<Value> = fleet
+        .list()
+        .into_iter()
+        .map(|a| {
+            json!({"id": a.id, "name": a.name, "state": fleet.state(&a.id), "stopped": fleet.is_stopped(&a.id),
+            "provider_configured": !fleet.unconfigured().contains_key(&a.id)})
+        })
+        .collect();
+    Ok(Json(json!({"pid": std::process::id(), "uptime_ms": s.started.elapsed().as_millis() as u64,
+        "fleetDir": s.fleet_dir, "eventCursor": s.bus.cursor(), "agents": agents})))
+}
+
+/// Providers as metadata only: ids, kinds, endpoints and where the key
+/// comes from, never the key.
+async fn providers(State(_s): State<AppState>) -> ApiResult {
+    let settings = crate::providers::accounts::load().map_err(ApiError::internal)?;
+    let mut out: Vec<Value> = settings
+        .accounts
+        .iter()
+        .map(|a| {
+            json!({"id": a.id, "type": a.kind, "baseUrl": a.base_url, "defaultModel": a.default_model,
+                "hasKey": a.api_key.is_some() || a.api_key_env.as_ref().is_some_and(|v| std::env::var(v).is_ok()),
+                "keySource": if a.api_key.is_some() { "settings" } else if a.api_key_env.is_some() { "env" } else { "none" }})
+        })
+        .collect();
+    for (id, var) in
+        [("anthropic", "ANTHROPIC_API_KEY"), ("openai", "OPENAI_API_KEY"), ("openrouter", "OPENROUTER_API_KEY")]
+    {
+        if !settings.accounts.iter().any(|a| a.id == id) {
+            out.push(
+                json!({"id": id, "type": id, "hasKey": std::env::var(var).is_ok(), "keySource": format!("env:{var}")}),
+            );
+        }
+    }
+    Ok(Json(json!({"providers": out})))
+}
+
+async fn runtime_usage(State(s): State<AppState>) -> ApiResult {
+    let ids: Vec<String> = s.fleet.lock().await.list().into_iter().map(|a| a.id).collect();
+    let mut agents = Vec::new();
+    for id in ids {
+        if let Ok(Json(u)) = resources::usage_of(&s, &id).await {
+            agents.push(u);
+        }
+    }
+    Ok(Json(json!({"agents": agents})))
+}
+
+async fn diagnostics(State(s): State<AppState>) -> ApiResult {
+    let Json(rt) = runtime(State(s.clone())).await?;
+    Ok(Json(
+        json!({"daemon": {"uptime": s.started.elapsed().as_secs(), "pid": std::process::id()}, "agents": rt["agents"]}),
+    ))
+}

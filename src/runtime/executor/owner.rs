@@ -1,0 +1,55 @@
+//! What the owner does to an agent through its actor (the daemon's write
+//! routes, the terminal app): clearing the loop, setting a timer with the
+//! owner's schedule format. Kept apart from the turn loop.
+
+use serde_json::{Value, json};
+
+use super::Executor;
+use crate::store::{Caller, StoreError};
+use crate::tools::{self, Ctx};
+
+impl Executor {
+    /// Clear the whole loop as the owner (audited when loop audit is on).
+    pub fn clear_loop_as_owner(&mut self) -> Result<(), StoreError> {
+        let cfg = self.store.config_value()?;
+        self.clear(&cfg, None, None, "system:owner").map(|_| ())
+    }
+
+    /// Set a timer from the control API's body (`mode: once_at |
+    /// once_delay | interval | cron`, `at`, `delay_ms`, `every_ms`, …);
+    /// returns the new timer's id.
+    pub fn owner_set_timer(&mut self, v: &Value) -> Result<i64, String> {
+        let mode =
+            v.get("mode").and_then(Value::as_str).ok_or("mode is required (once_at, once_delay, interval, cron)")?;
+        let kind = match mode {
+            "once_at" | "once" => "once",
+            "once_delay" | "delay" => "delay",
+            "interval" => "interval",
+            "cron" => "cron",
+            other => return Err(format!("Invalid mode \"{other}\" (once_at, once_delay, interval, cron)")),
+        };
+        let mut schedule = json!({"type": kind});
+        for k in ["at", "delay_ms", "every_ms", "start_at", "end_at", "max_runs", "cron"] {
+            if let Some(x) = v.get(k) {
+                schedule[k] = x.clone();
+            }
+        }
+        let mut input = json!({"schedule": schedule});
+        for k in ["scope", "lambda", "warm", "payload", "locked"] {
+            if let Some(x) = v.get(k) {
+                input[k] = x.clone();
+            }
+        }
+        let mut emit = |_: &'static str, _: Value| {};
+        let mut ctx =
+            Ctx { store: &mut self.store, caller: Caller::Owner, from_code: false, full: false, emit: &mut emit };
+        let out = tools::execute(&mut ctx, "sys_set_timer", &input);
+        if out.is_error {
+            return Err(out.content);
+        }
+        out.content
+            .lines()
+            .find_map(|l| l.strip_prefix("ID: ").and_then(|n| n.trim().parse().ok()))
+            .ok_or_else(|| format!("timer set, but no id in: {}", out.content))
+    }
+}

@@ -1,0 +1,397 @@
+//! `adf daemon` as a process on loopback: the route groups with good and
+//! bad input, authentication and cross-site refusals, one daemon per fleet,
+//! the SSE stream with replay from a cursor and `Last-Event-ID`, and the
+//! OpenAPI document checked against what the server serves.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::fake_provider::*;
+use common::*;
+use serde_json::{Value, json};
+
+struct Daemon {
+    child: Child,
+    url: String,
+    token: String,
+    home: PathBuf,
+    http: reqwest::Client,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(home: &Path, base: &str, extra: &[&str]) -> Daemon {
+    let fleet = home.join("data/agents");
+    let child = Command::new(env!("CARGO_BIN_EXE_adf"))
+        .args(["daemon", "--port", "0"])
+        .args(extra)
+        .env("ADF_HOME", home)
+        .env("ANTHROPIC_API_KEY", "sk-test")
+        .env("ANTHROPIC_BASE_URL", base)
+        .env_remove("ADF_DAEMON_TOKEN")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let info = fleet.join(".daemon.json");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !info.exists() {
+        assert!(Instant::now() < deadline, "the daemon did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&info).unwrap()).unwrap();
+    let token = std::fs::read_to_string(home.join("config/daemon-token")).unwrap();
+    Daemon {
+        child,
+        url: v["url"].as_str().unwrap().to_string(),
+        token,
+        home: home.to_path_buf(),
+        http: adf::providers::http_client(),
+    }
+}
+
+impl Daemon {
+    async fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let mut r = self.http.request(m, format!("{}{path}", self.url)).bearer_auth(&self.token);
+        if let Some(b) = body {
+            r = r.json(&b);
+        }
+        let resp = r.send().await.unwrap();
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    }
+
+    async fn get(&self, path: &str) -> Value {
+        let (s, v) = self.call("GET", path, None).await;
+        assert_eq!(s, 200, "GET {path}: {v}");
+        v
+    }
+
+    async fn raw(&self, path: &str, headers: &[(&str, &str)]) -> u16 {
+        let mut r = self.http.get(format!("{}{path}", self.url));
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        r.send().await.unwrap().status().as_u16()
+    }
+
+    /// Wait until the agent's loop has a row containing `text`.
+    async fn wait_loop(&self, agent: &str, text: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let v = self.get(&format!("/agents/{agent}/loop?limit=500")).await;
+            if v["entries"].to_string().contains(text) {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "no {text:?} in the loop: {v}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+fn home_with(dir: &Path, names: &[&str]) -> PathBuf {
+    let home = dir.join("home");
+    let agents = home.join("data/agents");
+    std::fs::create_dir_all(&agents).unwrap();
+    for n in names {
+        ok(&adf(&agents, &["new", &format!("{n}.adf"), "--provider", "anthropic", "--model", "m"], None));
+    }
+    home
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_host_origin_and_one_daemon_per_fleet() {
+    let dir = tmp();
+    let home = home_with(dir.path(), &["a"]);
+    let d = start(&home, "http://127.0.0.1:9", &[]);
+    assert_eq!(d.token.len(), 64);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(home.join("config/daemon-token")).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+    assert_eq!(d.raw("/health", &[]).await, 200, "health needs no token");
+    assert_eq!(d.raw("/agents", &[]).await, 401);
+    assert_eq!(d.raw("/agents", &[("authorization", "Bearer nope")]).await, 401);
+    let bearer = format!("Bearer {}", d.token);
+    assert_eq!(d.raw("/agents", &[("authorization", &bearer)]).await, 200);
+    assert_eq!(d.raw("/agents", &[("authorization", &bearer), ("host", "evil.example:80")]).await, 403);
+    assert_eq!(d.raw("/agents", &[("authorization", &bearer), ("origin", "https://evil.example")]).await, 403);
+    assert_eq!(d.raw("/agents", &[("authorization", &bearer), ("sec-fetch-site", "cross-site")]).await, 403);
+    let resp = d.http.get(format!("{}/agents", d.url)).bearer_auth(&d.token).send().await.unwrap();
+    assert!(resp.headers().get("access-control-allow-origin").is_none(), "no CORS");
+    // A second daemon on the same fleet says who holds it.
+    let out = Command::new(env!("CARGO_BIN_EXE_adf"))
+        .args(["daemon", "--port", "0"])
+        .env("ADF_HOME", &home)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("a daemon already runs for this fleet (pid"), "{err}");
+    // Beyond loopback without an explicit token: refuses to start.
+    let out = Command::new(env!("CARGO_BIN_EXE_adf"))
+        .args(["daemon", "--host", "0.0.0.0", "--port", "0"])
+        .env("ADF_HOME", dir.path().join("other"))
+        .env_remove("ADF_DAEMON_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("without ADF_DAEMON_TOKEN"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route_groups_with_good_and_bad_input() {
+    let dir = tmp();
+    let home = home_with(dir.path(), &["a", "b"]);
+    let fake = FakeProvider::start(vec![
+        Scripted::sse(anthropic_text(&["Hello ", "from the daemon."], 10, 5)),
+        Scripted::sse(anthropic_tool(
+            "toolu_1",
+            "sys_update_config",
+            r#"{"path":"description","value":"via api","_reason":"asked to"}"#,
+        )),
+        Scripted::sse(anthropic_text(&["Updated."], 4, 2)),
+    ])
+    .await;
+    let d = start(&home, &fake.base_url, &[]);
+    // Agents, by name, handle or id.
+    let agents = d.get("/agents").await;
+    assert_eq!(agents.as_array().unwrap().len(), 2);
+    let id = agents.as_array().unwrap().iter().find(|a| a["name"] == "a").unwrap()["id"].as_str().unwrap().to_string();
+    assert_eq!(d.get("/agents/a/status").await["id"], id.as_str());
+    assert_eq!(d.get(&format!("/agents/{id}")).await["config"]["name"], "a");
+    let (s, v) = d.call("GET", "/agents/nobody/status", None).await;
+    assert_eq!((s, v["error"].as_str().unwrap()), (404, "Agent not found: nobody"));
+
+    // Chat: 202, the reply lands in the loop; usage follows.
+    let (s, v) = d.call("POST", "/agents/a/chat", Some(json!({"text": "hi"}))).await;
+    assert_eq!(s, 202, "{v}");
+    assert!(v["turnId"].as_str().unwrap().starts_with("turn_"));
+    d.wait_loop("a", "from the daemon.").await;
+    let (s, v) = d.call("POST", "/agents/a/chat", Some(json!({"text": ""}))).await;
+    assert_eq!((s, v["error"].as_str().unwrap()), (400, "text is required"));
+    let (s, v) = d.call("POST", "/agents/a/chat", None).await;
+    assert_eq!(s, 400, "{v}");
+    let resp =
+        d.http.post(format!("{}/agents/a/chat", d.url)).bearer_auth(&d.token).body("{not json").send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 400);
+    let v: Value = resp.json().await.unwrap();
+    assert!(v["error"].as_str().unwrap().starts_with("malformed JSON body"), "{v}");
+    let u = d.get("/agents/a/usage").await;
+    assert_eq!(u["totals"]["input_tokens"], 10);
+    assert_eq!(d.get("/agents/a/chat").await["chatHistory"]["version"], 1);
+
+    // An approval through the API, then resolving it again is a conflict.
+    d.call("POST", "/agents/a/chat", Some(json!({"text": "update your description"}))).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let task = loop {
+        let t = d.get("/agents/a/tasks?status=pending_approval").await;
+        if let Some(task) = t["tasks"].as_array().unwrap().first() {
+            break task["id"].as_str().unwrap().to_string();
+        }
+        assert!(Instant::now() < deadline, "no pending approval");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let (s, v) = d.call("POST", &format!("/agents/a/tasks/{task}/resolve"), Some(json!({"action": "maybe"}))).await;
+    assert_eq!(s, 400, "{v}");
+    let (s, v) = d.call("POST", &format!("/agents/a/tasks/{task}/resolve"), Some(json!({"action": "approve"}))).await;
+    assert_eq!(s, 200, "{v}");
+    d.wait_loop("a", "Updated.").await;
+    assert_eq!(d.get("/agents/a/config").await["config"]["description"], "via api");
+    let (s, v) = d.call("POST", &format!("/agents/a/tasks/{task}/resolve"), Some(json!({"action": "deny"}))).await;
+    assert_eq!(s, 409, "{v}");
+    let (s, _) = d.call("GET", "/agents/a/tasks/nope", None).await;
+    assert_eq!(s, 404);
+    assert!(d.get("/agents/a/asks").await["asks"].as_array().unwrap().is_empty());
+
+    // Config: a bad value is refused and changes nothing.
+    let before = d.get("/agents/b/config").await["config"].clone();
+    let mut cfg = before.clone();
+    cfg["context"]["compact_threshold"] = json!("lots");
+    let (s, v) = d.call("PUT", "/agents/b/config", Some(cfg)).await;
+    assert_eq!(s, 400, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("compact_threshold"), "{v}");
+    assert_eq!(d.get("/agents/b/config").await["config"], before);
+    let (s, _) = d.call("PUT", "/agents/b/config", Some(json!([1, 2]))).await;
+    assert_eq!(s, 400);
+
+    // Files, document and mind.
+    let (s, v) = d.call("PUT", "/agents/b/files/content?path=notes/a.md", Some(json!({"content": "# A\n"}))).await;
+    assert_eq!(s, 200, "{v}");
+    let f = d.get("/agents/b/files/content?path=notes/a.md").await;
+    assert_eq!((f["encoding"].as_str(), f["content"].as_str()), (Some("utf-8"), Some("# A\n")));
+    let (s, _) = d.call("GET", "/agents/b/files/content", None).await;
+    assert_eq!(s, 400, "path is required");
+    let (s, _) = d.call("GET", "/agents/b/files/content?path=nope.md", None).await;
+    assert_eq!(s, 404);
+    let (s, v) = d.call("DELETE", "/agents/b/files/content?path=mind.md", None).await;
+    assert_eq!(s, 403, "a protected file: {v}");
+    d.call("PUT", "/agents/b/files/content?path=bin.dat", Some(json!({"content_base64": "AAEC"}))).await;
+    assert_eq!(d.get("/agents/b/files/content?path=bin.dat").await["content_base64"], "AAEC");
+    let (s, _) =
+        d.call("POST", "/agents/b/files/rename", Some(json!({"oldPath": "notes/a.md", "newPath": "notes/b.md"}))).await;
+    assert_eq!(s, 200);
+    let files = d.get("/agents/b/files").await;
+    assert!(files["files"].to_string().contains("notes/b.md"));
+    d.call("PUT", "/agents/b/mind", Some(json!({"content": "remember tea"}))).await;
+    assert_eq!(d.get("/agents/b/mind").await["content"], "remember tea");
+    assert!(d.get("/agents/b/document").await["content"].as_str().unwrap().starts_with("# b"));
+
+    // Meta.
+    let (s, _) = d.call("PUT", "/agents/b/meta/colour", Some(json!({"value": "blue"}))).await;
+    assert_eq!(s, 200);
+    assert!(d.get("/agents/b/meta").await["entries"].to_string().contains("blue"));
+    let (s, _) = d.call("PUT", "/agents/b/meta/colour", Some(json!({"value": 3}))).await;
+    assert_eq!(s, 400, "value must be a string");
+    assert_eq!(d.call("DELETE", "/agents/b/meta/colour", None).await.0, 200);
+    assert_eq!(d.call("DELETE", "/agents/b/meta/colour", None).await.0, 404);
+
+    // Tables, inbox, outbox, timers.
+    assert!(d.get("/agents/b/tables").await["tables"].is_array());
+    let (s, v) = d.call("GET", "/agents/b/tables/adf_meta", None).await;
+    assert_eq!(s, 400, "{v}");
+    assert!(d.get("/agents/b/tables/adf_audit").await["rows"].is_array());
+    assert!(d.get("/agents/b/inbox").await["messages"].is_array());
+    assert!(d.get("/agents/b/outbox?status=sent").await["messages"].is_array());
+    let (s, v) = d.call("POST", "/agents/b/timers", Some(json!({"mode": "once_delay", "delay_ms": 3_600_000}))).await;
+    assert_eq!(s, 200, "{v}");
+    let timer = v["id"].as_i64().unwrap();
+    let t = d.get("/agents/b/timers").await;
+    assert_eq!(t["timers"][0]["scope"], json!(["agent"]), "the owner's default scope is agent");
+    let (s, v) = d.call("POST", "/agents/b/timers", Some(json!({"mode": "sometime"}))).await;
+    assert_eq!(s, 400, "{v}");
+    assert_eq!(d.call("DELETE", &format!("/agents/b/timers/{timer}"), None).await.0, 200);
+    assert_eq!(d.call("DELETE", "/agents/b/timers/x", None).await.0, 400);
+
+    // Lifecycle: state, stop (unload), start loads it again.
+    let (s, v) = d.call("POST", "/agents/b/state", Some(json!({"state": "dancing"}))).await;
+    assert_eq!(s, 400, "{v}");
+    assert_eq!(d.call("POST", "/agents/b/state", Some(json!({"state": "hibernate"}))).await.0, 200);
+    assert_eq!(d.call("POST", "/agents/b/abort", None).await.0, 200);
+    assert_eq!(d.call("POST", "/agents/b/stop", None).await.0, 200);
+    assert_eq!(d.get("/agents").await.as_array().unwrap().len(), 1);
+    let path = home.join("data/agents/b.adf");
+    let (s, v) = d.call("POST", "/agents/load", Some(json!({"filePath": path}))).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(d.get("/agents").await.as_array().unwrap().len(), 2);
+    let (s, _) = d.call("POST", "/agents/load", Some(json!({"filePath": "/nowhere.adf"}))).await;
+    assert_eq!(s, 404);
+
+    // Runtime diagnostics never carry a key.
+    let p = d.get("/runtime/providers").await;
+    assert!(!p.to_string().contains("sk-test"), "{p}");
+    assert_eq!(d.get("/runtime").await["agents"].as_array().unwrap().len(), 2);
+    assert!(d.get("/diagnostics").await["daemon"]["pid"].is_number());
+    let _ = d.home.clone();
+}
+
+/// Read SSE frames until `n` events arrived (or a timeout).
+async fn read_events(resp: reqwest::Response, n: usize) -> Vec<(u64, String)> {
+    use futures_util::StreamExt;
+    let mut stream = resp.bytes_stream();
+    let mut buf = String::new();
+    let mut out = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while out.len() < n {
+        let chunk = tokio::time::timeout_at(deadline, stream.next()).await;
+        let Ok(Some(Ok(bytes))) = chunk else { break };
+        buf.push_str(&String::from_utf8_lossy(&bytes));
+        while let Some(end) = buf.find("\n\n") {
+            let frame: String = buf.drain(..end + 2).collect();
+            let id = frame.lines().find_map(|l| l.strip_prefix("id: ")).and_then(|v| v.parse().ok());
+            let ty = frame.lines().find_map(|l| l.strip_prefix("event: ")).unwrap_or("").to_string();
+            if let Some(id) = id {
+                out.push((id, ty));
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sse_replays_from_a_cursor_and_last_event_id() {
+    let dir = tmp();
+    let home = home_with(dir.path(), &["a"]);
+    let fake = FakeProvider::start(vec![Scripted::sse(anthropic_text(&["one"], 1, 1))]).await;
+    let d = start(&home, &fake.base_url, &[]);
+    d.call("POST", "/agents/a/chat", Some(json!({"text": "go"}))).await;
+    d.wait_loop("a", "one").await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Everything in the ring, in cursor order.
+    let resp = d.http.get(format!("{}/events", d.url)).bearer_auth(&d.token).send().await.unwrap();
+    assert_eq!(resp.headers()["content-type"], "text/event-stream; charset=utf-8");
+    let all = read_events(resp, 6).await;
+    assert!(all.len() >= 6, "{all:?}");
+    let cursors: Vec<u64> = all.iter().map(|e| e.0).collect();
+    assert_eq!(cursors, (1..=cursors.len() as u64).collect::<Vec<_>>());
+    // From a cursor: exactly what came after it.
+    let k = cursors[2];
+    let resp = d.http.get(format!("{}/events?since={k}", d.url)).bearer_auth(&d.token).send().await.unwrap();
+    let after = read_events(resp, all.len() - 3).await;
+    assert_eq!(after, all[3..].to_vec());
+    // A reconnect with Last-Event-ID loses nothing.
+    let resp = d
+        .http
+        .get(format!("{}/events", d.url))
+        .bearer_auth(&d.token)
+        .header("last-event-id", k.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(read_events(resp, all.len() - 3).await, all[3..].to_vec());
+    let (s, _) = d.call("GET", "/events?since=soon", None).await;
+    assert_eq!(s, 400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openapi_matches_the_routes_served() {
+    let dir = tmp();
+    let home = home_with(dir.path(), &["a"]);
+    let d = start(&home, "http://127.0.0.1:9", &[]);
+    let doc = d.get("/openapi.json").await;
+    assert_eq!(doc["openapi"], "3.0.3");
+    let paths = doc["paths"].as_object().unwrap();
+    assert!(paths.len() > 30);
+    for (path, ops) in paths {
+        for method in ops.as_object().unwrap().keys() {
+            if path == "/events" {
+                continue;
+            }
+            let concrete =
+                path.replace("{id}", "a").replace("{key}", "k").replace("{table}", "local_x").replace("{timer}", "1");
+            let concrete = concrete.replace("{task}", "t").replace("{request}", "r");
+            let mut req = d
+                .http
+                .request(
+                    reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap(),
+                    format!("{}{concrete}", d.url),
+                )
+                .bearer_auth(&d.token);
+            if ops[method].get("requestBody").is_some() {
+                req = req.json(&json!({}));
+            }
+            let resp = req.send().await.unwrap();
+            let status = resp.status().as_u16();
+            let text = resp.text().await.unwrap();
+            assert_ne!(status, 405, "{method} {path} is documented but not served");
+            if status == 404 {
+                let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+                assert!(v["error"].is_string(), "{method} {path}: a 404 from the router, not the route: {text}");
+            }
+            assert!(status < 500 || method != "get", "{method} {path}: {status} {text}");
+        }
+    }
+}
