@@ -5,6 +5,7 @@
 //! `store` (the file), `cli` (argument parsing and printing).
 
 pub mod cli;
+pub mod client;
 pub mod daemon;
 pub mod paths;
 pub mod protocol;

@@ -395,3 +395,96 @@ async fn openapi_matches_the_routes_served() {
         }
     }
 }
+
+/// Run the CLI against the daemon (found through the fleet's `.daemon.json`
+/// and the token file, as a local user's `adf` does).
+fn cli(home: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_adf"))
+        .args(args)
+        .env("ADF_HOME", home)
+        .env_remove("ADF_DAEMON_URL")
+        .env_remove("ADF_DAEMON_TOKEN")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn cli_ok(home: &Path, args: &[&str]) -> String {
+    let out = cli(home, args);
+    assert!(out.status.success(), "adf {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_against_a_live_daemon() {
+    let dir = tmp();
+    let home = home_with(dir.path(), &["a"]);
+    // Two agents named alike: a name that is not unique lists the candidates.
+    let agents = home.join("data/agents");
+    ok(&adf(&agents, &["new", "twin1.adf", "--name", "twin", "--provider", "anthropic", "--model", "m"], None));
+    ok(&adf(&agents, &["new", "twin2.adf", "--name", "twin", "--provider", "anthropic", "--model", "m"], None));
+    let fake = FakeProvider::start(vec![
+        Scripted::sse(anthropic_text(&["Hi ", "from the CLI."], 3, 2)),
+        Scripted::sse(anthropic_tool("toolu_9", "sys_update_config", r#"{"path":"description","value":"from cli"}"#)),
+        Scripted::sse(anthropic_text(&["Done."], 3, 2)),
+    ])
+    .await;
+    let d = start(&home, &fake.base_url, &[]);
+    let h = home.clone();
+    tokio::task::spawn_blocking(move || {
+        let home = h;
+        let list = cli_ok(&home, &["agents"]);
+        assert!(list.starts_with("ID") && list.contains(" a ") && list.contains("twin"), "{list}");
+        let v: Value = serde_json::from_str(&cli_ok(&home, &["agents", "--json"])).unwrap();
+        assert_eq!(v.as_array().unwrap().len(), 3);
+        assert!(cli_ok(&home, &["status", "a"]).contains("runtimeState: idle"));
+        let turn = cli_ok(&home, &["chat", "a", "hello", "there"]);
+        assert!(turn.trim().starts_with("turn_"), "{turn}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !cli_ok(&home, &["usage", "a"]).contains("m ") {
+            assert!(Instant::now() < deadline);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(cli_ok(&home, &["files", "a"]).contains("mind.md"));
+        assert!(cli_ok(&home, &["file", "a", "mind.md"]).starts_with("# Mind"));
+        let cfg: Value = serde_json::from_str(&cli_ok(&home, &["config", "a"])).unwrap();
+        assert_eq!(cfg["name"], "a");
+        // An approval answered from the CLI.
+        cli_ok(&home, &["chat", "a", "change", "it"]);
+        let task = loop {
+            let v: Value = serde_json::from_str(&cli_ok(&home, &["tasks", "a", "--json"])).unwrap();
+            let pending = v["tasks"].as_array().unwrap().iter().find(|t| t["status"] == "pending_approval").cloned();
+            if let Some(t) = pending {
+                break t["id"].as_str().unwrap().to_string();
+            }
+            assert!(Instant::now() < deadline, "{v}");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(cli_ok(&home, &["task", "a", &task]).contains("status: pending_approval"));
+        assert_eq!(cli_ok(&home, &["approve", "a", &task]).trim(), "approved");
+        let out = cli(&home, &["approve", "a", &task]);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("not pending"), "resolved already");
+        assert!(cli_ok(&home, &["asks", "a"]).starts_with("REQUEST"));
+        for args in [&["inbox", "a"][..], &["outbox", "a"], &["timers", "a"], &["runtime"], &["providers"], &["usage"]]
+        {
+            cli_ok(&home, args);
+        }
+        // Bad input: an unknown agent, an ambiguous name, one line each.
+        let out = cli(&home, &["status", "nobody"]);
+        assert_eq!(out.status.code(), Some(1));
+        assert_eq!(String::from_utf8_lossy(&out.stderr).trim(), "adf: Agent not found: nobody");
+        let out = cli(&home, &["status", "twin"]);
+        assert_eq!(out.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("\"twin\" names 2 agents"), "{err}");
+    })
+    .await
+    .unwrap();
+    drop(d);
+    // Without a daemon: how to start one.
+    let out = cli(&home, &["status", "a"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("start one with `adf daemon`"), "{err}");
+}

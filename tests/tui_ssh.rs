@@ -24,7 +24,11 @@ impl Tmux {
     }
 
     fn alive(&self) -> bool {
-        Command::new("tmux").args(["-L", &self.socket, "has-session", "-t", "adf"]).status().is_ok_and(|s| s.success())
+        Command::new("tmux")
+            .args(["-L", &self.socket, "has-session", "-t", "adf"])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
     }
 
     fn screen(&self) -> String {

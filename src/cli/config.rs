@@ -23,6 +23,8 @@ pub fn parse_value(s: &str) -> anyhow::Result<Value> {
 
 pub fn run(out: &Out, cmd: ConfigCmd) -> anyhow::Result<()> {
     match cmd {
+        // Handled before: the daemon's view of an agent.
+        ConfigCmd::Agent(_) => Ok(()),
         ConfigCmd::Get { path, key } => {
             let store = open_for_read(&path)?;
             let cfg = store.config_value().map_err(|e| at(&path, e))?;

@@ -14,6 +14,8 @@ use crate::store::files::{Protection, WriteOptions};
 
 pub fn run(out: &Out, cmd: FilesCmd) -> anyhow::Result<()> {
     match cmd {
+        // Handled before: the daemon's view of an agent.
+        FilesCmd::Agent(_) => Ok(()),
         FilesCmd::Ls { path, prefix } => {
             let store = open_for_read(&path)?;
             let files = store.file_list(prefix.as_deref().unwrap_or("")).map_err(|e| at(&path, e))?;

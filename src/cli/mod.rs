@@ -10,6 +10,7 @@ mod fleet;
 mod inspect;
 mod meta;
 mod output;
+mod remote;
 mod scenario;
 mod sql;
 mod usage;
@@ -28,6 +29,10 @@ pub struct Cli {
     /// Print machine-readable JSON instead of text.
     #[arg(long, global = true)]
     pub json: bool,
+    /// The daemon to talk to (daemon commands; default: the one running
+    /// for the fleet, else http://127.0.0.1:7385).
+    #[arg(long, short = 'u', global = true, env = "ADF_DAEMON_URL")]
+    pub url: Option<String>,
     /// Terminal app: draw below the prompt instead of on the alternate screen.
     #[arg(long)]
     pub inline: bool,
@@ -41,7 +46,7 @@ pub struct Cli {
     pub command: Option<Command>,
 }
 
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Clone, Subcommand)]
 pub enum Command {
     /// Create a new agent file.
     New {
@@ -135,21 +140,62 @@ pub enum Command {
         always: bool,
     },
     /// Reject the tool call a paused turn waits on, with feedback the model sees.
-    Deny { path: PathBuf, task_id: String, reason: Option<String> },
-    /// The usage ledger of an agent file: calls, tokens and cost per model.
-    Usage { path: PathBuf },
-    /// Run one turn with a message; the reply streams to stdout.
+    Deny { path: PathBuf, task_id: String, reason: Vec<String> },
+    /// Daemon: an agent's live status.
+    Status { agent: String },
+    /// Daemon: start an agent (load it if it is off, lift a suspension).
+    Start { agent: String },
+    /// Daemon: stop and unload an agent.
+    Stop { agent: String },
+    /// Daemon: abort an agent's running turn.
+    Abort { agent: String },
+    /// Daemon: the runtime, or one agent's runtime status.
+    Runtime { agent: Option<String> },
+    /// Daemon: model providers, as metadata (never keys).
+    Providers,
+    /// Daemon: one file of an agent, to stdout.
+    File { agent: String, path: String },
+    /// Daemon: an agent's inbox.
+    Inbox { agent: String },
+    /// Daemon: an agent's outbox.
+    Outbox { agent: String },
+    /// Daemon: an agent's timers.
+    Timers { agent: String },
+    /// Daemon: an agent's tasks.
+    Tasks { agent: String },
+    /// Daemon: one task.
+    Task { agent: String, task_id: String },
+    /// Daemon: an agent's pending asks.
+    Asks { agent: String },
+    /// Daemon: answer an ask.
+    Answer {
+        agent: String,
+        request_id: String,
+        #[arg(required = true, num_args = 1..)]
+        text: Vec<String>,
+    },
+    /// Daemon: follow the event stream (of one agent, by id).
+    Events { agent: Option<String> },
+    /// Usage: of an agent file (calls, tokens and cost per model), or from
+    /// the daemon for an agent name or the whole fleet.
+    Usage { path: Option<PathBuf> },
+    /// Send a message. With an agent file: run one turn in-process, the
+    /// reply streaming to stdout. With an agent's name: through the daemon.
     Chat {
         path: PathBuf,
-        message: String,
+        #[arg(required = true, num_args = 1..)]
+        message: Vec<String>,
         /// The loop to talk to.
         #[arg(long = "loop", default_value = "main")]
         loop_name: String,
     },
 }
 
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Clone, Subcommand)]
 pub enum FilesCmd {
+    /// `adf files AGENT`: an agent's files, from the daemon.
+    #[command(external_subcommand)]
+    Agent(Vec<String>),
     /// List files, optionally only those under PREFIX.
     Ls { path: PathBuf, prefix: Option<String> },
     /// Write a file's exact bytes to stdout.
@@ -179,7 +225,7 @@ pub enum FilesCmd {
     Mv { path: PathBuf, from: String, to: String },
 }
 
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Clone, Subcommand)]
 pub enum MetaCmd {
     /// List every key with its protection.
     Ls { path: PathBuf },
@@ -205,8 +251,11 @@ pub enum MetaCmd {
     Rm { path: PathBuf, key: String },
 }
 
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Clone, Subcommand)]
 pub enum ConfigCmd {
+    /// `adf config AGENT`: an agent's config, from the daemon.
+    #[command(external_subcommand)]
+    Agent(Vec<String>),
     /// Print the config, or the value at DOTTED.KEY (tools.fs_read.enabled).
     Get { path: PathBuf, key: Option<String> },
     /// Set DOTTED.KEY to a JSON value (a bare word is taken as a string).
@@ -223,15 +272,91 @@ pub enum ConfigCmd {
 /// Run one parsed command line; returns the exit status.
 pub fn run(cli: Cli) -> anyhow::Result<u8> {
     let out = Out::new(cli.json);
+    let url = cli.url.as_deref();
+    // An agent named on the command line (not a file): for the daemon.
+    let arg = |p: &PathBuf| p.display().to_string();
     match &cli.command {
-        Some(Command::Chat { path, message, loop_name }) => return chat::run(&out, path, message, loop_name),
+        Some(Command::Chat { path, message, loop_name }) => {
+            let text = message.join(" ");
+            if !path.is_file() {
+                return remote::run(&out, url, remote::Remote::Chat(arg(path), text));
+            }
+            return chat::run(&out, path, &text, loop_name);
+        }
         Some(Command::Approve { path, task_id, always }) => {
+            if !path.is_file() {
+                return remote::run(&out, url, remote::Remote::Approve(arg(path), task_id.clone(), *always));
+            }
             let decision = crate::runtime::executor::Decision::Approve { always: *always };
             return chat::drive(&out, path, chat::Work::Resolve { task_id, decision });
         }
         Some(Command::Deny { path, task_id, reason }) => {
-            let decision = crate::runtime::executor::Decision::Deny { feedback: reason.clone() };
+            let reason = (!reason.is_empty()).then(|| reason.join(" "));
+            if !path.is_file() {
+                return remote::run(&out, url, remote::Remote::Deny(arg(path), task_id.clone(), reason));
+            }
+            let decision = crate::runtime::executor::Decision::Deny { feedback: reason };
             return chat::drive(&out, path, chat::Work::Resolve { task_id, decision });
+        }
+        Some(Command::Usage { path }) => {
+            return match path {
+                Some(p) if p.is_file() => usage::run(&out, p).map(|()| 0),
+                Some(p) => remote::run(&out, url, remote::Remote::Usage(Some(arg(p)))),
+                None => remote::run(&out, url, remote::Remote::Usage(None)),
+            };
+        }
+        Some(Command::Agents) if crate::client::Client::configured(url) => {
+            return remote::run(&out, url, remote::Remote::Agents);
+        }
+        Some(Command::Files(FilesCmd::Agent(args))) => {
+            let [agent] = &args[..] else {
+                anyhow::bail!("usage: adf files AGENT (or adf files ls|cat|put|rm|mv|protect PATH …)")
+            };
+            return remote::run(&out, url, remote::Remote::Files(agent.clone()));
+        }
+        Some(Command::Config(ConfigCmd::Agent(args))) => {
+            let [agent] = &args[..] else {
+                anyhow::bail!("usage: adf config AGENT (or adf config get|set|check PATH …)")
+            };
+            return remote::run(&out, url, remote::Remote::Config(agent.clone()));
+        }
+        Some(
+            c @ (Command::Status { .. }
+            | Command::Start { .. }
+            | Command::Stop { .. }
+            | Command::Abort { .. }
+            | Command::Runtime { .. }
+            | Command::Providers
+            | Command::File { .. }
+            | Command::Inbox { .. }
+            | Command::Outbox { .. }
+            | Command::Timers { .. }
+            | Command::Tasks { .. }
+            | Command::Task { .. }
+            | Command::Asks { .. }
+            | Command::Answer { .. }
+            | Command::Events { .. }),
+        ) => {
+            use remote::Remote as R;
+            let r = match c.clone() {
+                Command::Status { agent } => R::Status(agent),
+                Command::Start { agent } => R::Start(agent),
+                Command::Stop { agent } => R::Stop(agent),
+                Command::Abort { agent } => R::Abort(agent),
+                Command::Runtime { agent } => R::Runtime(agent),
+                Command::Providers => R::Providers,
+                Command::File { agent, path } => R::File(agent, path),
+                Command::Inbox { agent } => R::Inbox(agent),
+                Command::Outbox { agent } => R::Outbox(agent),
+                Command::Timers { agent } => R::Timers(agent),
+                Command::Tasks { agent } => R::Tasks(agent),
+                Command::Task { agent, task_id } => R::Task(agent, task_id),
+                Command::Asks { agent } => R::Asks(agent),
+                Command::Answer { agent, request_id, text } => R::Answer(agent, request_id, text.join(" ")),
+                Command::Events { agent } => R::Events(agent),
+                _ => unreachable!("matched above"),
+            };
+            return remote::run(&out, url, r);
         }
         // Without a command: the terminal app on a terminal, the agent
         // list when the output is a pipe (scripts).
@@ -268,7 +393,6 @@ fn run_simple(command: Option<Command>, out: &Out) -> anyhow::Result<()> {
             scenario::run(out, sc, agents, seconds, flat_out)
         }
         Some(Command::Bench { suite, iterations, .. }) => bench::run(out, suite, iterations),
-        Some(Command::Chat { .. } | Command::Approve { .. } | Command::Deny { .. }) => Ok(()),
-        Some(Command::Usage { path }) => usage::run(out, &path),
+        Some(_) => Ok(()),
     }
 }

@@ -1,0 +1,365 @@
+//! The CLI's daemon commands (spec/daemon.md §7): each one route of the
+//! control API, printed as a table or text for people and as the raw JSON
+//! body with `--json`. Agents are named by id, handle or name.
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use super::output::Out;
+use crate::client::Client;
+
+/// One daemon command.
+#[derive(Debug, Clone)]
+pub enum Remote {
+    Agents,
+    Status(String),
+    Start(String),
+    Stop(String),
+    Abort(String),
+    Runtime(Option<String>),
+    Providers,
+    Usage(Option<String>),
+    Config(String),
+    Files(String),
+    File(String, String),
+    Inbox(String),
+    Outbox(String),
+    Timers(String),
+    Tasks(String),
+    Task(String, String),
+    Approve(String, String, bool),
+    Deny(String, String, Option<String>),
+    Asks(String),
+    Answer(String, String, String),
+    Events(Option<String>),
+    Chat(String, String),
+}
+
+fn s(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    }
+}
+
+/// `agents/<id>/<rest…>` as path segments.
+fn at<'a>(id: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec!["agents", id];
+    v.extend_from_slice(rest);
+    v
+}
+
+fn iso(v: &Value) -> String {
+    v.as_i64()
+        .and_then(chrono::DateTime::from_timestamp_millis)
+        .map(|d| d.format("%Y-%m-%d %H:%M:%S").to_string())
+        .unwrap_or_else(|| s(v))
+}
+
+/// Key: value lines of an object.
+fn kv(out: &Out, v: &Value) -> anyhow::Result<()> {
+    if let Some(o) = v.as_object() {
+        for (k, x) in o {
+            out.line(format!("{k}: {}", s(x)))?;
+        }
+    }
+    Ok(())
+}
+
+fn messages(out: &Out, v: &Value) -> anyhow::Result<()> {
+    out.table(
+        &["ID", "FROM/TO", "STATUS", "CONTENT"],
+        &v["messages"]
+            .as_array()
+            .map(|l| {
+                l.iter()
+                    .map(|x| {
+                        let who = if x["from"].is_null() { s(&x["to"]) } else { s(&x["from"]) };
+                        let content: String = s(&x["content"]).chars().take(60).collect();
+                        vec![s(&x["id"]), who, s(&x["status"]), content]
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default(),
+    )
+}
+
+/// `adf events [A]`: follow the stream, one line per event (the frame's
+/// data with `--json`), until interrupted.
+async fn follow(out: &Out, c: &Client, agent: Option<String>) -> anyhow::Result<u8> {
+    use futures_util::StreamExt;
+    let mut q: Vec<(&str, &str)> = Vec::new();
+    if let Some(a) = &agent {
+        q.push(("agentId", a));
+    }
+    let url = c.url(&["events"], &q)?;
+    let resp = c
+        .request(Method::GET, url)
+        .send()
+        .await
+        .map_err(|e| crate::client::ClientError::Unreachable { url: c.base.clone(), detail: e.to_string() })?;
+    if !resp.status().is_success() {
+        let v: Value = resp.json().await.unwrap_or(Value::Null);
+        anyhow::bail!("{}", v["error"].as_str().unwrap_or("the event stream was refused"));
+    }
+    let mut stream = resp.bytes_stream();
+    let mut buf = String::new();
+    while let Some(chunk) = stream.next().await {
+        buf.push_str(&String::from_utf8_lossy(&chunk?));
+        while let Some(end) = buf.find("\n\n") {
+            let frame: String = buf.drain(..end + 2).collect();
+            let Some(data) = frame.lines().find_map(|l| l.strip_prefix("data: ")) else { continue };
+            let v: Value = serde_json::from_str(data).unwrap_or(Value::Null);
+            if out.json {
+                out.line(data)?;
+            } else if let Some(e) = v.get("event") {
+                let t = chrono::DateTime::from_timestamp_millis(e["timestamp"].as_i64().unwrap_or(0))
+                    .map(|d| d.format("%H:%M:%S%.3f").to_string())
+                    .unwrap_or_default();
+                out.line(format!("{t}  {:<22} {:<14} {}", s(&e["event_type"]), s(&e["agent_id"]), e["payload"]))?;
+            } else {
+                out.line(format!("gap: {data}"))?;
+            }
+        }
+    }
+    Ok(0)
+}
+
+fn rows(list: &Value, cols: &[&str]) -> Vec<Vec<String>> {
+    list.as_array().map(|a| a.iter().map(|x| cols.iter().map(|c| s(&x[*c])).collect()).collect()).unwrap_or_default()
+}
+
+/// How a command prints its answer for people.
+type Printer<'a> = Box<dyn Fn(&Value) -> anyhow::Result<()> + 'a>;
+
+pub fn run(out: &Out, url: Option<&str>, cmd: Remote) -> anyhow::Result<u8> {
+    let client = Client::find(url);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(exec(out, &client, cmd))
+}
+
+async fn exec(out: &Out, c: &Client, cmd: Remote) -> anyhow::Result<u8> {
+    let (v, print): (Value, Printer) = match cmd {
+        Remote::Agents => (
+            c.get(&["agents"]).await?,
+            Box::new(|v| {
+                out.table(
+                    &["ID", "NAME", "HANDLE", "STATE", "FILE"],
+                    &rows(v, &["id", "name", "handle", "state", "filePath"]),
+                )
+            }),
+        ),
+        Remote::Status(id) => (c.get(&at(&id, &["status"])).await?, Box::new(|v| kv(out, v))),
+        Remote::Start(id) => (c.post(&at(&id, &["start"]), &json!({})).await?, Box::new(|_| out.line("started"))),
+        Remote::Stop(id) => {
+            (c.post(&at(&id, &["stop"]), &json!({})).await?, Box::new(|_| out.line("stopped and unloaded")))
+        }
+        Remote::Abort(id) => (c.post(&at(&id, &["abort"]), &json!({})).await?, Box::new(|_| out.line("turn aborted"))),
+        Remote::Runtime(None) => (
+            c.get(&["runtime"]).await?,
+            Box::new(|v| {
+                out.line(format!(
+                    "pid {}  up {} s  event cursor {}",
+                    s(&v["pid"]),
+                    v["uptime_ms"].as_u64().unwrap_or(0) / 1000,
+                    s(&v["eventCursor"])
+                ))?;
+                out.table(
+                    &["ID", "NAME", "STATE", "PROVIDER"],
+                    &v["agents"]
+                        .as_array()
+                        .map(|l| {
+                            l.iter()
+                                .map(|x| {
+                                    vec![
+                                        s(&x["id"]),
+                                        s(&x["name"]),
+                                        s(&x["state"]),
+                                        if x["provider_configured"] == true {
+                                            "ok".into()
+                                        } else {
+                                            "not connected".into()
+                                        },
+                                    ]
+                                })
+                                .collect::<Vec<_>>()
+                        })
+                        .unwrap_or_default(),
+                )
+            }),
+        ),
+        Remote::Runtime(Some(id)) => (c.get(&at(&id, &["status"])).await?, Box::new(|v| kv(out, v))),
+        Remote::Providers => (
+            c.get(&["runtime", "providers"]).await?,
+            Box::new(|v| {
+                out.table(
+                    &["ID", "TYPE", "BASE URL", "KEY"],
+                    &v["providers"]
+                        .as_array()
+                        .map(|l| {
+                            l.iter()
+                                .map(|x| {
+                                    vec![
+                                        s(&x["id"]),
+                                        s(&x["type"]),
+                                        s(&x["baseUrl"]),
+                                        if x["hasKey"] == true { s(&x["keySource"]) } else { "none".into() },
+                                    ]
+                                })
+                                .collect::<Vec<_>>()
+                        })
+                        .unwrap_or_default(),
+                )
+            }),
+        ),
+        Remote::Usage(None) => (
+            c.get(&["runtime", "usage"]).await?,
+            Box::new(|v| {
+                out.table(
+                    &["AGENT", "CALLS", "INPUT", "OUTPUT", "COST $"],
+                    &v["agents"]
+                        .as_array()
+                        .map(|l| {
+                            l.iter()
+                                .map(|x| {
+                                    vec![
+                                        s(&x["agentId"]),
+                                        s(&x["totals"]["calls"]),
+                                        s(&x["totals"]["input_tokens"]),
+                                        s(&x["totals"]["output_tokens"]),
+                                        format!("{:.4}", x["totals"]["cost_usd"].as_f64().unwrap_or(0.0)),
+                                    ]
+                                })
+                                .collect::<Vec<_>>()
+                        })
+                        .unwrap_or_default(),
+                )
+            }),
+        ),
+        Remote::Usage(Some(id)) => (
+            c.get(&at(&id, &["usage"])).await?,
+            Box::new(|v| {
+                let by = v["byModel"].as_object().cloned().unwrap_or_default();
+                out.table(
+                    &["MODEL", "CALLS", "INPUT", "OUTPUT", "COST $"],
+                    &by.iter()
+                        .map(|(m, x)| {
+                            vec![
+                                m.clone(),
+                                s(&x["calls"]),
+                                s(&x["input_tokens"]),
+                                s(&x["output_tokens"]),
+                                x["cost_usd"].as_f64().map(|c| format!("{c:.4}")).unwrap_or_else(|| "-".into()),
+                            ]
+                        })
+                        .collect::<Vec<_>>(),
+                )
+            }),
+        ),
+        Remote::Config(id) => {
+            (c.get(&at(&id, &["config"])).await?, Box::new(|v| out.line(serde_json::to_string_pretty(&v["config"])?)))
+        }
+        Remote::Files(id) => (
+            c.get(&at(&id, &["files"])).await?,
+            Box::new(|v| {
+                out.table(
+                    &["PATH", "SIZE", "MIME", "PROTECTION"],
+                    &rows(&v["files"], &["path", "size", "mime_type", "protection"]),
+                )
+            }),
+        ),
+        Remote::File(id, path) => {
+            let u = c.url(&at(&id, &["files", "content"]), &[("path", &path)])?;
+            (
+                c.call(Method::GET, u, None).await?,
+                Box::new(|v| match v["content"].as_str() {
+                    Some(t) => {
+                        use std::io::Write;
+                        let mut o = std::io::stdout();
+                        o.write_all(t.as_bytes())?;
+                        Ok(o.flush()?)
+                    }
+                    None => out.line(s(&v["content_base64"])),
+                }),
+            )
+        }
+        Remote::Inbox(id) => (c.get(&at(&id, &["inbox"])).await?, Box::new(|v| messages(out, v))),
+        Remote::Outbox(id) => (c.get(&at(&id, &["outbox"])).await?, Box::new(|v| messages(out, v))),
+        Remote::Timers(id) => (
+            c.get(&at(&id, &["timers"])).await?,
+            Box::new(|v| {
+                out.table(
+                    &["ID", "SCHEDULE", "NEXT WAKE", "RUNS", "SCOPE"],
+                    &v["timers"]
+                        .as_array()
+                        .map(|l| {
+                            l.iter()
+                                .map(|x| {
+                                    vec![
+                                        s(&x["id"]),
+                                        s(&x["schedule"]),
+                                        iso(&x["next_wake_at"]),
+                                        s(&x["run_count"]),
+                                        s(&x["scope"]),
+                                    ]
+                                })
+                                .collect::<Vec<_>>()
+                        })
+                        .unwrap_or_default(),
+                )
+            }),
+        ),
+        Remote::Tasks(id) => (
+            c.get(&at(&id, &["tasks"])).await?,
+            Box::new(|v| {
+                out.table(
+                    &["ID", "TOOL", "STATUS", "CREATED", "ORIGIN"],
+                    &v["tasks"]
+                        .as_array()
+                        .map(|l| {
+                            l.iter()
+                                .map(|x| {
+                                    vec![
+                                        s(&x["id"]),
+                                        s(&x["tool"]),
+                                        s(&x["status"]),
+                                        iso(&x["created_at"]),
+                                        s(&x["origin"]),
+                                    ]
+                                })
+                                .collect::<Vec<_>>()
+                        })
+                        .unwrap_or_default(),
+                )
+            }),
+        ),
+        Remote::Task(id, task) => (c.get(&at(&id, &["tasks", &task])).await?, Box::new(|v| kv(out, &v["task"]))),
+        Remote::Approve(id, task, always) => (
+            c.post(&at(&id, &["tasks", &task, "resolve"]), &json!({"action": "approve", "always": always})).await?,
+            Box::new(|_| out.line("approved")),
+        ),
+        Remote::Deny(id, task, reason) => (
+            c.post(&at(&id, &["tasks", &task, "resolve"]), &json!({"action": "deny", "reason": reason})).await?,
+            Box::new(|_| out.line("denied")),
+        ),
+        Remote::Asks(id) => (
+            c.get(&at(&id, &["asks"])).await?,
+            Box::new(|v| out.table(&["REQUEST", "QUESTION"], &rows(&v["asks"], &["requestId", "question"]))),
+        ),
+        Remote::Answer(id, req, text) => (
+            c.post(&at(&id, &["asks", &req, "respond"]), &json!({"answer": text})).await?,
+            Box::new(|_| out.line("answered")),
+        ),
+        Remote::Chat(id, text) => {
+            (c.post(&at(&id, &["chat"]), &json!({"text": text})).await?, Box::new(|v| out.line(s(&v["turnId"]))))
+        }
+        Remote::Events(agent) => return follow(out, c, agent).await,
+    };
+    if out.json {
+        out.json(&v)?
+    } else {
+        print(&v)?
+    }
+    Ok(0)
+}

@@ -1,0 +1,115 @@
+//! A client of the daemon's control API: the CLI's daemon commands use it
+//! (and the terminal app will, to attach). It finds the daemon (`--url`,
+//! `ADF_DAEMON_URL`, the fleet's `.daemon.json`, then the default port),
+//! sends the bearer token local clients read from the token file, and turns
+//! failures into one clear line: no daemon (and how to start one), or the
+//! API's own `error`.
+
+use reqwest::Method;
+use serde_json::Value;
+
+pub const DEFAULT_URL: &str = "http://127.0.0.1:7385";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error(
+        "no daemon answers at {url} ({detail}); start one with `adf daemon`, or point --url / ADF_DAEMON_URL at one"
+    )]
+    Unreachable { url: String, detail: String },
+    #[error("{0}")]
+    Api(String),
+    #[error("bad URL {0}")]
+    BadUrl(String),
+}
+
+pub struct Client {
+    pub base: String,
+    token: Option<String>,
+    http: reqwest::Client,
+}
+
+impl Client {
+    /// The daemon to talk to: an explicit URL, else the environment, else
+    /// the one running for the default fleet, else the default address.
+    pub fn find(url: Option<&str>) -> Client {
+        let base = url
+            .map(str::to_string)
+            .or_else(|| std::env::var("ADF_DAEMON_URL").ok().filter(|u| !u.is_empty()))
+            .or_else(|| crate::daemon::discover(&crate::paths::fleet_dir()))
+            .unwrap_or_else(|| DEFAULT_URL.to_string());
+        Client::new(&base)
+    }
+
+    pub fn new(base: &str) -> Client {
+        Client {
+            base: base.trim_end_matches('/').to_string(),
+            token: crate::daemon::token::for_client(),
+            http: crate::providers::http_client(),
+        }
+    }
+
+    /// Whether a daemon was named explicitly or is known to run here.
+    pub fn configured(url: Option<&str>) -> bool {
+        url.is_some()
+            || std::env::var("ADF_DAEMON_URL").is_ok_and(|u| !u.is_empty())
+            || crate::daemon::discover(&crate::paths::fleet_dir()).is_some()
+    }
+
+    /// A URL from path segments (each percent-encoded) and a query.
+    pub fn url(&self, segments: &[&str], query: &[(&str, &str)]) -> Result<reqwest::Url, ClientError> {
+        let mut u = reqwest::Url::parse(&self.base).map_err(|_| ClientError::BadUrl(self.base.clone()))?;
+        {
+            let mut p = u.path_segments_mut().map_err(|_| ClientError::BadUrl(self.base.clone()))?;
+            p.pop_if_empty();
+            for s in segments {
+                p.push(s);
+            }
+        }
+        if !query.is_empty() {
+            u.query_pairs_mut().extend_pairs(query);
+        }
+        Ok(u)
+    }
+
+    pub fn request(&self, method: Method, url: reqwest::Url) -> reqwest::RequestBuilder {
+        let r = self.http.request(method, url);
+        match &self.token {
+            Some(t) => r.bearer_auth(t),
+            None => r,
+        }
+    }
+
+    /// One call; the JSON body, or the API's error as one line.
+    pub async fn call(&self, method: Method, url: reqwest::Url, body: Option<&Value>) -> Result<Value, ClientError> {
+        let mut r = self.request(method, url);
+        if let Some(b) = body {
+            r = r.json(b);
+        }
+        let resp =
+            r.send().await.map_err(|e| ClientError::Unreachable { url: self.base.clone(), detail: root_cause(&e) })?;
+        let status = resp.status();
+        let text = resp.text().await.map_err(|e| ClientError::Api(e.to_string()))?;
+        let v: Value = serde_json::from_str(&text).unwrap_or(Value::String(text.clone()));
+        if !status.is_success() {
+            let msg = v["error"].as_str().map(str::to_string).unwrap_or_else(|| format!("HTTP {status} {text}"));
+            return Err(ClientError::Api(msg));
+        }
+        Ok(v)
+    }
+
+    pub async fn get(&self, segments: &[&str]) -> Result<Value, ClientError> {
+        self.call(Method::GET, self.url(segments, &[])?, None).await
+    }
+
+    pub async fn post(&self, segments: &[&str], body: &Value) -> Result<Value, ClientError> {
+        self.call(Method::POST, self.url(segments, &[])?, Some(body)).await
+    }
+}
+
+fn root_cause(e: &reqwest::Error) -> String {
+    let mut s: &dyn std::error::Error = e;
+    while let Some(src) = s.source() {
+        s = src;
+    }
+    s.to_string()
+}
