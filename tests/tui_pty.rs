@@ -294,3 +294,88 @@ async fn inline_mode_stop_and_start() {
     .await
     .unwrap();
 }
+
+/// The app attached to a daemon: it finds the daemon of the fleet, two apps
+/// see the same stream (an approval resolved in one leaves the other),
+/// quitting leaves the agents running, and an app that detached while an
+/// agent worked finds the reply when it comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attach_to_a_daemon_detach_and_reattach() {
+    let dir = tmp();
+    let home = home_with_agent(dir.path());
+    let mut slow = Scripted::sse(anthropic_text(&["Finished ", "while you were away.\n"], 3, 2));
+    slow.pause_ms = 1500;
+    let fake = Arc::new(
+        FakeProvider::start(vec![
+            Scripted::sse(anthropic_text(&["Hello ", "through the daemon.\n"], 3, 2)),
+            Scripted::sse(anthropic_tool(
+                "toolu_5",
+                "sys_update_config",
+                r#"{"path":"description","value":"two apps","_reason":"shared"}"#,
+            )),
+            Scripted::sse(anthropic_text(&["Approved elsewhere.\n"], 3, 2)),
+            slow,
+        ])
+        .await,
+    );
+    let base = fake.base_url.clone();
+    let mut daemon = std::process::Command::new(env!("CARGO_BIN_EXE_adf"))
+        .args(["daemon", "--port", "0"])
+        .env("ADF_HOME", &home)
+        .env("ANTHROPIC_API_KEY", "sk-test")
+        .env("ANTHROPIC_BASE_URL", &base)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let info = home.join("data/agents/.daemon.json");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !info.exists() {
+        assert!(Instant::now() < deadline, "the daemon did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let h = home.clone();
+    let result = tokio::task::spawn_blocking(move || {
+        let home = h;
+        // No provider key in the app's environment: the daemon has one.
+        let mut a = Tui::start_with(&home, &[], &[], 120, 40);
+        a.wait_for("attached to the daemon");
+        a.send("i");
+        a.send("hello");
+        a.send("\r");
+        a.wait_for("through the daemon.");
+        a.send("\x1b");
+        // A second app on the same daemon.
+        let mut b = Tui::start_with(&home, &[], &[], 120, 40);
+        b.wait_for("through the daemon.");
+        a.send("i");
+        a.send("change it");
+        a.send("\r");
+        a.wait_for("approval · sys_update_config");
+        b.wait_for("approval · sys_update_config");
+        a.send("\x1b");
+        b.send("a");
+        b.wait_for("Approved elsewhere.");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while a.screen().contains("approval · sys_update_config") {
+            assert!(Instant::now() < deadline, "resolved in one app, still shown in the other:\n{}", a.screen());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        b.quit();
+        // Detach while the agent works; come back to the reply.
+        a.send("i");
+        a.send("take your time");
+        a.send("\r");
+        a.send("\x1b");
+        a.quit();
+        let c = Tui::start_with(&home, &[], &[], 120, 40);
+        c.wait_for("while you were away.");
+        c.quit();
+    })
+    .await;
+    // The daemon kept running through all of it.
+    let alive = daemon.try_wait().unwrap().is_none();
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    result.unwrap();
+    assert!(alive, "quitting attached apps leaves the daemon running");
+}

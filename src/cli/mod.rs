@@ -366,6 +366,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
                 theme: cli.theme.clone(),
                 ascii: cli.ascii,
                 files: Vec::new(),
+                url: cli.url.clone(),
             })?;
             return Ok(0);
         }

@@ -27,7 +27,7 @@ pub const ROUTES: &[(&str, &str, &str, bool)] = &[
     ("put", "/agents/{id}/document", "Write README.md ({content})", true),
     ("get", "/agents/{id}/mind", "mind.md", false),
     ("put", "/agents/{id}/mind", "Write mind.md ({content})", true),
-    ("get", "/agents/{id}/loop", "Loop rows (limit, offset; default the last page)", false),
+    ("get", "/agents/{id}/loop", "Loop rows (limit, offset; default the last page; or after=SEQ)", false),
     ("get", "/agents/{id}/usage", "Tokens and cost from the loop", false),
     ("get", "/agents/{id}/files", "Files", false),
     ("get", "/agents/{id}/files/content", "One file (path)", false),

@@ -105,8 +105,19 @@ fn row_json(r: &crate::store::loop_rows::LoopRow) -> Value {
         "created_at": r.created_at, "ord": r.ord})
 }
 
-/// `GET /agents/:id/loop?limit&offset` (default: the last page).
+/// `GET /agents/:id/loop?limit&offset` (default: the last page), or
+/// `?after=SEQ`: the rows appended after a seq (a follower).
 async fn loop_page(State(s): State<AppState>, Path(id): Path<String>, Query(q): Q) -> ApiResult {
+    if q.contains_key("after") {
+        let after = int(&q, "after", 0, i64::MIN, i64::MAX)?;
+        let limit = int(&q, "limit", 5000, 1, 5000)?;
+        let (id, entries) = s
+            .read(&id, move |st| {
+                Ok(st.loop_rows_after(after)?.iter().take(limit as usize).map(row_json).collect::<Vec<_>>())
+            })
+            .await?;
+        return Ok(Json(json!({"agentId": id, "after": after, "limit": limit, "entries": entries})));
+    }
     let limit = int(&q, "limit", 50, 1, 500)?;
     let offset = q.get("offset").map(|_| int(&q, "offset", 0, 0, i64::MAX)).transpose()?;
     let (id, (total, offset, entries)) = s

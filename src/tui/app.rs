@@ -14,10 +14,10 @@ use serde_json::Value;
 use super::chat::{self, Block, Glyphs};
 use super::commands;
 use super::keys::{Key, Keymap};
+use super::source::{Local, Source};
 use super::theme::Theme;
 use crate::protocol::{Command, Envelope};
 use crate::runtime::fleet::AgentInfo;
-use crate::store::Store;
 use crate::store::files::FileEntry;
 
 /// What the runner must do for the app.
@@ -184,7 +184,8 @@ pub struct App {
     /// (time, agent, tokens) of recent model calls, for the token burn.
     burn: VecDeque<(i64, usize, u64)>,
     prices: crate::providers::prices::Prices,
-    readers: HashMap<String, Store>,
+    source: Box<dyn Source>,
+    preview_cache: std::cell::RefCell<Option<(String, Result<String, String>)>>,
 }
 
 const EVENTS_KEPT: usize = 2000;
@@ -218,8 +219,15 @@ impl App {
             prices: crate::providers::accounts::load()
                 .map(|s| crate::providers::prices::from_settings(&s))
                 .unwrap_or_default(),
-            readers: HashMap::new(),
+            source: Box::new(Local::default()),
+            preview_cache: Default::default(),
         }
+    }
+
+    /// Read agents through another source (a daemon when attached).
+    pub fn with_source(mut self, source: Box<dyn Source>) -> App {
+        self.source = source;
+        self
     }
 
     /// Set the fleet (agent ids, names, paths); each gets a reader.
@@ -246,13 +254,8 @@ impl App {
             })
             .collect();
         agents.sort_by(|a, b| (&a.folder, &a.info.name).cmp(&(&b.folder, &b.info.name)));
-        for a in &agents {
-            if !self.readers.contains_key(&a.info.id)
-                && let Ok(s) = Store::open_read_only(&a.info.path)
-            {
-                self.readers.insert(a.info.id.clone(), s);
-            }
-        }
+        let infos: Vec<AgentInfo> = agents.iter().map(|a| a.info.clone()).collect();
+        self.source.open(&infos);
         self.agents = agents;
         self.sel = self.sel.min(self.agents.len().saturating_sub(1));
         for i in 0..self.agents.len() {
@@ -273,15 +276,16 @@ impl App {
     /// Re-read one agent's summary and new loop rows.
     pub fn refresh_agent(&mut self, i: usize) {
         let Some(a) = self.agents.get_mut(i) else { return };
-        let Some(store) = self.readers.get(&a.info.id) else { return };
+        let store = &self.source;
         let mut threshold = 100_000u64;
-        if let Ok(cfg) = store.config_value() {
+        if let Some(cfg) = store.config(&a.info.id) {
             a.model = cfg.pointer("/model/model_id").and_then(Value::as_str).unwrap_or("").to_string();
             threshold = cfg.pointer("/context/compact_threshold").and_then(Value::as_u64).unwrap_or(100_000).max(1);
         }
-        a.unread = store.inbox_unread().unwrap_or(0) as usize;
+        a.unread = store.inbox_unread(&a.info.id) as usize;
         let chat = self.chats.entry(a.info.id.clone()).or_default();
-        if let Ok(rows) = store.loop_rows_after(chat.last_seq) {
+        let rows = store.loop_after(&a.info.id, chat.last_seq);
+        {
             if let Some(last) = rows.iter().map(|r| r.seq).max() {
                 chat.last_seq = last;
             }
@@ -315,9 +319,8 @@ impl App {
     pub fn refresh_pending(&mut self) {
         let mut out = Vec::new();
         for a in &self.agents {
-            let Some(store) = self.readers.get(&a.info.id) else { continue };
             for status in ["pending_approval", "pending"] {
-                for t in store.task_list(Some(status)).unwrap_or_default() {
+                for t in self.source.tasks(&a.info.id, status) {
                     let ask = t.tool == "ask";
                     if status == "pending" && !ask {
                         continue;
@@ -347,32 +350,37 @@ impl App {
 
     pub fn refresh_files(&mut self) {
         let Some(id) = self.selected_id() else { return };
-        if let Some(store) = self.readers.get(&id) {
-            self.files.entries = store.file_list("").unwrap_or_default();
-            self.files.sel = self.files.sel.min(self.files.entries.len().saturating_sub(1));
-        }
+        self.files.entries = self.source.files(&id);
+        self.files.sel = self.files.sel.min(self.files.entries.len().saturating_sub(1));
     }
 
     /// A file's text (or a description of a binary one) for the preview.
     pub fn preview(&self) -> Option<(FileEntry, Result<String, String>)> {
         let id = self.selected_id()?;
         let e = self.files.entries.get(self.files.sel)?.clone();
-        let store = self.readers.get(&id)?;
         if !e.is_text() {
             let what = e.mime_type.clone().unwrap_or_else(|| "binary".into());
             return Some((e.clone(), Err(format!("{what}, {} bytes: not shown", e.size))));
         }
-        let text = store.file_read_text(&e.path).map_err(|e| e.to_string());
+        // Frames come often; the file is read again only when it changed.
+        let key = format!("{id}\u{0}{}\u{0}{}\u{0}{}", e.path, e.updated_at, e.size);
+        if let Some((k, text)) = self.preview_cache.borrow().as_ref()
+            && *k == key
+        {
+            return Some((e, text.clone()));
+        }
+        let text = self.source.file_text(&id, &e.path).ok_or_else(|| "cannot be read".to_string());
+        *self.preview_cache.borrow_mut() = Some((key, text.clone()));
         Some((e, text))
     }
 
     /// Read a file's current text (the editor round-trip's base).
     pub fn read_file(&self, agent: &str, path: &str) -> Option<String> {
-        self.readers.get(agent)?.file_read_text(path).ok()
+        self.source.file_text(agent, path)
     }
 
     pub fn file_entry(&self, agent: &str, path: &str) -> Option<FileEntry> {
-        self.readers.get(agent)?.file_stat(path).ok().flatten()
+        self.source.file_stat(agent, path)
     }
 
     /// A runtime event: update what it touches. Returns actions (a bell

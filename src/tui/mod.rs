@@ -7,17 +7,18 @@
 //! `$EDITOR` / `vi` on a temporary copy, and write back through the agent.
 
 pub mod app;
+pub mod backend;
 pub mod bench;
 pub mod chat;
 pub mod commands;
 pub mod highlight;
 pub mod keys;
+pub mod source;
 pub mod theme;
 pub mod ui;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -28,12 +29,10 @@ use ratatui::backend::CrosstermBackend;
 use ratatui::{Terminal, TerminalOptions, Viewport};
 
 use crate::protocol::Command;
-use crate::runtime::agent::{AgentCommand, OwnerWork};
-use crate::runtime::bus::{Bus, Filter, Item};
+use crate::runtime::bus::Bus;
 use crate::runtime::fleet::{Fleet, ProviderFactory, accounts_factory};
-use crate::store::Caller;
-use crate::store::files::WriteOptions;
 use app::{Action, App};
+use backend::Backend;
 
 /// How the app starts.
 #[derive(Debug, Clone, Default)]
@@ -46,6 +45,8 @@ pub struct Options {
     pub ascii: bool,
     /// Extra agent files to load besides the fleet folder.
     pub files: Vec<PathBuf>,
+    /// Attach to the daemon at this URL instead of running the fleet here.
+    pub url: Option<String>,
 }
 
 /// Whether the locale promises UTF-8 (else the ASCII glyphs).
@@ -84,8 +85,8 @@ impl Drop for Guard {
 }
 
 /// How to connect a provider, when an agent was loaded without one.
-fn provider_hint(fleet: &Fleet) -> Option<String> {
-    let why = fleet.unconfigured().values().next()?;
+fn provider_hint(why: Option<String>) -> Option<String> {
+    let why = why?;
     Some(format!(
         "No model provider is connected ({why}), so this agent cannot think yet; files, tables and events still \
          work. Type :connect to enter a key here (saved to {}, mode 0600), or set ANTHROPIC_API_KEY, \
@@ -107,30 +108,43 @@ pub fn run_with(opts: Options, factory: ProviderFactory) -> anyhow::Result<()> {
     };
     let glyphs = if opts.ascii || !utf8_locale() { chat::ASCII } else { chat::UTF8 };
     let dir = crate::paths::fleet_dir();
-    let (mut files, _) = crate::cli::ensure_fleet(&dir)?;
-    files.extend(opts.files.iter().cloned());
+    // A daemon named, or running for this fleet: attach to it.
+    let attach = opts.url.clone().or_else(|| crate::daemon::discover(&dir));
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    rt.block_on(async move {
-        let bus = Bus::new();
-        let mut fleet = Fleet::new(bus.clone(), factory).stream_deltas(true).lenient(true);
+    let main = async move {
         let mut problems = Vec::new();
-        for f in &files {
-            if let Err(e) = fleet.load(f) {
-                problems.push(e);
+        let mut backend = match attach {
+            Some(url) => Backend::Remote(crate::client::Client::new(&url)),
+            None => {
+                let (mut files, _) = crate::cli::ensure_fleet(&dir)?;
+                files.extend(opts.files.iter().cloned());
+                let mut fleet = Fleet::new(Bus::new(), factory).stream_deltas(true).lenient(true);
+                for f in &files {
+                    if let Err(e) = fleet.load(f) {
+                        problems.push(e);
+                    }
+                }
+                Backend::Local(fleet)
             }
-        }
+        };
+        let (infos, root) = backend.agents().await?;
         let mut app = App::new(keymap, theme, glyphs);
-        app.provider_hint = provider_hint(&fleet);
-        app.set_agents(fleet.list(), &dir);
+        if let Backend::Remote(c) = &backend {
+            app = app.with_source(Box::new(source::Remote { client: crate::client::Client::new(&c.base) }));
+            app.status = Some(format!("attached to the daemon at {} (q leaves it running)", c.base));
+        }
+        app.provider_hint = provider_hint(backend.unconfigured().await);
+        app.set_agents(infos, &root);
         if let Some(p) = problems.first() {
             app.status = Some(format!("not loaded: {p}"));
         }
-        let result = event_loop(&mut app, &mut fleet, &bus, &opts, &dir).await;
-        for e in fleet.shutdown().await {
-            eprintln!("adf: {e}");
-        }
+        let result = event_loop(&mut app, &mut backend, &opts, &root).await;
+        backend.shutdown().await;
         result
-    })
+    };
+    // On a worker thread, so reads from an attached daemon may block it
+    // briefly (block_in_place) without stalling the runtime.
+    rt.block_on(async move { tokio::spawn(main).await })?
 }
 
 fn setup(inline: bool) -> anyhow::Result<Terminal<CrosstermBackend<std::io::Stdout>>> {
@@ -147,17 +161,11 @@ fn setup(inline: bool) -> anyhow::Result<Terminal<CrosstermBackend<std::io::Stdo
 
 const FRAME: Duration = Duration::from_millis(16);
 
-async fn event_loop(
-    app: &mut App,
-    fleet: &mut Fleet,
-    bus: &Arc<Bus>,
-    opts: &Options,
-    dir: &Path,
-) -> anyhow::Result<()> {
+async fn event_loop(app: &mut App, backend: &mut Backend, opts: &Options, dir: &Path) -> anyhow::Result<()> {
     let mut term = setup(opts.inline)?;
     let _guard = Guard { inline: opts.inline };
     let mut keys = EventStream::new();
-    let mut sub = bus.subscribe(None, Filter::default());
+    let mut feed = backend.feed().await?;
     let mut dirty = true;
     let mut last_draw = Instant::now() - FRAME;
     let mut clock = tokio::time::interval(Duration::from_secs(1));
@@ -191,9 +199,9 @@ async fn event_loop(
                 Some(Err(e)) => return Err(e.into()),
                 None => break,
             },
-            item = sub.next() => {
-                if let Some(Item::Event(e)) = item {
-                    actions = app.on_event(&e.event);
+            e = feed.next() => {
+                if let Some(e) = e {
+                    actions = app.on_event(&e);
                     dirty = true;
                 }
             },
@@ -210,7 +218,7 @@ async fn event_loop(
             if editor {
                 drop(std::mem::replace(&mut keys, EventStream::new()));
             }
-            if let Err(e) = perform(app, fleet, &mut term, a, opts, dir).await {
+            if let Err(e) = perform(app, backend, &mut term, a, opts, dir).await {
                 app.status = Some(e.to_string());
             }
             dirty = true;
@@ -294,23 +302,9 @@ fn save_key(provider: &str, key: &str) -> anyhow::Result<()> {
     accounts::save(&s).map_err(anyhow::Error::msg)
 }
 
-/// Write a file as the owner through the agent's actor (its writer).
-async fn owner_write(fleet: &Fleet, agent: &str, path: &str, content: String) -> anyhow::Result<()> {
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let p = path.to_string();
-    let work = OwnerWork(Box::new(move |ex| {
-        let r = ex.store.file_write(Caller::Owner, &p, content.as_bytes(), &WriteOptions::default());
-        let _ = tx.send(r.map(|_| ()).map_err(|e| e.to_string()));
-    }));
-    fleet.send(agent, AgentCommand::With(work)).map_err(anyhow::Error::msg)?;
-    rx.await
-        .map_err(|_| anyhow::anyhow!("{agent}: the agent stopped before writing {path}"))?
-        .map_err(anyhow::Error::msg)
-}
-
 async fn perform(
     app: &mut App,
-    fleet: &mut Fleet,
+    backend: &mut Backend,
     term: &mut Terminal<CrosstermBackend<std::io::Stdout>>,
     action: Action,
     opts: &Options,
@@ -318,19 +312,17 @@ async fn perform(
 ) -> anyhow::Result<()> {
     match action {
         Action::Run(Command::Start { agent }) => {
-            fleet.start(&agent).await.map_err(anyhow::Error::msg)?;
-            app.set_agents(fleet.list(), dir);
+            backend.command(Command::Start { agent }).await?;
+            app.set_agents(backend.agents().await?.0, dir);
             app.status = Some("started".into());
         }
-        Action::Run(cmd) => fleet.command(cmd).map_err(anyhow::Error::msg)?,
+        Action::Run(cmd) => backend.command(cmd).await?,
         Action::SaveKey { provider, key } => {
             save_key(&provider, &key)?;
             // Agents loaded without a provider take the new one up.
-            for a in fleet.list() {
-                fleet.reload(&a.id).await.map_err(anyhow::Error::msg)?;
-            }
-            app.set_agents(fleet.list(), dir);
-            app.provider_hint = provider_hint(fleet);
+            backend.reload_all().await?;
+            app.set_agents(backend.agents().await?.0, dir);
+            app.provider_hint = provider_hint(backend.unconfigured().await);
             app.status = Some(format!("{provider} connected; key saved (0600)"));
         }
         Action::EditFile { agent, path } => {
@@ -343,13 +335,13 @@ async fn perform(
             let base = app.read_file(&agent, &path);
             let mine = edit_text(term, opts.inline, &path, base.as_deref().unwrap_or(""))?;
             if let Some(text) = app.edited(&agent, &path, base.as_deref(), mine) {
-                owner_write(fleet, &agent, &path, text).await?;
+                backend.write_file(&agent, &path, text).await?;
                 app.status = Some(format!("{path} saved"));
                 app.refresh_files();
             }
         }
         Action::WriteFile { agent, path, content } => {
-            owner_write(fleet, &agent, &path, content).await?;
+            backend.write_file(&agent, &path, content).await?;
             app.status = Some(format!("{path} saved (your version)"));
             app.refresh_files();
         }
@@ -370,8 +362,8 @@ async fn perform(
                 n += 1;
             };
             crate::store::create::create_file(&path, &crate::store::NewAgent::default())?;
-            fleet.load(&path).map_err(anyhow::Error::msg)?;
-            app.set_agents(fleet.list(), dir);
+            backend.load(&path).await?;
+            app.set_agents(backend.agents().await?.0, dir);
             if let Some(i) = app.agents.iter().position(|a| a.info.path == path) {
                 app.sel = i;
             }

@@ -1,0 +1,247 @@
+//! What the app drives: the fleet in-process, or a daemon it attached to.
+//! Both take the same protocol commands and give the same event stream, so
+//! the app's state machine cannot tell them apart. Quitting an attached app
+//! leaves the daemon's agents running.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::client::Client;
+use crate::protocol::{Command, Envelope};
+use crate::runtime::agent::{AgentCommand, OwnerWork};
+use crate::runtime::bus::{Filter, Item, Subscription};
+use crate::runtime::fleet::{AgentInfo, Fleet};
+use crate::store::Caller;
+use crate::store::files::WriteOptions;
+
+pub enum Backend {
+    Local(Fleet),
+    Remote(Client),
+}
+
+/// Where runtime events come from.
+pub enum Feed {
+    Local(Subscription),
+    Remote(mpsc::UnboundedReceiver<Envelope>),
+}
+
+impl Feed {
+    pub async fn next(&mut self) -> Option<Envelope> {
+        match self {
+            Feed::Local(sub) => loop {
+                match sub.next().await? {
+                    Item::Event(e) => return Some(e.event.clone()),
+                    _ => continue,
+                }
+            },
+            Feed::Remote(rx) => rx.recv().await,
+        }
+    }
+}
+
+fn api(e: crate::client::ClientError) -> anyhow::Error {
+    anyhow::anyhow!(e)
+}
+
+impl Backend {
+    /// The loaded agents and the folder they are grouped under.
+    pub async fn agents(&self) -> anyhow::Result<(Vec<AgentInfo>, PathBuf)> {
+        match self {
+            Backend::Local(f) => Ok((f.list(), crate::paths::fleet_dir())),
+            Backend::Remote(c) => {
+                let list = c.get(&["agents"]).await.map_err(api)?;
+                let rt = c.get(&["runtime"]).await.map_err(api)?;
+                let infos = list
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|x| {
+                                Some(AgentInfo {
+                                    id: x["id"].as_str()?.to_string(),
+                                    name: x["name"].as_str().unwrap_or("").to_string(),
+                                    handle: x["handle"].as_str().unwrap_or("").to_string(),
+                                    path: PathBuf::from(x["filePath"].as_str().unwrap_or("")),
+                                })
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                Ok((infos, PathBuf::from(rt["fleetDir"].as_str().unwrap_or(""))))
+            }
+        }
+    }
+
+    /// The event feed, starting now.
+    pub async fn feed(&self) -> anyhow::Result<Feed> {
+        match self {
+            Backend::Local(f) => Ok(Feed::Local(f.bus.subscribe(None, Filter::default()))),
+            Backend::Remote(c) => {
+                let rt = c.get(&["runtime"]).await.map_err(api)?;
+                let since = rt["eventCursor"].as_u64().unwrap_or(0);
+                let (tx, rx) = mpsc::unbounded_channel();
+                tokio::spawn(follow(Client::new(&c.base), since, tx));
+                Ok(Feed::Remote(rx))
+            }
+        }
+    }
+
+    /// Agents loaded without a working provider, in words.
+    pub async fn unconfigured(&self) -> Option<String> {
+        match self {
+            Backend::Local(f) => f.unconfigured().values().next().cloned(),
+            Backend::Remote(c) => {
+                let rt = c.get(&["runtime"]).await.ok()?;
+                rt["agents"]
+                    .as_array()?
+                    .iter()
+                    .any(|a| a["provider_configured"] == false)
+                    .then(|| "the daemon has agents without a provider key".to_string())
+            }
+        }
+    }
+
+    pub async fn command(&mut self, cmd: Command) -> anyhow::Result<()> {
+        let c = match self {
+            Backend::Local(f) => {
+                return match cmd {
+                    Command::Start { agent } => f.start(&agent).await.map_err(anyhow::Error::msg),
+                    other => f.command(other).map_err(anyhow::Error::msg),
+                };
+            }
+            Backend::Remote(c) => c,
+        };
+        let ag = |a: &str, rest: &[&str]| {
+            let mut v = vec!["agents".to_string(), a.to_string()];
+            v.extend(rest.iter().map(|s| s.to_string()));
+            v
+        };
+        let (path, body): (Vec<String>, Value) = match cmd {
+            Command::SendChat { agent, text, .. } => (ag(&agent, &["chat"]), json!({"text": text})),
+            Command::Interrupt { agent } => (ag(&agent, &["abort"]), json!({})),
+            Command::Approve { agent, task_id, always } => {
+                (ag(&agent, &["tasks", &task_id, "resolve"]), json!({"action": "approve", "always": always}))
+            }
+            Command::Deny { agent, task_id, feedback } => {
+                (ag(&agent, &["tasks", &task_id, "resolve"]), json!({"action": "deny", "reason": feedback}))
+            }
+            Command::Answer { agent, request_id, text } => {
+                (ag(&agent, &["asks", &request_id, "respond"]), json!({"answer": text}))
+            }
+            Command::Start { agent } => (ag(&agent, &["start"]), json!({})),
+            Command::Stop { agent } => (ag(&agent, &["state"]), json!({"state": "off"})),
+            Command::SetState { agent, state } => (ag(&agent, &["state"]), json!({"state": state})),
+            Command::EmergencyStop => {
+                let (agents, _) = self.agents().await?;
+                let Backend::Remote(c) = self else { return Ok(()) };
+                for a in agents {
+                    c.post(&["agents", &a.id, "state"], &json!({"state": "off"})).await.map_err(api)?;
+                }
+                return Ok(());
+            }
+        };
+        let segs: Vec<&str> = path.iter().map(String::as_str).collect();
+        c.post(&segs, &body).await.map_err(api)?;
+        Ok(())
+    }
+
+    /// Write a file as the owner: through the agent's actor, or the API.
+    pub async fn write_file(&self, agent: &str, path: &str, content: String) -> anyhow::Result<()> {
+        match self {
+            Backend::Local(fleet) => {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                let p = path.to_string();
+                let work = OwnerWork(Box::new(move |ex| {
+                    let r = ex.store.file_write(Caller::Owner, &p, content.as_bytes(), &WriteOptions::default());
+                    let _ = tx.send(r.map(|_| ()).map_err(|e| e.to_string()));
+                }));
+                fleet.send(agent, AgentCommand::With(work)).map_err(anyhow::Error::msg)?;
+                rx.await
+                    .map_err(|_| anyhow::anyhow!("{agent}: the agent stopped before writing {path}"))?
+                    .map_err(anyhow::Error::msg)
+            }
+            Backend::Remote(c) => {
+                let url = c.url(&["agents", agent, "files", "content"], &[("path", path)]).map_err(api)?;
+                c.call(reqwest::Method::PUT, url, Some(&json!({"content": content}))).await.map_err(api)?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Load a newly created agent file.
+    pub async fn load(&mut self, path: &Path) -> anyhow::Result<()> {
+        match self {
+            Backend::Local(f) => f.load(path).map(|_| ()).map_err(anyhow::Error::msg),
+            Backend::Remote(c) => {
+                c.post(&["agents", "load"], &json!({"filePath": path})).await.map_err(api)?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Load every agent again (new provider settings taken up).
+    pub async fn reload_all(&mut self) -> anyhow::Result<()> {
+        let (agents, _) = self.agents().await?;
+        match self {
+            Backend::Local(f) => {
+                for a in agents {
+                    f.reload(&a.id).await.map_err(anyhow::Error::msg)?;
+                }
+            }
+            Backend::Remote(c) => {
+                for a in agents {
+                    c.post(&["agents", &a.id, "stop"], &json!({})).await.map_err(api)?;
+                    c.post(&["agents", "load"], &json!({"filePath": a.path})).await.map_err(api)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// In-process: stop the agents and close their files. Attached: leave
+    /// the daemon's agents running.
+    pub async fn shutdown(self) {
+        if let Backend::Local(f) = self {
+            for e in f.shutdown().await {
+                eprintln!("adf: {e}");
+            }
+        }
+    }
+}
+
+/// Follow a daemon's event stream into a channel, reconnecting with
+/// `Last-Event-ID` so nothing is lost across a drop.
+async fn follow(c: Client, mut since: u64, tx: mpsc::UnboundedSender<Envelope>) {
+    use futures_util::StreamExt;
+    loop {
+        let Ok(url) = c.url(&["events"], &[]) else { return };
+        let resp = c.request(reqwest::Method::GET, url).header("last-event-id", since.to_string()).send().await;
+        if let Ok(resp) = resp
+            && resp.status().is_success()
+        {
+            let mut stream = resp.bytes_stream();
+            let mut buf = String::new();
+            while let Some(Ok(chunk)) = stream.next().await {
+                buf.push_str(&String::from_utf8_lossy(&chunk));
+                while let Some(end) = buf.find("\n\n") {
+                    let frame: String = buf.drain(..end + 2).collect();
+                    let Some(data) = frame.lines().find_map(|l| l.strip_prefix("data: ")) else { continue };
+                    let Ok(v) = serde_json::from_str::<Value>(data) else { continue };
+                    if let Some(cur) = v["cursor"].as_u64() {
+                        since = cur;
+                    }
+                    if let Ok(e) = serde_json::from_value::<Envelope>(v["event"].clone())
+                        && tx.send(e).is_err()
+                    {
+                        return;
+                    }
+                }
+            }
+        }
+        if tx.is_closed() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+}

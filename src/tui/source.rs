@@ -1,0 +1,177 @@
+//! Where the app reads agents from: their files directly (read-only
+//! connections beside the in-process runtime's writers), or a daemon's
+//! control API when the app is attached to one. The app's state machine
+//! sees only this trait, so both look the same on screen.
+
+use std::collections::HashMap;
+
+use base64::Engine;
+use serde_json::{Value, json};
+
+use crate::client::Client;
+use crate::runtime::fleet::AgentInfo;
+use crate::store::Store;
+use crate::store::files::{FileEntry, Protection};
+use crate::store::loop_rows::LoopRow;
+use crate::store::tasks::Task;
+
+pub trait Source: Send {
+    /// Start reading these agents (new ones opened, others kept).
+    fn open(&mut self, agents: &[AgentInfo]);
+    fn config(&self, id: &str) -> Option<Value>;
+    fn loop_after(&self, id: &str, seq: i64) -> Vec<LoopRow>;
+    fn inbox_unread(&self, id: &str) -> u64;
+    fn tasks(&self, id: &str, status: &str) -> Vec<Task>;
+    fn files(&self, id: &str) -> Vec<FileEntry>;
+    fn file_stat(&self, id: &str, path: &str) -> Option<FileEntry>;
+    /// A file's text, or `None` when it is missing or not text.
+    fn file_text(&self, id: &str, path: &str) -> Option<String>;
+}
+
+/// The agents' files, read directly.
+#[derive(Default)]
+pub struct Local {
+    readers: HashMap<String, Store>,
+}
+
+impl Source for Local {
+    fn open(&mut self, agents: &[AgentInfo]) {
+        for a in agents {
+            if !self.readers.contains_key(&a.id)
+                && let Ok(s) = Store::open_read_only(&a.path)
+            {
+                self.readers.insert(a.id.clone(), s);
+            }
+        }
+    }
+    fn config(&self, id: &str) -> Option<Value> {
+        self.readers.get(id)?.config_value().ok()
+    }
+    fn loop_after(&self, id: &str, seq: i64) -> Vec<LoopRow> {
+        self.readers.get(id).and_then(|s| s.loop_rows_after(seq).ok()).unwrap_or_default()
+    }
+    fn inbox_unread(&self, id: &str) -> u64 {
+        self.readers.get(id).and_then(|s| s.inbox_unread().ok()).unwrap_or(0)
+    }
+    fn tasks(&self, id: &str, status: &str) -> Vec<Task> {
+        self.readers.get(id).and_then(|s| s.task_list(Some(status)).ok()).unwrap_or_default()
+    }
+    fn files(&self, id: &str) -> Vec<FileEntry> {
+        self.readers.get(id).and_then(|s| s.file_list("").ok()).unwrap_or_default()
+    }
+    fn file_stat(&self, id: &str, path: &str) -> Option<FileEntry> {
+        self.readers.get(id)?.file_stat(path).ok().flatten()
+    }
+    fn file_text(&self, id: &str, path: &str) -> Option<String> {
+        self.readers.get(id)?.file_read_text(path).ok()
+    }
+}
+
+/// A daemon's control API. Calls block the calling worker briefly (they are
+/// loopback round-trips of a few rows), never the other tasks.
+pub struct Remote {
+    pub client: Client,
+}
+
+impl Remote {
+    fn get(&self, segments: &[&str], query: &[(&str, &str)]) -> Option<Value> {
+        let url = self.client.url(segments, query).ok()?;
+        let fut = self.client.call(reqwest::Method::GET, url, None);
+        let run = || tokio::runtime::Handle::try_current().ok().map(|h| h.block_on(fut));
+        match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(run)?.ok(),
+            _ => None,
+        }
+    }
+}
+
+fn file_entry(v: &Value) -> Option<FileEntry> {
+    Some(FileEntry {
+        path: v["path"].as_str()?.to_string(),
+        size: v["size"].as_u64().unwrap_or(0),
+        mime_type: v["mime_type"].as_str().map(str::to_string),
+        protection: Protection::parse(v["protection"].as_str().unwrap_or("none")).unwrap_or(Protection::None),
+        authorized: v["authorized"].as_bool().unwrap_or(false),
+        created_at: v["created_at"].as_str().unwrap_or("").to_string(),
+        updated_at: v["updated_at"].as_str().unwrap_or("").to_string(),
+    })
+}
+
+fn task(v: &Value) -> Option<Task> {
+    Some(Task {
+        id: v["id"].as_str()?.to_string(),
+        tool: v["tool"].as_str().unwrap_or("").to_string(),
+        args: v["args"].clone(),
+        status: v["status"].as_str().unwrap_or("").to_string(),
+        result: v["result"].as_str().map(str::to_string),
+        error: v["error"].as_str().map(str::to_string),
+        created_at: v["created_at"].as_i64().unwrap_or(0),
+        completed_at: v["completed_at"].as_i64(),
+        origin: v["origin"].as_str().map(str::to_string),
+        requires_authorization: v["requires_authorization"].as_bool().unwrap_or(false),
+        executor_managed: v["executor_managed"].as_bool().unwrap_or(false),
+        approval_meta: Some(v["approval_meta"].clone()).filter(|m| !m.is_null()),
+    })
+}
+
+impl Source for Remote {
+    fn open(&mut self, _agents: &[AgentInfo]) {}
+    fn config(&self, id: &str) -> Option<Value> {
+        self.get(&["agents", id, "config"], &[]).map(|v| v["config"].clone())
+    }
+    fn loop_after(&self, id: &str, seq: i64) -> Vec<LoopRow> {
+        let after = seq.to_string();
+        let Some(v) = self.get(&["agents", id, "loop"], &[("after", &after)]) else { return Vec::new() };
+        v["entries"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|r| {
+                        Some(LoopRow {
+                            seq: r["seq"].as_i64()?,
+                            role: r["role"].as_str()?.to_string(),
+                            content: r["content"].clone(),
+                            model: r["model"].as_str().map(str::to_string),
+                            tokens: Some(r["tokens"].clone()).filter(|t| !t.is_null()),
+                            created_at: r["created_at"].as_i64().unwrap_or(0),
+                            ord: r["ord"].as_i64(),
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+    fn inbox_unread(&self, id: &str) -> u64 {
+        self.get(&["agents", id, "inbox"], &[("status", "unread")])
+            .and_then(|v| v["messages"].as_array().map(|a| a.len() as u64))
+            .unwrap_or(0)
+    }
+    fn tasks(&self, id: &str, status: &str) -> Vec<Task> {
+        self.get(&["agents", id, "tasks"], &[("status", status)])
+            .and_then(|v| v["tasks"].as_array().map(|a| a.iter().filter_map(task).collect()))
+            .unwrap_or_default()
+    }
+    fn files(&self, id: &str) -> Vec<FileEntry> {
+        self.get(&["agents", id, "files"], &[])
+            .and_then(|v| v["files"].as_array().map(|a| a.iter().filter_map(file_entry).collect()))
+            .unwrap_or_default()
+    }
+    fn file_stat(&self, id: &str, path: &str) -> Option<FileEntry> {
+        self.files(id).into_iter().find(|f| f.path == path)
+    }
+    fn file_text(&self, id: &str, path: &str) -> Option<String> {
+        let v = self.get(&["agents", id, "files", "content"], &[("path", path)])?;
+        match v["content"].as_str() {
+            Some(t) => Some(t.to_string()),
+            None => {
+                let b = base64::engine::general_purpose::STANDARD.decode(v["content_base64"].as_str()?).ok()?;
+                String::from_utf8(b).ok()
+            }
+        }
+    }
+}
+
+/// The body of a file write through the API.
+pub fn write_body(content: &str) -> Value {
+    json!({"content": content})
+}
