@@ -10,6 +10,7 @@ pub mod daemon;
 pub mod paths;
 pub mod protocol;
 pub mod providers;
+pub mod review;
 pub mod runtime;
 pub mod store;
 pub mod tools;

@@ -43,6 +43,7 @@ pub mod kind {
     pub const PROVIDER_RETRY_STARTED: &str = "provider.retry_started";
     pub const PROVIDER_RETRY_CANCELLED: &str = "provider.retry_cancelled";
     pub const DAEMON_STARTED: &str = "daemon.started";
+    pub const DAEMON_AUTOSTART_REPORT: &str = "daemon.autostart.report";
 
     /// Every family prefix a filter may name as `<prefix>.*`.
     pub const FAMILIES: &[&str] = &[

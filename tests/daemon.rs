@@ -105,7 +105,7 @@ fn home_with(dir: &Path, names: &[&str]) -> PathBuf {
     let agents = home.join("data/agents");
     std::fs::create_dir_all(&agents).unwrap();
     for n in names {
-        ok(&adf(&agents, &["new", &format!("{n}.adf"), "--provider", "anthropic", "--model", "m"], None));
+        ok(&adf_home(&home, &agents, &["new", &format!("{n}.adf"), "--provider", "anthropic", "--model", "m"]));
     }
     home
 }
@@ -421,8 +421,8 @@ async fn the_cli_against_a_live_daemon() {
     let home = home_with(dir.path(), &["a"]);
     // Two agents named alike: a name that is not unique lists the candidates.
     let agents = home.join("data/agents");
-    ok(&adf(&agents, &["new", "twin1.adf", "--name", "twin", "--provider", "anthropic", "--model", "m"], None));
-    ok(&adf(&agents, &["new", "twin2.adf", "--name", "twin", "--provider", "anthropic", "--model", "m"], None));
+    ok(&adf_home(&home, &agents, &["new", "twin1.adf", "--name", "twin", "--provider", "anthropic", "--model", "m"]));
+    ok(&adf_home(&home, &agents, &["new", "twin2.adf", "--name", "twin", "--provider", "anthropic", "--model", "m"]));
     let fake = FakeProvider::start(vec![
         Scripted::sse(anthropic_text(&["Hi ", "from the CLI."], 3, 2)),
         Scripted::sse(anthropic_tool("toolu_9", "sys_update_config", r#"{"path":"description","value":"from cli"}"#)),
@@ -487,4 +487,28 @@ async fn the_cli_against_a_live_daemon() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("start one with `adf daemon`"), "{err}");
+}
+
+/// A file the owner did not create is not started until it is reviewed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreviewed_files_wait_for_a_review() {
+    let dir = tmp();
+    let home = home_with(dir.path(), &["mine"]);
+    let agents = home.join("data/agents");
+    // A file from elsewhere (the reference implementation wrote it).
+    let foreign = fixture_copy(&agents, "fresh-headless.adf");
+    let d = start(&home, "http://127.0.0.1:9", &[]);
+    let names: Vec<String> =
+        d.get("/agents").await.as_array().unwrap().iter().map(|a| a["name"].as_str().unwrap().to_string()).collect();
+    assert_eq!(names, ["mine"], "the foreign file is not started");
+    let q = format!("/agents/review?filePath={}", foreign.display());
+    let r = d.get(&q).await;
+    assert_eq!(r["reviewed"], false);
+    assert!(r["summary"]["tools"].is_array(), "{r}");
+    drop(d);
+    // `adf review` summarises and records; the next daemon starts it.
+    let out = cli_ok(&home, &["review", foreign.to_str().unwrap()]);
+    assert!(out.contains("tools") && out.contains("reviewed: the daemon will start this agent"), "{out}");
+    let d = start(&home, "http://127.0.0.1:9", &[]);
+    assert_eq!(d.get("/agents").await.as_array().unwrap().len(), 2);
 }

@@ -121,7 +121,7 @@ fn home_with_agent(dir: &Path) -> std::path::PathBuf {
     let home = dir.join("home");
     let agents = home.join("data/agents");
     std::fs::create_dir_all(&agents).unwrap();
-    ok(&adf(&agents, &["new", "a.adf", "--provider", "anthropic", "--model", "test-model"], None));
+    ok(&adf_home(&home, &agents, &["new", "a.adf", "--provider", "anthropic", "--model", "test-model"]));
     home
 }
 

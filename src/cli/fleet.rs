@@ -32,6 +32,8 @@ pub fn new(
         },
     )
     .map_err(|e| at(path, e))?;
+    // The owner made it: the daemon may start it without a review.
+    crate::review::mark_reviewed(&created.id).map_err(anyhow::Error::msg)?;
     if out.json {
         return out.json(&created);
     }
@@ -111,12 +113,48 @@ pub fn ensure_fleet(dir: &Path) -> anyhow::Result<(Vec<PathBuf>, bool)> {
     }
     std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("{}: cannot create fleet folder: {e}", dir.display()))?;
     let example = dir.join("example.adf");
-    create_file(
+    let created = create_file(
         &example,
         &NewAgent { name: Some("example"), description: Some("An example agent"), ..Default::default() },
     )
     .map_err(|e| at(&example, e))?;
+    crate::review::mark_reviewed(&created.id).map_err(anyhow::Error::msg)?;
     Ok((scan(dir), true))
+}
+
+/// `adf review PATH`: what the file would do unattended, then the review
+/// recorded so the daemon starts it.
+pub fn review(out: &Out, path: &Path) -> anyhow::Result<()> {
+    let mut v = crate::review::summary(path).map_err(anyhow::Error::msg)?;
+    let id = v["agentId"].as_str().unwrap_or("").to_string();
+    crate::review::mark_reviewed(&id).map_err(anyhow::Error::msg)?;
+    v["reviewed"] = serde_json::json!(true);
+    if out.json {
+        return out.json(&v);
+    }
+    let s = |x: &serde_json::Value| x.as_str().map(str::to_string).unwrap_or_else(|| x.to_string());
+    out.line(format!("{} ({})", s(&v["name"]), id))?;
+    out.line(format!("  provider   {} / {}", s(&v["provider"]), s(&v["model"])))?;
+    let tools: Vec<String> = v["tools"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|t| format!("{}{}", s(&t["name"]), if t["restricted"] == true { " (asks you)" } else { "" }))
+                .collect()
+        })
+        .unwrap_or_default();
+    out.line(format!("  tools      {}", if tools.is_empty() { "none".into() } else { tools.join(", ") }))?;
+    let triggers: Vec<String> =
+        v["triggers"].as_array().map(|a| a.iter().map(|t| s(&t["type"])).collect()).unwrap_or_default();
+    out.line(format!("  triggers   {}", if triggers.is_empty() { "none".into() } else { triggers.join(", ") }))?;
+    out.line(format!("  timers     {}", v["timers"]))?;
+    let n = &v["network"];
+    out.line(format!(
+        "  network    code network {}, local fetch {}, messaging {}, MCP servers {}",
+        n["code_network"], n["allow_local_fetch"], n["messaging"], n["mcp_servers"]
+    ))?;
+    out.line(format!("  autostart  {}", v["autostart"]))?;
+    out.line("reviewed: the daemon will start this agent")
 }
 
 pub fn agents(out: &Out) -> anyhow::Result<()> {

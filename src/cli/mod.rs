@@ -128,6 +128,10 @@ pub enum Command {
         /// Fleet folders and agent files (default: the fleet folder).
         paths: Vec<PathBuf>,
     },
+    /// Summarise what an agent file would do unattended (tools, triggers,
+    /// timers, network reach, provider), then record the review: the daemon
+    /// only starts files you created here or reviewed.
+    Review { path: PathBuf },
     /// List the agents of the fleet (the default when no command is given).
     Agents,
     /// Approve the tool call a paused turn waits on (after `chat` exited 3);
@@ -382,6 +386,7 @@ fn run_simple(command: Option<Command>, out: &Out) -> anyhow::Result<()> {
             crate::runtime::fleet::accounts_factory(),
         ),
         None | Some(Command::Agents) => fleet::agents(out),
+        Some(Command::Review { path }) => fleet::review(out, &path),
         Some(Command::New { path, name, handle, provider, model, description }) => {
             fleet::new(out, &path, name, handle, provider, model, description)
         }

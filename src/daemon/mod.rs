@@ -230,11 +230,33 @@ pub async fn serve(
     let addr: SocketAddr = listener.local_addr()?;
     let bus = Bus::new();
     let mut fleet = Fleet::new(bus.clone(), factory).stream_deltas(true).lenient(true);
+    // Files named on the command line are the owner's choice; the fleet's
+    // start only when the owner created or reviewed them.
+    let explicit: Vec<&PathBuf> = opts.paths.iter().filter(|p| p.is_file()).collect();
+    let (mut started, mut skipped, mut failed) = (Vec::new(), Vec::new(), Vec::new());
     for f in &files {
-        if let Err(e) = fleet.load(f) {
-            eprintln!("adf daemon: not loaded: {e}");
+        let id = Store::open_read_only(f)
+            .ok()
+            .and_then(|s| s.config_value().ok())
+            .and_then(|c| c["id"].as_str().map(String::from));
+        if !explicit.contains(&f) && !id.as_deref().is_some_and(crate::review::is_reviewed) {
+            eprintln!(
+                "adf daemon: not started (unreviewed): {}; review it with `adf review {}`",
+                f.display(),
+                f.display()
+            );
+            skipped.push(json!({"filePath": f, "reason": "unreviewed"}));
+            continue;
+        }
+        match fleet.load(f) {
+            Ok(i) => started.push(json!({"id": i.id, "filePath": f})),
+            Err(e) => {
+                eprintln!("adf daemon: not loaded: {e}");
+                failed.push(json!({"filePath": f, "error": e}));
+            }
         }
     }
+    let report = json!({"scanned": files.len(), "started": started, "skipped": skipped, "failed": failed});
     let port = addr.port();
     let mut allowed_hosts = vec![format!("127.0.0.1:{port}"), format!("localhost:{port}"), format!("[::1]:{port}")];
     if !is_loopback(&opts.host) {
@@ -259,6 +281,12 @@ pub async fn serve(
         None,
         "system:daemon",
         json!({"host": opts.host, "port": port, "settingsPath": crate::providers::accounts::settings_path()}),
+    ));
+    bus.publish(crate::protocol::Envelope::new(
+        crate::protocol::kind::DAEMON_AUTOSTART_REPORT,
+        None,
+        "system:daemon",
+        json!({"report": report}),
     ));
     eprintln!("adf daemon: listening on {url} (fleet {})", fleet_dir.display());
     let app = routes::router(shared.clone())

@@ -11,6 +11,8 @@ pub const ROUTES: &[(&str, &str, &str, bool)] = &[
     ("get", "/events", "Server-sent events: the fleet's event stream (agentId, since, types)", false),
     ("get", "/agents", "Loaded agents", false),
     ("post", "/agents/load", "Load an agent file ({filePath})", true),
+    ("get", "/agents/review", "What a file would do unattended (filePath), and whether it is reviewed", false),
+    ("post", "/agents/review/accept", "Record the owner's review of a file ({filePath})", true),
     ("get", "/agents/{id}", "An agent and its config", false),
     ("get", "/agents/{id}/status", "An agent's live status", false),
     ("post", "/agents/{id}/start", "Start an agent (load it again if it is off, lift a suspension)", false),

@@ -50,6 +50,8 @@ pub fn router(_s: AppState) -> Router<AppState> {
         .route("/events", get(sse::events))
         .route("/agents", get(agents))
         .route("/agents/load", post(load))
+        .route("/agents/review", get(review))
+        .route("/agents/review/accept", post(review_accept))
         .route("/agents/{id}", get(agent))
         .route("/agents/{id}/status", get(status))
         .route("/agents/{id}/start", post(start))
@@ -86,6 +88,33 @@ async fn load(State(s): State<AppState>, b: Bytes) -> ApiResult {
     drop(fleet);
     let (_, config) = s.read(&info.id, |st| Ok(st.config_value()?)).await?;
     Ok(Json(json!({"id": info.id, "filePath": info.path, "config": config})))
+}
+
+async fn review(Query(q): Q) -> ApiResult {
+    let path = q.get("filePath").ok_or_else(|| ApiError::bad("filePath is required (?filePath=…)"))?;
+    if !std::path::Path::new(path).is_file() {
+        return Err(ApiError::not_found(format!("no agent file at {path}")));
+    }
+    let v = tokio::task::spawn_blocking({
+        let p = path.clone();
+        move || crate::review::summary(std::path::Path::new(&p))
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))?
+    .map_err(ApiError::bad)?;
+    Ok(Json(json!({"agentId": v["agentId"], "filePath": path, "reviewed": v["reviewed"], "summary": v})))
+}
+
+async fn review_accept(b: Bytes) -> ApiResult {
+    let v = body(&b)?;
+    let path = field(&v, "filePath")?.to_string();
+    let summary = tokio::task::spawn_blocking(move || crate::review::summary(std::path::Path::new(&path)))
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+        .map_err(ApiError::bad)?;
+    let id = summary["agentId"].as_str().unwrap_or("").to_string();
+    crate::review::mark_reviewed(&id).map_err(ApiError::internal)?;
+    Ok(Json(json!({"agentId": id, "reviewed": true})))
 }
 
 async fn agent(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult {

@@ -361,7 +361,8 @@ async fn perform(
                 }
                 n += 1;
             };
-            crate::store::create::create_file(&path, &crate::store::NewAgent::default())?;
+            let created = crate::store::create::create_file(&path, &crate::store::NewAgent::default())?;
+            crate::review::mark_reviewed(&created.id).map_err(anyhow::Error::msg)?;
             backend.load(&path).await?;
             app.set_agents(backend.agents().await?.0, dir);
             if let Some(i) = app.agents.iter().position(|a| a.info.path == path) {

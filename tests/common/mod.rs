@@ -46,6 +46,18 @@ pub fn adf(cwd: &Path, args: &[&str], stdin: Option<&[u8]>) -> Output {
     child.wait_with_output().expect("wait adf")
 }
 
+/// Run `adf` in `cwd` with `ADF_HOME` set to `home` (its settings, its
+/// fleet, its reviews).
+pub fn adf_home(home: &Path, cwd: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_adf"))
+        .args(args)
+        .current_dir(cwd)
+        .env("ADF_HOME", home)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run adf")
+}
+
 pub fn ok(out: &Output) -> String {
     assert!(out.status.success(), "adf failed ({:?}): {}", out.status.code(), String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout.clone()).expect("utf8 stdout")
