@@ -21,6 +21,8 @@ pub enum Suite {
     Events,
     /// Terminal app frame times (10 000-row loop, 200 agents, a stream).
     Tui,
+    /// The daemon: start to /health, idle RSS, loads, SSE fan-out.
+    Daemon,
 }
 
 #[derive(Debug, Serialize)]
@@ -50,7 +52,33 @@ pub fn run(out: &Out, suite: Suite, iterations: usize) -> anyhow::Result<()> {
         Suite::Store => store(out, iterations),
         Suite::Events => events(out, iterations),
         Suite::Tui => tui(out),
+        Suite::Daemon => daemon(out),
     }
+}
+
+fn daemon(out: &Out) -> anyhow::Result<()> {
+    let r = crate::daemon::bench::run()?;
+    if out.json {
+        return out.json(&r);
+    }
+    let rows = vec![
+        vec!["start to /health, 10 agents".into(), format!("{:.1} ms", r.start_to_health_ms), "< 100 ms".into()],
+        vec!["RSS, 100 idle agents".into(), format!("{:.1} MB", r.rss_100_idle_agents_mb), "< 50 MB".into()],
+        vec![
+            "POST /agents/load p50 / p99".into(),
+            format!("{:.2} / {:.2} ms", r.load_p50_ms, r.load_p99_ms),
+            "p50 < 5 ms".into(),
+        ],
+        vec![
+            format!("{} SSE clients, {} events/s", r.sse_clients, r.sse_rate_per_sec),
+            format!(
+                "{} dropped, delivery p50 {:.2} / p99 {:.2} ms",
+                r.sse_dropped, r.sse_delivery_p50_ms, r.sse_delivery_p99_ms
+            ),
+            "0 dropped, p99 < 5 ms".into(),
+        ],
+    ];
+    out.table(&["DAEMON", "MEASURED", "TARGET"], &rows)
 }
 
 fn tui(out: &Out) -> anyhow::Result<()> {

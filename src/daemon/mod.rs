@@ -6,6 +6,7 @@
 //! headers at all. Reads open the agent's file read-only beside its writer;
 //! writes go through the agent's actor, as the terminal app's do.
 
+pub mod bench;
 pub mod openapi;
 pub mod resources;
 pub mod routes;
@@ -197,11 +198,28 @@ async fn shutdown_signal() {
     }
 }
 
-/// Serve until `stop` completes (tests pass their own).
+/// What a started daemon tells whoever embeds it (the benchmark).
+pub struct Ready {
+    pub addr: SocketAddr,
+    pub bus: Arc<Bus>,
+    pub token: String,
+}
+
+/// Serve until `stop` completes.
 pub async fn serve(
     opts: Options,
     factory: ProviderFactory,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    serve_with(opts, factory, stop, None).await
+}
+
+/// `serve`, saying when it listens (address, bus, token).
+pub async fn serve_with(
+    opts: Options,
+    factory: ProviderFactory,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+    ready: Option<tokio::sync::oneshot::Sender<Ready>>,
 ) -> anyhow::Result<()> {
     let env_token = token::from_env();
     if !is_loopback(&opts.host) && env_token.is_none() {
@@ -217,6 +235,9 @@ pub async fn serve(
     for d in opts.paths.iter().filter(|p| p.is_dir() && **p != fleet_dir) {
         files.extend(crate::cli::scan(d));
     }
+    // A file is never loaded twice, however it was named.
+    let mut seen = std::collections::HashSet::new();
+    files.retain(|f| seen.insert(std::fs::canonicalize(f).unwrap_or_else(|_| f.clone())));
     let _lock = crate::store::lock::WriterLock::acquire(&fleet_dir.join(".daemon")).map_err(|e| match e {
         crate::store::StoreError::Held { pid, host, since, .. } => anyhow::anyhow!(
             "{}: a daemon already runs for this fleet (pid {pid}, on {host}, since {since}); stop it first or use it",
@@ -232,14 +253,15 @@ pub async fn serve(
     let mut fleet = Fleet::new(bus.clone(), factory).stream_deltas(true).lenient(true);
     // Files named on the command line are the owner's choice; the fleet's
     // start only when the owner created or reviewed them.
-    let explicit: Vec<&PathBuf> = opts.paths.iter().filter(|p| p.is_file()).collect();
+    let canon = |p: &PathBuf| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
+    let explicit: Vec<PathBuf> = opts.paths.iter().filter(|p| p.is_file()).map(canon).collect();
     let (mut started, mut skipped, mut failed) = (Vec::new(), Vec::new(), Vec::new());
     for f in &files {
         let id = Store::open_read_only(f)
             .ok()
             .and_then(|s| s.config_value().ok())
             .and_then(|c| c["id"].as_str().map(String::from));
-        if !explicit.contains(&f) && !id.as_deref().is_some_and(crate::review::is_reviewed) {
+        if !explicit.contains(&canon(f)) && !id.as_deref().is_some_and(crate::review::is_reviewed) {
             eprintln!(
                 "adf daemon: not started (unreviewed): {}; review it with `adf review {}`",
                 f.display(),
@@ -289,6 +311,9 @@ pub async fn serve(
         json!({"report": report}),
     ));
     eprintln!("adf daemon: listening on {url} (fleet {})", fleet_dir.display());
+    if let Some(r) = ready {
+        let _ = r.send(Ready { addr, bus: bus.clone(), token: shared.token.clone() });
+    }
     let app = routes::router(shared.clone())
         .layer(axum::middleware::from_fn_with_state(shared.clone(), guard))
         .with_state(shared.clone());

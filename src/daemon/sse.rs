@@ -19,10 +19,7 @@ use crate::runtime::bus::{Filter, Item};
 /// One SSE frame for an item of the bus.
 pub fn frame(item: &Item) -> String {
     match item {
-        Item::Event(e) => {
-            let data = json!({"cursor": e.cursor, "event": e.event});
-            format!("id: {}\nevent: {}\ndata: {}\n\n", e.cursor, e.event.event_type, data)
-        }
+        Item::Event(e) => format!("id: {}\nevent: {}\ndata: {}\n\n", e.cursor, e.event.event_type, e.json()),
         Item::Lagged { missed } => {
             format!("event: gap\ndata: {}\n\n", json!({"reason": "lagged", "missed": missed}))
         }

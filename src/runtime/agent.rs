@@ -208,8 +208,9 @@ pub fn spawn_with_tick(
             let mut cut: Option<(&'static str, String)> = None;
             {
                 let approval = if event_type == "approval" { paused.take() } else { None };
-                let turn = ex.turn_for(&message, event_type, approval);
-                tokio::pin!(turn);
+                // Boxed: the turn's state machine is large, and an idle
+                // actor should not carry its space.
+                let mut turn = Box::pin(ex.turn_for(&message, event_type, approval));
                 loop {
                     tokio::select! {
                         end = &mut turn => {

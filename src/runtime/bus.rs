@@ -14,10 +14,34 @@ use crate::protocol::Envelope;
 pub const RING: usize = 1000;
 
 /// An envelope with its bus cursor.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct Stamped {
     pub cursor: u64,
     pub event: Envelope,
+    /// `{"cursor":…,"event":…}` serialised once, however many streams send it.
+    #[serde(skip)]
+    json: std::sync::OnceLock<String>,
+}
+
+impl PartialEq for Stamped {
+    fn eq(&self, other: &Self) -> bool {
+        self.cursor == other.cursor && self.event == other.event
+    }
+}
+
+impl Stamped {
+    /// The item as JSON (`{"cursor":…,"event":…}`), computed on first use.
+    pub fn json(&self) -> &str {
+        self.json.get_or_init(|| {
+            let mut s = String::with_capacity(256);
+            s.push_str("{\"cursor\":");
+            s.push_str(&self.cursor.to_string());
+            s.push_str(",\"event\":");
+            s.push_str(&serde_json::to_string(&self.event).unwrap_or_else(|_| "null".into()));
+            s.push('}');
+            s
+        })
+    }
 }
 
 struct Ring {
@@ -92,7 +116,7 @@ impl Bus {
         let mut ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
         let cursor = ring.next;
         ring.next += 1;
-        let item = Arc::new(Stamped { cursor, event });
+        let item = Arc::new(Stamped { cursor, event, json: std::sync::OnceLock::new() });
         if ring.items.len() == self.capacity {
             ring.items.pop_front();
         }

@@ -888,6 +888,7 @@ impl Executor {
     pub fn release(&mut self) {
         self.reset_session();
         self.cfg = None;
+        self.store.release_memory();
     }
 
     /// `loop_inject` from code (runtime.md §7.3): write the context row now

@@ -131,6 +131,10 @@ impl Fleet {
 
     /// Load one agent file as an actor (must run inside a tokio runtime).
     pub fn load(&mut self, path: &Path) -> Result<AgentInfo, String> {
+        let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+        if self.agents.values().any(|l| canon(&l.path) == canon(path)) {
+            return Err(format!("{}: already loaded", path.display()));
+        }
         let store = Store::open(path).map_err(|e| e.to_string())?;
         let cfg = store.config_value().map_err(|e| e.to_string())?;
         let (provider, why) = match (self.factory)(&cfg) {
@@ -145,6 +149,8 @@ impl Fleet {
         let owner = waiting_owner();
         let mut ex = Executor::new(store, provider, self.bus.clone(), owner.clone()).map_err(|e| e.to_string())?;
         ex.recover().map_err(|e| e.to_string())?;
+        // Loaded agents mostly wait: keep only what the next turn needs.
+        ex.store.release_memory();
         ex.stream_deltas(self.stream_deltas);
         let id = ex.agent_id().to_string();
         if self.agents.contains_key(&id) {

@@ -53,7 +53,27 @@ pub fn connect(path: &Path, create: bool, read_only: bool) -> Result<Connection>
             flags |= OpenFlags::SQLITE_OPEN_CREATE;
         }
     }
-    Connection::open_with_flags(path, flags).at(path)
+    let conn = Connection::open_with_flags(path, flags).at(path)?;
+    small_lookaside(&conn);
+    Ok(conn)
+}
+
+/// A fleet keeps one mostly idle connection per agent open: give each a
+/// small lookaside (16 slots of 256 bytes instead of SQLite's 100 of 1200),
+/// which is most of an idle connection's private memory.
+fn small_lookaside(conn: &Connection) {
+    // SAFETY: the handle is valid for the connection's life; lookaside may
+    // be reconfigured while no lookaside memory is in use, which holds
+    // right after the open. SQLite allocates the buffer itself (null).
+    unsafe {
+        rusqlite::ffi::sqlite3_db_config(
+            conn.handle(),
+            rusqlite::ffi::SQLITE_DBCONFIG_LOOKASIDE,
+            std::ptr::null_mut::<std::ffi::c_void>(),
+            256i32,
+            16i32,
+        );
+    }
 }
 
 /// Apply the spec's pragmas, in order.

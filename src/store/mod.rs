@@ -438,6 +438,16 @@ impl Store {
         self.write(|tx| logs::insert(tx, level, origin, event, None, message).map(|_| ()).at(&path))
     }
 
+    /// Give back what SQLite caches for this connection and can drop (an
+    /// agent going idle; the file stays open).
+    pub fn release_memory(&self) {
+        // SAFETY: the handle is valid while `self` lives.
+        unsafe {
+            rusqlite::ffi::sqlite3_db_release_memory(self.conn().handle());
+        }
+        self.conn().flush_prepared_statement_cache();
+    }
+
     /// The current value of a pragma on this file's connection.
     pub fn pragma(&self, name: &str) -> Result<String> {
         pragma_text(self.conn(), name)

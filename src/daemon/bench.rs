@@ -1,0 +1,247 @@
+//! `adf bench daemon`: the daemon measured in-process on loopback: start to
+//! the first `/health` answer with 10 agents, RSS with 100 idle agents,
+//! `POST /agents/load` latency, and 10 SSE clients following 5 000 events a
+//! second (delivered, dropped, delivery latency).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::json;
+
+use super::{Options, Ready, serve_with};
+use crate::protocol::Envelope;
+use crate::providers::scripted::Scripted;
+use crate::runtime::fleet::ProviderFactory;
+use crate::store::NewAgent;
+use crate::store::create::create_file;
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub start_to_health_ms: f64,
+    pub rss_100_idle_agents_mb: f64,
+    pub load_p50_ms: f64,
+    pub load_p99_ms: f64,
+    pub sse_clients: usize,
+    pub sse_events_per_client: usize,
+    pub sse_rate_per_sec: usize,
+    pub sse_dropped: usize,
+    pub sse_delivery_p50_ms: f64,
+    pub sse_delivery_p99_ms: f64,
+}
+
+/// Run `adf daemon` on the files (named, so no review is needed) with a
+/// scratch home; its URL once it says where it listens.
+async fn spawn(dir: &Path, fleet: &Path, files: &[PathBuf]) -> anyhow::Result<(std::process::Child, String)> {
+    let info = super::info_path(fleet);
+    let _ = std::fs::remove_file(&info);
+    let child = std::process::Command::new(std::env::current_exe()?)
+        .args(["daemon", "--port", "0"])
+        .arg(fleet)
+        .args(files)
+        .env("ADF_HOME", dir.join("home"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(&info)
+            && let Ok(v) = serde_json::from_str::<serde_json::Value>(&text)
+            && let Some(u) = v["url"].as_str()
+        {
+            return Ok((child, u.to_string()));
+        }
+        anyhow::ensure!(Instant::now() < deadline, "the daemon did not start");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+fn proc_rss_mb(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|t| {
+            t.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .map(|kb: f64| kb / 1024.0)
+        .unwrap_or(0.0)
+}
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(((v.len().saturating_sub(1)) as f64 * p).round() as usize).copied().unwrap_or(0.0)
+}
+
+fn agents(dir: &Path, n: usize, from: usize) -> anyhow::Result<Vec<PathBuf>> {
+    (from..from + n)
+        .map(|i| {
+            let p = dir.join(format!("agent-{i:03}.adf"));
+            create_file(&p, &NewAgent { provider: Some("scripted"), model: Some("mock"), ..Default::default() })?;
+            Ok(p)
+        })
+        .collect()
+}
+
+fn factory() -> ProviderFactory {
+    Arc::new(|_| Ok(Arc::new(Scripted::new([])) as Arc<dyn crate::providers::Provider>))
+}
+
+/// Start a daemon on an ephemeral port over `paths`; stop it with the sender.
+async fn start(
+    dir: &Path,
+    files: Vec<PathBuf>,
+) -> anyhow::Result<(Ready, tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<()>)> {
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    let mut paths = vec![dir.to_path_buf()];
+    paths.extend(files);
+    let opts = Options { host: "127.0.0.1".into(), port: 0, paths, heartbeat: Duration::from_secs(30) };
+    let task = tokio::spawn(async move {
+        let stop = async move {
+            let _ = stop_rx.await;
+        };
+        if let Err(e) = serve_with(opts, factory(), stop, Some(ready_tx)).await {
+            eprintln!("adf bench: daemon: {e}");
+        }
+    });
+    let ready = ready_rx.await.map_err(|_| anyhow::anyhow!("the daemon did not start"))?;
+    Ok((ready, stop_tx, task))
+}
+
+pub fn run() -> anyhow::Result<Report> {
+    let dir = std::env::temp_dir().join(format!("adf-bench-daemon-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let r = rt.block_on(run_in(&dir));
+    let _ = std::fs::remove_dir_all(&dir);
+    r
+}
+
+async fn run_in(dir: &Path) -> anyhow::Result<Report> {
+    let http = crate::providers::http_client();
+    // The daemon as its own process: start to /health with 10 agents, and
+    // its resident memory with 100 idle agents.
+    let ten = dir.join("ten");
+    std::fs::create_dir_all(&ten)?;
+    let files = agents(&ten, 10, 0)?;
+    let t0 = Instant::now();
+    let (mut child, url) = spawn(dir, &ten, &files).await?;
+    while http.get(format!("{url}/health")).send().await.is_err() {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let start_ms = t0.elapsed().as_secs_f64() * 1000.0;
+    let _ = child.kill();
+    let _ = child.wait();
+
+    let hundred = dir.join("hundred");
+    std::fs::create_dir_all(&hundred)?;
+    let files = agents(&hundred, 100, 0)?;
+    let (mut child, _) = spawn(dir, &hundred, &files).await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rss = proc_rss_mb(child.id());
+    let _ = child.kill();
+    let _ = child.wait();
+
+    // In-process from here (the bench publishes on the daemon's bus):
+    // loads, then the SSE fan-out.
+    let extra_dir = dir.join("extra");
+    std::fs::create_dir_all(&extra_dir)?;
+    let extra = agents(&extra_dir, 50, 100)?;
+    let base_dir = dir.join("base");
+    std::fs::create_dir_all(&base_dir)?;
+    let (ready, stop, task) = start(&base_dir, Vec::new()).await?;
+    let base = format!("http://{}", ready.addr);
+    let mut loads = Vec::new();
+    for p in &extra {
+        let t = Instant::now();
+        let r = http
+            .post(format!("{base}/agents/load"))
+            .bearer_auth(&ready.token)
+            .json(&json!({"filePath": p}))
+            .send()
+            .await?;
+        anyhow::ensure!(r.status().is_success(), "load failed: {}", r.text().await.unwrap_or_default());
+        loads.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+
+    // 10 SSE clients, 5 000 events a second for 2 s.
+    let (clients, rate, secs) = (10usize, 5000usize, 2usize);
+    let total = rate * secs;
+    let start_cursor = ready.bus.cursor();
+    let mut readers = Vec::new();
+    for _ in 0..clients {
+        let resp = http
+            .get(format!("{base}/events?since={start_cursor}&types=custom.bench"))
+            .bearer_auth(&ready.token)
+            .send()
+            .await?;
+        readers.push(tokio::spawn(async move {
+            use futures_util::StreamExt;
+            let mut stream = resp.bytes_stream();
+            let mut buf = String::new();
+            let mut lat = Vec::with_capacity(total);
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+            while lat.len() < total {
+                let Ok(Some(Ok(chunk))) = tokio::time::timeout_at(deadline, stream.next()).await else { break };
+                buf.push_str(&String::from_utf8_lossy(&chunk));
+                while let Some(end) = buf.find("\n\n") {
+                    let frame: String = buf.drain(..end + 2).collect();
+                    // The payload's `sent_us`, without parsing the frame.
+                    if let Some(at) = frame.find("\"sent_us\":")
+                        && let Some(sent) = frame[at + 10..]
+                            .split(|c: char| !c.is_ascii_digit())
+                            .next()
+                            .and_then(|n| n.parse::<u64>().ok())
+                    {
+                        lat.push(micros().saturating_sub(sent) as f64 / 1000.0);
+                    }
+                }
+            }
+            lat
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // 10 events every 2 ms: 5 000 a second.
+    let batch = 10;
+    let tick = Duration::from_micros(1_000_000 / rate as u64 * batch as u64);
+    let mut next = tokio::time::Instant::now();
+    let mut sent = 0;
+    while sent < total {
+        for _ in 0..batch {
+            ready.bus.publish(Envelope::new(
+                "custom.bench",
+                None,
+                "system:bench",
+                json!({"n": sent, "sent_us": micros()}),
+            ));
+            sent += 1;
+        }
+        next += tick;
+        tokio::time::sleep_until(next).await;
+    }
+    let mut all = Vec::new();
+    let mut dropped = 0;
+    for r in readers {
+        let lat = r.await.unwrap_or_default();
+        dropped += total.saturating_sub(lat.len());
+        all.extend(lat);
+    }
+    let _ = stop.send(());
+    let _ = task.await;
+    Ok(Report {
+        start_to_health_ms: start_ms,
+        rss_100_idle_agents_mb: rss,
+        load_p50_ms: pct(&mut loads, 0.5),
+        load_p99_ms: pct(&mut loads, 0.99),
+        sse_clients: clients,
+        sse_events_per_client: total,
+        sse_rate_per_sec: rate,
+        sse_dropped: dropped,
+        sse_delivery_p50_ms: pct(&mut all, 0.5),
+        sse_delivery_p99_ms: pct(&mut all, 0.99),
+    })
+}
+
+fn micros() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0)
+}
