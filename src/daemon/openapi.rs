@@ -4,95 +4,198 @@
 
 use serde_json::{Map, Value, json};
 
-/// (method, path, summary, request body required).
-pub const ROUTES: &[(&str, &str, &str, bool)] = &[
-    ("get", "/health", "Liveness (no token needed)", false),
-    ("get", "/openapi.json", "This document", false),
-    ("get", "/events", "Server-sent events: the fleet's event stream (agentId, since, types)", false),
-    ("get", "/agents", "Loaded agents", false),
-    ("post", "/agents/load", "Load an agent file ({filePath})", true),
-    ("get", "/agents/review", "What a file would do unattended (filePath), and whether it is reviewed", false),
-    ("post", "/agents/review/accept", "Record the owner's review of a file ({filePath})", true),
-    ("get", "/agents/{id}", "An agent and its config", false),
-    ("get", "/agents/{id}/status", "An agent's live status", false),
-    ("post", "/agents/{id}/start", "Start an agent (load it again if it is off, lift a suspension)", false),
-    ("post", "/agents/{id}/stop", "Stop and unload an agent", false),
-    ("post", "/agents/{id}/unload", "Stop and unload an agent", false),
-    ("post", "/agents/{id}/abort", "Abort the running turn", false),
-    ("post", "/agents/{id}/state", "Set the live state ({state}: idle, hibernate, off)", true),
-    ("post", "/agents/{id}/chat", "Send the owner's message ({text}); 202 with a turn id", true),
-    ("get", "/agents/{id}/chat", "The tail of the loop for a chat view (limit)", false),
-    ("delete", "/agents/{id}/chat", "Clear the loop", false),
-    ("get", "/agents/{id}/config", "The config document", false),
-    ("put", "/agents/{id}/config", "Replace the config document (validated)", true),
-    ("get", "/agents/{id}/document", "README.md", false),
-    ("put", "/agents/{id}/document", "Write README.md ({content})", true),
-    ("get", "/agents/{id}/mind", "mind.md", false),
-    ("put", "/agents/{id}/mind", "Write mind.md ({content})", true),
-    ("get", "/agents/{id}/loop", "Loop rows (limit, offset; default the last page; or after=SEQ)", false),
-    ("get", "/agents/{id}/usage", "Tokens and cost from the loop", false),
-    ("get", "/agents/{id}/files", "Files", false),
-    ("get", "/agents/{id}/files/content", "One file (path)", false),
-    ("put", "/agents/{id}/files/content", "Write a file (path; {content} or {content_base64})", true),
-    ("delete", "/agents/{id}/files/content", "Delete a file (path)", false),
-    ("post", "/agents/{id}/files/rename", "Rename a file ({oldPath, newPath})", true),
-    ("patch", "/agents/{id}/files/protection", "Set a file's protection ({path, protection})", true),
-    ("get", "/agents/{id}/meta", "Meta entries", false),
-    ("put", "/agents/{id}/meta/{key}", "Set a meta entry ({value, protection?})", true),
-    ("delete", "/agents/{id}/meta/{key}", "Delete a meta entry", false),
-    ("get", "/agents/{id}/tables", "Tables with row counts", false),
-    ("get", "/agents/{id}/tables/{table}", "Rows of a local_* table or adf_audit (limit, offset)", false),
-    ("get", "/agents/{id}/inbox", "Inbox (status)", false),
-    ("get", "/agents/{id}/outbox", "Outbox (status)", false),
-    ("get", "/agents/{id}/timers", "Timers", false),
-    (
-        "post",
-        "/agents/{id}/timers",
-        "Set a timer ({mode, at|delay_ms|every_ms|cron, …}; scope defaults to agent)",
-        true,
+/// One route: method, path, summary, query parameters
+/// (`name:type` with a `!` suffix when required) and the request body's
+/// fields (same notation; `none` for no body).
+pub struct Route {
+    pub method: &'static str,
+    pub path: &'static str,
+    pub summary: &'static str,
+    pub query: &'static [&'static str],
+    pub body: Option<&'static [&'static str]>,
+}
+
+const fn r(method: &'static str, path: &'static str, summary: &'static str) -> Route {
+    Route { method, path, summary, query: &[], body: None }
+}
+
+const fn q(mut r: Route, query: &'static [&'static str]) -> Route {
+    r.query = query;
+    r
+}
+
+const fn b(mut r: Route, body: &'static [&'static str]) -> Route {
+    r.body = Some(body);
+    r
+}
+
+pub const ROUTES: &[Route] = &[
+    r("get", "/health", "Liveness (no token needed)"),
+    r("get", "/openapi.json", "This document"),
+    q(
+        r("get", "/events", "Server-sent events: the fleet's event stream"),
+        &["agentId:string", "since:integer", "types:string"],
     ),
-    ("delete", "/agents/{id}/timers/{timer}", "Delete a timer", false),
-    ("get", "/agents/{id}/tasks", "Tasks (status, limit)", false),
-    ("get", "/agents/{id}/tasks/{task}", "One task", false),
-    ("post", "/agents/{id}/tasks/{task}/resolve", "Approve or deny a pending task ({action, reason?, always?})", true),
-    ("get", "/agents/{id}/asks", "Pending asks", false),
-    ("post", "/agents/{id}/asks/{request}/respond", "Answer an ask ({answer})", true),
-    ("get", "/runtime", "The runtime: agents, states, event cursor", false),
-    ("get", "/runtime/providers", "Providers, as metadata (never keys)", false),
-    ("get", "/runtime/usage", "Usage of every agent", false),
-    ("get", "/diagnostics", "Uptime, pid and agents", false),
+    r("get", "/agents", "Loaded agents"),
+    b(r("post", "/agents/load", "Load an agent file"), &["filePath:path!"]),
+    q(r("get", "/agents/review", "What a file would do unattended, and whether it is reviewed"), &["filePath:path!"]),
+    b(r("post", "/agents/review/accept", "Record the owner's review of a file"), &["filePath:path!"]),
+    r("get", "/agents/{id}", "An agent and its config"),
+    r("get", "/agents/{id}/status", "An agent's live status"),
+    r("post", "/agents/{id}/start", "Start an agent (load it again if it is off, lift a suspension)"),
+    r("post", "/agents/{id}/stop", "Stop and unload an agent"),
+    r("post", "/agents/{id}/unload", "Stop and unload an agent"),
+    r("post", "/agents/{id}/abort", "Abort the running turn"),
+    b(r("post", "/agents/{id}/state", "Set the live state"), &["state:idle|hibernate|off!"]),
+    b(r("post", "/agents/{id}/chat", "Send the owner's message; 202 with a turn id"), &["text:text!"]),
+    q(r("get", "/agents/{id}/chat", "The tail of the loop for a chat view"), &["limit:integer"]),
+    r("delete", "/agents/{id}/chat", "Clear the loop"),
+    r("get", "/agents/{id}/config", "The config document"),
+    b(r("put", "/agents/{id}/config", "Replace the config document (validated: 400 names what is wrong)"), &[]),
+    r("get", "/agents/{id}/document", "README.md"),
+    b(r("put", "/agents/{id}/document", "Write README.md"), &["content:string!"]),
+    r("get", "/agents/{id}/mind", "mind.md"),
+    b(r("put", "/agents/{id}/mind", "Write mind.md"), &["content:string!"]),
+    q(
+        r("get", "/agents/{id}/loop", "Loop rows (the last page by default, or the rows after a seq)"),
+        &["limit:integer", "offset:integer", "after:integer"],
+    ),
+    r("get", "/agents/{id}/usage", "Tokens and cost from the loop"),
+    r("get", "/agents/{id}/files", "Files"),
+    q(r("get", "/agents/{id}/files/content", "One file"), &["path:path!"]),
+    q(
+        b(
+            r("put", "/agents/{id}/files/content", "Write a file (content, or content_base64)"),
+            &["content:string!", "mime_type:string"],
+        ),
+        &["path:path!"],
+    ),
+    q(r("delete", "/agents/{id}/files/content", "Delete a file"), &["path:path!"]),
+    b(r("post", "/agents/{id}/files/rename", "Rename a file"), &["oldPath:path!", "newPath:path!"]),
+    b(
+        r("patch", "/agents/{id}/files/protection", "Set a file's protection"),
+        &["path:path!", "protection:none|read_only|no_delete!"],
+    ),
+    r("get", "/agents/{id}/meta", "Meta entries"),
+    b(
+        r("put", "/agents/{id}/meta/{key}", "Set a meta entry"),
+        &["value:string!", "protection:none|readonly|increment"],
+    ),
+    r("delete", "/agents/{id}/meta/{key}", "Delete a meta entry"),
+    r("get", "/agents/{id}/tables", "Tables with row counts"),
+    q(
+        r("get", "/agents/{id}/tables/{table}", "Rows of a local_* table or adf_audit"),
+        &["limit:integer", "offset:integer"],
+    ),
+    q(r("get", "/agents/{id}/inbox", "Inbox"), &["status:string"]),
+    q(r("get", "/agents/{id}/outbox", "Outbox"), &["status:string"]),
+    r("get", "/agents/{id}/timers", "Timers"),
+    b(
+        r("post", "/agents/{id}/timers", "Set a timer (scope defaults to agent)"),
+        &[
+            "mode:once_at|once_delay|interval|cron!",
+            "at:integer",
+            "delay_ms:integer",
+            "every_ms:integer",
+            "cron:string",
+        ],
+    ),
+    r("delete", "/agents/{id}/timers/{timer}", "Delete a timer"),
+    q(r("get", "/agents/{id}/tasks", "Tasks"), &["status:string", "limit:integer"]),
+    r("get", "/agents/{id}/tasks/{task}", "One task"),
+    b(
+        r("post", "/agents/{id}/tasks/{task}/resolve", "Approve or deny a pending task"),
+        &["action:approve|deny!", "reason:string", "always:boolean"],
+    ),
+    r("get", "/agents/{id}/asks", "Pending asks"),
+    b(r("post", "/agents/{id}/asks/{request}/respond", "Answer an ask"), &["answer:string!"]),
+    r("get", "/runtime", "The runtime: agents, states, event cursor"),
+    r("get", "/runtime/providers", "Providers, as metadata (never keys)"),
+    r("get", "/runtime/usage", "Usage of every agent"),
+    r("get", "/diagnostics", "Uptime, pid and agents"),
 ];
+
+/// A field in `name:type[!]` notation as (name, schema, required).
+fn field(spec: &str) -> (String, Value, bool) {
+    let required = spec.ends_with('!');
+    let spec = spec.trim_end_matches('!');
+    let (name, ty) = spec.split_once(':').unwrap_or((spec, "string"));
+    let schema = match ty {
+        "integer" => json!({"type": "integer", "minimum": 0, "maximum": 9_007_199_254_740_991u64}),
+        "path" => json!({"type": "string", "minLength": 1}),
+        "boolean" => json!({"type": "boolean"}),
+        // Non-empty text with something besides spaces.
+        "text" => json!({"type": "string", "pattern": "\\S"}),
+        "string" => json!({"type": "string"}),
+        choices => json!({"type": "string", "enum": choices.split('|').collect::<Vec<_>>()}),
+    };
+    (name.to_string(), schema, required)
+}
+
+fn path_param(name: &str) -> Value {
+    let schema = match name {
+        "timer" => json!({"type": "integer", "minimum": 0, "maximum": 9_007_199_254_740_991u64}),
+        "table" => json!({"type": "string", "pattern": "^(local_[A-Za-z0-9_]+|adf_audit)$"}),
+        _ => json!({"type": "string"}),
+    };
+    json!({"name": name, "in": "path", "required": true, "schema": schema})
+}
 
 pub fn document() -> Value {
     let mut paths = Map::new();
-    for (method, path, summary, body) in ROUTES {
-        let params: Vec<Value> = path
+    for route in ROUTES {
+        let mut params: Vec<Value> = route
+            .path
             .split('/')
             .filter_map(|seg| seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
-            .map(|name| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}}))
+            .map(path_param)
             .collect();
+        for spec in route.query {
+            let (name, schema, required) = field(spec);
+            params.push(json!({"name": name, "in": "query", "required": required, "schema": schema}));
+        }
         let mut op = json!({
-            "summary": summary,
+            "summary": route.summary,
             "parameters": params,
             "responses": {
                 "200": {"description": "OK", "content": {"application/json": {"schema": {}}}},
                 "400": {"$ref": "#/components/responses/Error"},
                 "401": {"$ref": "#/components/responses/Error"},
-                "404": {"$ref": "#/components/responses/Error"}
+                "403": {"$ref": "#/components/responses/Error"},
+                "404": {"$ref": "#/components/responses/Error"},
+                "409": {"$ref": "#/components/responses/Error"},
+                "500": {"$ref": "#/components/responses/Error"}
             }
         });
-        if *path == "/health" {
+        if route.path == "/health" {
             op["security"] = json!([]);
         }
-        if *path == "/events" {
-            op["responses"]["200"] = json!({"description": "An SSE stream", "content": {"text/event-stream": {"schema": {"type": "string"}}}});
+        if route.path == "/events" {
+            op["responses"]["200"] = json!({"description": "An SSE stream of `{cursor, event}` frames",
+                "content": {"text/event-stream": {}}});
         }
-        if *body {
-            op["requestBody"] =
-                json!({"required": true, "content": {"application/json": {"schema": {"type": "object"}}}});
+        if route.method == "post" && route.path.ends_with("/chat") {
+            op["responses"]["202"] =
+                json!({"description": "Accepted", "content": {"application/json": {"schema": {}}}});
         }
-        let entry = paths.entry(path.to_string()).or_insert_with(|| json!({}));
-        entry[*method] = op;
+        if let Some(fields) = route.body {
+            let mut props = Map::new();
+            let mut required = Vec::new();
+            for spec in fields.iter() {
+                let (name, schema, req) = field(spec);
+                if req {
+                    required.push(name.clone());
+                }
+                props.insert(name, schema);
+            }
+            let mut schema = json!({"type": "object", "properties": props});
+            if !required.is_empty() {
+                schema["required"] = json!(required);
+            }
+            op["requestBody"] = json!({"required": true, "content": {"application/json": {"schema": schema}}});
+        }
+        let entry = paths.entry(route.path.to_string()).or_insert_with(|| json!({}));
+        entry[route.method] = op;
     }
     json!({
         "openapi": "3.0.3",

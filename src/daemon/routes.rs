@@ -19,12 +19,16 @@ use crate::protocol::Command;
 
 pub type Q = Query<HashMap<String, String>>;
 
-/// A JSON body, or a 400 that says what is wrong with it.
+/// A JSON object body, or a 400 that says what is wrong with it.
 pub fn body(bytes: &Bytes) -> Result<Value, ApiError> {
     if bytes.is_empty() {
         return Ok(json!({}));
     }
-    serde_json::from_slice(bytes).map_err(|e| ApiError::bad(format!("malformed JSON body: {e}")))
+    let v: Value = serde_json::from_slice(bytes).map_err(|e| ApiError::bad(format!("malformed JSON body: {e}")))?;
+    if !v.is_object() {
+        return Err(ApiError::bad("the body must be a JSON object"));
+    }
+    Ok(v)
 }
 
 /// A required string field of a body.
@@ -32,14 +36,18 @@ pub fn field<'a>(v: &'a Value, name: &str) -> Result<&'a str, ApiError> {
     v.get(name).and_then(Value::as_str).ok_or_else(|| ApiError::bad(format!("{name} is required (a string)")))
 }
 
-/// An integer query parameter within bounds.
+/// The largest integer a JSON client can hold exactly (2^53 − 1).
+pub const MAX_SAFE: i64 = 9_007_199_254_740_991;
+
+/// An integer query parameter: 0 to 2^53 − 1, then clamped to the route's
+/// bounds.
 pub fn int(q: &HashMap<String, String>, name: &str, default: i64, min: i64, max: i64) -> Result<i64, ApiError> {
     match q.get(name) {
         None => Ok(default),
-        Some(s) => s
-            .parse::<i64>()
-            .map(|n| n.clamp(min, max))
-            .map_err(|_| ApiError::bad(format!("{name} must be an integer, got \"{s}\""))),
+        Some(s) => match s.parse::<i64>() {
+            Ok(n) if (0..=MAX_SAFE).contains(&n) => Ok(n.clamp(min, max)),
+            _ => Err(ApiError::bad(format!("{name} must be an integer from 0 to {MAX_SAFE}, got \"{s}\""))),
+        },
     }
 }
 
@@ -108,6 +116,9 @@ async fn review(Query(q): Q) -> ApiResult {
 async fn review_accept(b: Bytes) -> ApiResult {
     let v = body(&b)?;
     let path = field(&v, "filePath")?.to_string();
+    if !std::path::Path::new(&path).is_file() {
+        return Err(ApiError::not_found(format!("no agent file at {path}")));
+    }
     let summary = tokio::task::spawn_blocking(move || crate::review::summary(std::path::Path::new(&path)))
         .await
         .map_err(|e| ApiError::internal(e.to_string()))?

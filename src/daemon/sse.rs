@@ -32,7 +32,7 @@ pub fn frame(item: &Item) -> String {
 
 pub async fn events(State(s): State<AppState>, headers: HeaderMap, Query(q): Q) -> Result<Response, ApiError> {
     let since = match q.get("since") {
-        Some(v) => Some(v.parse::<u64>().map_err(|_| ApiError::bad(format!("since must be an integer, got \"{v}\"")))?),
+        Some(_) => Some(super::routes::int(&q, "since", 0, 0, super::routes::MAX_SAFE)? as u64),
         None => headers
             .get("last-event-id")
             .and_then(|h| h.to_str().ok())
