@@ -489,26 +489,37 @@ async fn the_cli_against_a_live_daemon() {
     assert!(err.contains("start one with `adf daemon`"), "{err}");
 }
 
-/// A file the owner did not create is not started until it is reviewed.
+/// A file the owner did not create is loaded but not started until it is
+/// reviewed; a reviewed one starts when flagged for autostart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreviewed_files_wait_for_a_review() {
     let dir = tmp();
     let home = home_with(dir.path(), &["mine"]);
     let agents = home.join("data/agents");
-    // A file from elsewhere (the reference implementation wrote it).
+    // A file from elsewhere (the reference implementation wrote it), flagged
+    // for autostart.
     let foreign = fixture_copy(&agents, "fresh-headless.adf");
+    ok(&adf_home(&home, &agents, &["config", "set", foreign.to_str().unwrap(), "autostart", "true"]));
     let d = start(&home, "http://127.0.0.1:9", &[]);
-    let names: Vec<String> =
-        d.get("/agents").await.as_array().unwrap().iter().map(|a| a["name"].as_str().unwrap().to_string()).collect();
-    assert_eq!(names, ["mine"], "the foreign file is not started");
+    let started = |v: &Value, name: &str| {
+        v.as_array().unwrap().iter().find(|a| a["filePath"].as_str().unwrap().ends_with(name)).unwrap()["started"]
+            .clone()
+    };
+    let list = d.get("/agents").await;
+    assert_eq!(list.as_array().unwrap().len(), 2, "every file is loaded");
+    assert_eq!(started(&list, "fresh-headless.adf"), false, "unreviewed: not started");
+    assert_eq!(started(&list, "mine.adf"), false, "not flagged for autostart");
     let q = format!("/agents/review?filePath={}", foreign.display());
     let r = d.get(&q).await;
     assert_eq!(r["reviewed"], false);
     assert!(r["summary"]["tools"].is_array(), "{r}");
+    // Starting by hand is the owner's call.
+    assert_eq!(d.call("POST", "/agents/mine/start", None).await.0, 200);
+    assert_eq!(started(&d.get("/agents").await, "mine.adf"), true);
     drop(d);
     // `adf review` summarises and records; the next daemon starts it.
     let out = cli_ok(&home, &["review", foreign.to_str().unwrap()]);
     assert!(out.contains("tools") && out.contains("reviewed: the daemon will start this agent"), "{out}");
     let d = start(&home, "http://127.0.0.1:9", &[]);
-    assert_eq!(d.get("/agents").await.as_array().unwrap().len(), 2);
+    assert_eq!(started(&d.get("/agents").await, "fresh-headless.adf"), true);
 }

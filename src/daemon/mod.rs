@@ -257,21 +257,22 @@ pub async fn serve_with(
     let explicit: Vec<PathBuf> = opts.paths.iter().filter(|p| p.is_file()).map(canon).collect();
     let (mut started, mut skipped, mut failed) = (Vec::new(), Vec::new(), Vec::new());
     for f in &files {
-        let id = Store::open_read_only(f)
-            .ok()
-            .and_then(|s| s.config_value().ok())
-            .and_then(|c| c["id"].as_str().map(String::from));
-        if !explicit.contains(&canon(f)) && !id.as_deref().is_some_and(crate::review::is_reviewed) {
-            eprintln!(
-                "adf daemon: not started (unreviewed): {}; review it with `adf review {}`",
-                f.display(),
-                f.display()
-            );
-            skipped.push(json!({"filePath": f, "reason": "unreviewed"}));
-            continue;
+        let cfg = Store::open_read_only(f).ok().and_then(|s| s.config_value().ok()).unwrap_or_default();
+        let reviewed = cfg["id"].as_str().is_some_and(crate::review::is_reviewed);
+        let flagged = cfg["autostart"].as_bool().unwrap_or(false);
+        // Every agent is loaded (listed, readable, answering its owner);
+        // only reviewed ones flagged for it are started (timers running).
+        let reason = match (explicit.contains(&canon(f)), reviewed, flagged) {
+            (true, _, _) | (false, true, true) => None,
+            (false, false, _) => Some("unreviewed"),
+            (false, true, false) => Some("not_autostart"),
+        };
+        if reason == Some("unreviewed") {
+            eprintln!("adf daemon: loaded, not started (unreviewed): review it with `adf review {}`", f.display());
         }
-        match fleet.load(f) {
-            Ok(i) => started.push(json!({"id": i.id, "filePath": f})),
+        match fleet.load_with(f, reason.is_none()) {
+            Ok(i) if reason.is_none() => started.push(json!({"id": i.id, "filePath": f})),
+            Ok(i) => skipped.push(json!({"id": i.id, "filePath": f, "reason": reason})),
             Err(e) => {
                 eprintln!("adf daemon: not loaded: {e}");
                 failed.push(json!({"filePath": f, "error": e}));

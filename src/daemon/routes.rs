@@ -80,7 +80,10 @@ async fn agents(State(s): State<AppState>) -> ApiResult {
     let list: Vec<Value> = fleet
         .list()
         .into_iter()
-        .map(|a| json!({"id": a.id, "filePath": a.path, "name": a.name, "handle": a.handle, "state": fleet.state(&a.id)}))
+        .map(|a| {
+            json!({"id": a.id, "filePath": a.path, "name": a.name, "handle": a.handle, "state": fleet.state(&a.id),
+                "started": fleet.is_started(&a.id)})
+        })
         .collect();
     Ok(Json(Value::Array(list)))
 }
@@ -161,8 +164,11 @@ pub async fn status_of(s: &AppState, key: &str) -> ApiResult<Value> {
             _ => "idle",
         }
     };
-    Ok(json!({"id": id, "filePath": path, "name": a.name, "handle": a.handle, "autostart": autostart,
-        "state": state, "runtimeState": runtime_state, "targetState": Value::Null, "loopCount": loop_count}))
+    let started = s.fleet.lock().await.is_started(&id);
+    Ok(
+        json!({"id": id, "filePath": path, "name": a.name, "handle": a.handle, "autostart": autostart, "started": started,
+        "state": state, "runtimeState": runtime_state, "targetState": Value::Null, "loopCount": loop_count}),
+    )
 }
 
 async fn status(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult {

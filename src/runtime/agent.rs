@@ -5,6 +5,7 @@
 //! a state change ends it. Every front end talks to agents this way.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures_util::future::BoxFuture;
@@ -118,7 +119,7 @@ pub fn waiting_owner() -> Arc<Waiting> {
 /// The task ends when every handle is dropped, or the agent is turned off;
 /// it returns the executor so the file can be closed.
 pub fn spawn(ex: Executor, owner: Arc<Waiting>) -> (AgentHandle, tokio::task::JoinHandle<Executor>) {
-    spawn_with_tick(ex, owner, TIMER_TICK)
+    spawn_with(ex, owner, TIMER_TICK, Arc::new(AtomicBool::new(true)))
 }
 
 /// The timer poll tick (runtime.md §6.2).
@@ -129,9 +130,21 @@ pub const RELEASE_AFTER_TICKS: u32 = 120;
 
 /// `spawn` with another timer tick (tests).
 pub fn spawn_with_tick(
+    ex: Executor,
+    owner: Arc<Waiting>,
+    tick: std::time::Duration,
+) -> (AgentHandle, tokio::task::JoinHandle<Executor>) {
+    spawn_with(ex, owner, tick, Arc::new(AtomicBool::new(true)))
+}
+
+/// `spawn`, loaded but not started unless `started` is set: a dormant
+/// agent answers its owner but its timers wait until it is started
+/// (`Resume`), which sets the flag.
+pub fn spawn_with(
     mut ex: Executor,
     owner: Arc<Waiting>,
     tick: std::time::Duration,
+    started: Arc<AtomicBool>,
 ) -> (AgentHandle, tokio::task::JoinHandle<Executor>) {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let handle = AgentHandle { agent_id: ex.agent_id().to_string(), tx };
@@ -158,7 +171,9 @@ pub fn spawn_with_tick(
                         _ = ticker.tick() => None,
                     } {
                         None => {
-                            if let Ok(w) = ex.fire_timers(crate::store::now_ms()) {
+                            if started.load(Ordering::Relaxed)
+                                && let Ok(w) = ex.fire_timers(crate::store::now_ms())
+                            {
                                 timer_wakes.extend(w);
                             }
                             quiet_ticks = quiet_ticks.saturating_add(1);
@@ -194,6 +209,10 @@ pub fn spawn_with_tick(
                             }
                             Some(AgentCommand::With(w)) => {
                                 (w.0)(&mut ex);
+                                continue;
+                            }
+                            Some(AgentCommand::Resume) => {
+                                started.store(true, Ordering::Relaxed);
                                 continue;
                             }
                             Some(_) => continue,

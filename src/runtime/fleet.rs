@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use super::agent::{AgentCommand, AgentHandle, spawn, waiting_owner};
+use super::agent::{AgentCommand, AgentHandle, waiting_owner};
 use super::bus::Bus;
 use super::executor::Executor;
 use crate::protocol::Command;
@@ -23,6 +23,8 @@ struct Loaded {
     handle: String,
     agent: AgentHandle,
     task: tokio::task::JoinHandle<Executor>,
+    /// Started (timers running), or only loaded.
+    started: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// What the fleet says about an agent.
@@ -131,6 +133,13 @@ impl Fleet {
 
     /// Load one agent file as an actor (must run inside a tokio runtime).
     pub fn load(&mut self, path: &Path) -> Result<AgentInfo, String> {
+        self.load_with(path, true)
+    }
+
+    /// Load an agent, started or only loaded (the daemon's agents that are
+    /// not flagged for autostart, or not reviewed: they answer the owner,
+    /// their timers wait for `start`).
+    pub fn load_with(&mut self, path: &Path, started: bool) -> Result<AgentInfo, String> {
         let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
         if self.agents.values().any(|l| canon(&l.path) == canon(path)) {
             return Err(format!("{}: already loaded", path.display()));
@@ -166,9 +175,10 @@ impl Fleet {
             Some(w) => self.unconfigured.insert(id.clone(), w),
             None => self.unconfigured.remove(&id),
         };
-        let (agent, task) = spawn(ex, owner);
+        let started = Arc::new(std::sync::atomic::AtomicBool::new(started));
+        let (agent, task) = super::agent::spawn_with(ex, owner, super::agent::TIMER_TICK, started.clone());
         let info = AgentInfo { id: id.clone(), name: name.clone(), handle: handle.clone(), path: path.to_path_buf() };
-        self.agents.insert(id, Loaded { path: path.to_path_buf(), name, handle, agent, task });
+        self.agents.insert(id, Loaded { path: path.to_path_buf(), name, handle, agent, task, started });
         Ok(info)
     }
 
@@ -255,6 +265,11 @@ impl Fleet {
     /// Agents loaded without a working provider, and why.
     pub fn unconfigured(&self) -> &BTreeMap<String, String> {
         &self.unconfigured
+    }
+
+    /// Whether an agent was started (not only loaded).
+    pub fn is_started(&self, id: &str) -> bool {
+        self.agents.get(id).is_some_and(|l| l.started.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// Whether an agent's actor has ended (it was turned off).
