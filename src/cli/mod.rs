@@ -112,12 +112,15 @@ pub enum Command {
     },
     /// Run the fleet headless with the HTTP control API and event stream.
     ///
-    /// The bearer token is minted once into `daemon-token` in the config
-    /// folder (mode 0600; `ADF_DAEMON_TOKEN` overrides it and is required to
-    /// listen beyond loopback); local `adf` commands read it by themselves.
-    /// Settings (provider accounts, prices) are `settings.json` in the same
-    /// folder; the daemon logs to stderr (run it under systemd or redirect).
-    /// One daemon per fleet: a second one says which process holds it.
+    /// Token: minted once into `daemon-token` in the config folder
+    /// (`~/.config/adf/` on Linux, `$ADF_HOME/config` when ADF_HOME is set),
+    /// mode 0600; local `adf` commands read it by themselves.
+    /// `ADF_DAEMON_TOKEN` overrides it and is required to listen beyond
+    /// loopback. Settings (provider accounts, prices, reviewed agents):
+    /// `settings.json` in the same folder. Logs: stderr (journald under
+    /// systemd, see the README's unit). The fleet: `~/.local/share/adf/agents/`
+    /// (`$ADF_HOME/data/agents`); `.daemon.json` there says where the daemon
+    /// listens. One daemon per fleet: a second one says which process holds it.
     Daemon {
         /// Address to listen on.
         #[arg(long, env = "ADF_DAEMON_HOST", default_value = "127.0.0.1")]
