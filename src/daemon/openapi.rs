@@ -36,6 +36,7 @@ pub const ROUTES: &[Route] = &[
         r("get", "/events", "Server-sent events: the fleet's event stream"),
         &["agentId:string", "since:integer", "types:string"],
     ),
+    q(r("get", "/agents/{id}/events", "Server-sent events of one agent"), &["since:integer", "types:string"]),
     r("get", "/agents", "Loaded agents"),
     b(r("post", "/agents/load", "Load an agent file"), &["filePath:path!"]),
     q(r("get", "/agents/review", "What a file would do unattended, and whether it is reviewed"), &["filePath:path!"]),
@@ -170,7 +171,7 @@ pub fn document() -> Value {
         if route.path == "/health" {
             op["security"] = json!([]);
         }
-        if route.path == "/events" {
+        if route.path.ends_with("/events") {
             op["responses"]["200"] = json!({"description": "An SSE stream of `{cursor, event}` frames",
                 "content": {"text/event-stream": {}}});
         }

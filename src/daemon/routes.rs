@@ -56,6 +56,7 @@ pub fn router(_s: AppState) -> Router<AppState> {
         .route("/health", get(|| async { Json(json!({"ok": true})) }))
         .route("/openapi.json", get(|| async { Json(super::openapi::document()) }))
         .route("/events", get(sse::events))
+        .route("/agents/{id}/events", get(sse::agent_events))
         .route("/agents", get(agents))
         .route("/agents/load", post(load))
         .route("/agents/review", get(review))

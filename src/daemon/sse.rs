@@ -30,6 +30,18 @@ pub fn frame(item: &Item) -> String {
     }
 }
 
+/// `GET /agents/:id/events`: one agent's stream (the fleet's, filtered).
+pub async fn agent_events(
+    State(s): State<AppState>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+    headers: HeaderMap,
+    Query(mut q): Q,
+) -> Result<Response, ApiError> {
+    let (id, _) = s.agent(&id).await?;
+    q.insert("agentId".into(), id);
+    events(State(s), headers, Query(q)).await
+}
+
 pub async fn events(State(s): State<AppState>, headers: HeaderMap, Query(q): Q) -> Result<Response, ApiError> {
     let since = match q.get("since") {
         Some(_) => Some(super::routes::int(&q, "since", 0, 0, super::routes::MAX_SAFE)? as u64),

@@ -224,7 +224,12 @@ impl Fleet {
         match names.len() {
             1 => Ok(names[0].clone()),
             0 => Err(format!("no loaded agent is called \"{key}\"")),
-            _ => Err(format!("\"{key}\" names {} agents: {}", names.len(), names.join(", "))),
+            _ => {
+                // The candidates, each by id and file, so the next try can be exact.
+                let list: Vec<String> =
+                    names.iter().map(|id| format!("{id} ({})", self.agents[id].path.display())).collect();
+                Err(format!("\"{key}\" names {} agents; use an id: {}", names.len(), list.join(", ")))
+            }
         }
     }
 
