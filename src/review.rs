@@ -13,12 +13,18 @@ use crate::store::Store;
 
 const KEY: &str = "reviewedAgents";
 
-/// Whether the owner created or reviewed the agent with this id.
-pub fn is_reviewed(id: &str) -> bool {
+/// The ids the owner created or reviewed (read once per caller: the
+/// daemon checks a whole fleet against it).
+pub fn reviewed() -> std::collections::HashSet<String> {
     accounts::load()
         .ok()
-        .and_then(|s| s.extra.get(KEY).and_then(Value::as_array).map(|a| a.iter().any(|v| v == id)))
-        .unwrap_or(false)
+        .and_then(|s| {
+            s.extra
+                .get(KEY)
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(Value::as_str).map(String::from).collect())
+        })
+        .unwrap_or_default()
 }
 
 /// Record a review (or the owner's own creation).
@@ -64,7 +70,7 @@ pub fn summary(path: &Path) -> Result<Value, String> {
         "agentId": id,
         "filePath": path,
         "name": cfg["name"],
-        "reviewed": is_reviewed(&id),
+        "reviewed": reviewed().contains(&id),
         "provider": cfg.pointer("/model/provider"),
         "model": cfg.pointer("/model/model_id"),
         "autostart": cfg["autostart"].as_bool().unwrap_or(false),

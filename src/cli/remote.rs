@@ -70,18 +70,11 @@ fn kv(out: &Out, v: &Value) -> anyhow::Result<()> {
 fn messages(out: &Out, v: &Value) -> anyhow::Result<()> {
     out.table(
         &["ID", "FROM/TO", "STATUS", "CONTENT"],
-        &v["messages"]
-            .as_array()
-            .map(|l| {
-                l.iter()
-                    .map(|x| {
-                        let who = if x["from"].is_null() { s(&x["to"]) } else { s(&x["from"]) };
-                        let content: String = s(&x["content"]).chars().take(60).collect();
-                        vec![s(&x["id"]), who, s(&x["status"]), content]
-                    })
-                    .collect::<Vec<_>>()
-            })
-            .unwrap_or_default(),
+        &each(&v["messages"], |x| {
+            let who = if x["from"].is_null() { s(&x["to"]) } else { s(&x["from"]) };
+            let content: String = s(&x["content"]).chars().take(60).collect();
+            vec![s(&x["id"]), who, s(&x["status"]), content]
+        }),
     )
 }
 
@@ -126,8 +119,14 @@ async fn follow(out: &Out, c: &Client, agent: Option<String>) -> anyhow::Result<
     Ok(0)
 }
 
+/// One table row per element of a JSON list.
+fn each(list: &Value, row: impl Fn(&Value) -> Vec<String>) -> Vec<Vec<String>> {
+    list.as_array().map(|a| a.iter().map(row).collect()).unwrap_or_default()
+}
+
+/// Rows of the named fields of each element.
 fn rows(list: &Value, cols: &[&str]) -> Vec<Vec<String>> {
-    list.as_array().map(|a| a.iter().map(|x| cols.iter().map(|c| s(&x[*c])).collect()).collect()).unwrap_or_default()
+    each(list, |x| cols.iter().map(|c| s(&x[*c])).collect())
 }
 
 /// How a command prints its answer for people.
@@ -167,25 +166,14 @@ async fn exec(out: &Out, c: &Client, cmd: Remote) -> anyhow::Result<u8> {
                 ))?;
                 out.table(
                     &["ID", "NAME", "STATE", "PROVIDER"],
-                    &v["agents"]
-                        .as_array()
-                        .map(|l| {
-                            l.iter()
-                                .map(|x| {
-                                    vec![
-                                        s(&x["id"]),
-                                        s(&x["name"]),
-                                        s(&x["state"]),
-                                        if x["provider_configured"] == true {
-                                            "ok".into()
-                                        } else {
-                                            "not connected".into()
-                                        },
-                                    ]
-                                })
-                                .collect::<Vec<_>>()
-                        })
-                        .unwrap_or_default(),
+                    &each(&v["agents"], |x| {
+                        vec![
+                            s(&x["id"]),
+                            s(&x["name"]),
+                            s(&x["state"]),
+                            if x["provider_configured"] == true { "ok".into() } else { "not connected".into() },
+                        ]
+                    }),
                 )
             }),
         ),
@@ -195,21 +183,14 @@ async fn exec(out: &Out, c: &Client, cmd: Remote) -> anyhow::Result<u8> {
             Box::new(|v| {
                 out.table(
                     &["ID", "TYPE", "BASE URL", "KEY"],
-                    &v["providers"]
-                        .as_array()
-                        .map(|l| {
-                            l.iter()
-                                .map(|x| {
-                                    vec![
-                                        s(&x["id"]),
-                                        s(&x["type"]),
-                                        s(&x["baseUrl"]),
-                                        if x["hasKey"] == true { s(&x["keySource"]) } else { "none".into() },
-                                    ]
-                                })
-                                .collect::<Vec<_>>()
-                        })
-                        .unwrap_or_default(),
+                    &each(&v["providers"], |x| {
+                        vec![
+                            s(&x["id"]),
+                            s(&x["type"]),
+                            s(&x["baseUrl"]),
+                            if x["hasKey"] == true { s(&x["keySource"]) } else { "none".into() },
+                        ]
+                    }),
                 )
             }),
         ),
@@ -218,22 +199,15 @@ async fn exec(out: &Out, c: &Client, cmd: Remote) -> anyhow::Result<u8> {
             Box::new(|v| {
                 out.table(
                     &["AGENT", "CALLS", "INPUT", "OUTPUT", "COST $"],
-                    &v["agents"]
-                        .as_array()
-                        .map(|l| {
-                            l.iter()
-                                .map(|x| {
-                                    vec![
-                                        s(&x["agentId"]),
-                                        s(&x["totals"]["calls"]),
-                                        s(&x["totals"]["input_tokens"]),
-                                        s(&x["totals"]["output_tokens"]),
-                                        format!("{:.4}", x["totals"]["cost_usd"].as_f64().unwrap_or(0.0)),
-                                    ]
-                                })
-                                .collect::<Vec<_>>()
-                        })
-                        .unwrap_or_default(),
+                    &each(&v["agents"], |x| {
+                        vec![
+                            s(&x["agentId"]),
+                            s(&x["totals"]["calls"]),
+                            s(&x["totals"]["input_tokens"]),
+                            s(&x["totals"]["output_tokens"]),
+                            format!("{:.4}", x["totals"]["cost_usd"].as_f64().unwrap_or(0.0)),
+                        ]
+                    }),
                 )
             }),
         ),
@@ -291,22 +265,15 @@ async fn exec(out: &Out, c: &Client, cmd: Remote) -> anyhow::Result<u8> {
             Box::new(|v| {
                 out.table(
                     &["ID", "SCHEDULE", "NEXT WAKE", "RUNS", "SCOPE"],
-                    &v["timers"]
-                        .as_array()
-                        .map(|l| {
-                            l.iter()
-                                .map(|x| {
-                                    vec![
-                                        s(&x["id"]),
-                                        s(&x["schedule"]),
-                                        iso(&x["next_wake_at"]),
-                                        s(&x["run_count"]),
-                                        s(&x["scope"]),
-                                    ]
-                                })
-                                .collect::<Vec<_>>()
-                        })
-                        .unwrap_or_default(),
+                    &each(&v["timers"], |x| {
+                        vec![
+                            s(&x["id"]),
+                            s(&x["schedule"]),
+                            iso(&x["next_wake_at"]),
+                            s(&x["run_count"]),
+                            s(&x["scope"]),
+                        ]
+                    }),
                 )
             }),
         ),
@@ -315,22 +282,9 @@ async fn exec(out: &Out, c: &Client, cmd: Remote) -> anyhow::Result<u8> {
             Box::new(|v| {
                 out.table(
                     &["ID", "TOOL", "STATUS", "CREATED", "ORIGIN"],
-                    &v["tasks"]
-                        .as_array()
-                        .map(|l| {
-                            l.iter()
-                                .map(|x| {
-                                    vec![
-                                        s(&x["id"]),
-                                        s(&x["tool"]),
-                                        s(&x["status"]),
-                                        iso(&x["created_at"]),
-                                        s(&x["origin"]),
-                                    ]
-                                })
-                                .collect::<Vec<_>>()
-                        })
-                        .unwrap_or_default(),
+                    &each(&v["tasks"], |x| {
+                        vec![s(&x["id"]), s(&x["tool"]), s(&x["status"]), iso(&x["created_at"]), s(&x["origin"])]
+                    }),
                 )
             }),
         ),

@@ -256,9 +256,10 @@ pub async fn serve_with(
     let canon = |p: &PathBuf| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
     let explicit: Vec<PathBuf> = opts.paths.iter().filter(|p| p.is_file()).map(canon).collect();
     let (mut started, mut skipped, mut failed) = (Vec::new(), Vec::new(), Vec::new());
+    let reviewed_ids = crate::review::reviewed();
     for f in &files {
         let cfg = Store::open_read_only(f).ok().and_then(|s| s.config_value().ok()).unwrap_or_default();
-        let reviewed = cfg["id"].as_str().is_some_and(crate::review::is_reviewed);
+        let reviewed = cfg["id"].as_str().is_some_and(|id| reviewed_ids.contains(id));
         let flagged = cfg["autostart"].as_bool().unwrap_or(false);
         // Every agent is loaded (listed, readable, answering its owner);
         // only reviewed ones flagged for it are started (timers running).

@@ -42,20 +42,8 @@ fn ansi(c: syntect::highlighting::Color) -> Color {
 
 /// Highlight one line of `lang` (a fence tag or file extension); unknown
 /// languages come back plain.
-pub fn line(lang: &str, text: &str) -> Vec<Span<'static>> {
-    let (ss, theme) = sets();
-    let syntax = ss
-        .find_syntax_by_token(lang)
-        .or_else(|| ss.find_syntax_by_extension(lang))
-        .unwrap_or_else(|| ss.find_syntax_plain_text());
-    let mut h = HighlightLines::new(syntax, theme);
-    match h.highlight_line(text, ss) {
-        Ok(parts) => parts
-            .into_iter()
-            .map(|(st, s)| Span::styled(s.to_string(), Style::default().fg(ansi(st.foreground))))
-            .collect(),
-        Err(_) => vec![Span::raw(text.to_string())],
-    }
+pub fn line(lang: &str, line: &str) -> Vec<Span<'static>> {
+    text(lang, line, 1).pop().unwrap_or_default()
 }
 
 /// Highlight a whole text (a file preview), line by line with state kept.

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use base64::Engine;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::client::Client;
 use crate::runtime::fleet::AgentInfo;
@@ -76,12 +76,11 @@ pub struct Remote {
 impl Remote {
     fn get(&self, segments: &[&str], query: &[(&str, &str)]) -> Option<Value> {
         let url = self.client.url(segments, query).ok()?;
-        let fut = self.client.call(reqwest::Method::GET, url, None);
-        let run = || tokio::runtime::Handle::try_current().ok().map(|h| h.block_on(fut));
-        match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(run)?.ok(),
-            _ => None,
+        let handle = tokio::runtime::Handle::try_current().ok()?;
+        if handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
+            return None;
         }
+        tokio::task::block_in_place(|| handle.block_on(self.client.call(reqwest::Method::GET, url, None))).ok()
     }
 }
 
@@ -169,9 +168,4 @@ impl Source for Remote {
             }
         }
     }
-}
-
-/// The body of a file write through the API.
-pub fn write_body(content: &str) -> Value {
-    json!({"content": content})
 }
