@@ -2,7 +2,9 @@
 //!
 //! The crate is one binary with a library behind it so that integration
 //! tests and benchmarks drive the same code the binary runs. Seams:
-//! `store` (the file), `cli` (argument parsing and printing).
+//! `store` (the file), `runtime` (executors, fleet, bus), `sandbox` (agent
+//! code in boa workers), `tools`, `providers`, `daemon`, `client`, `tui`,
+//! `cli` (argument parsing and printing).
 
 pub mod cli;
 pub mod client;
@@ -12,6 +14,7 @@ pub mod protocol;
 pub mod providers;
 pub mod review;
 pub mod runtime;
+pub mod sandbox;
 pub mod store;
 pub mod tools;
 pub mod tui;

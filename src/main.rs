@@ -7,6 +7,10 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    // A sandbox worker the runtime started (never a command people type).
+    if std::env::args_os().nth(1).is_some_and(|a| a == "__sandbox") {
+        adf::sandbox::worker::main();
+    }
     std::panic::set_hook(Box::new(|info| {
         // The terminal app may have the terminal in raw mode.
         adf::tui::restore_terminal();

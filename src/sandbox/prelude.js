@@ -1,0 +1,103 @@
+// The sandbox realm's set-up, run once per fresh realm before any agent
+// code. `__host(name, json)` and `__log(level, text)` are the only ways out;
+// both are captured here and removed from the global object.
+(function (host, log) {
+  "use strict";
+  const G = globalThis;
+  const stringify = (v) => {
+    if (typeof v === "string") return v;
+    if (v instanceof Error) return String(v.stack || v);
+    try {
+      const s = JSON.stringify(v);
+      return s === undefined ? String(v) : s;
+    } catch (_) {
+      return String(v);
+    }
+  };
+  const line = (args) => args.map(stringify).join(" ");
+  const console = {
+    log: (...a) => log("log", line(a)),
+    info: (...a) => log("info", line(a)),
+    debug: (...a) => log("log", line(a)),
+    warn: (...a) => log("warn", line(a)),
+    error: (...a) => log("error", line(a)),
+  };
+  const call = (name, args) => {
+    let json;
+    try {
+      json = JSON.stringify(args === undefined ? {} : args);
+    } catch (e) {
+      return Promise.reject(Object.assign(new TypeError("adf." + name + ": arguments are not JSON: " + e.message), { code: "INVALID_INPUT" }));
+    }
+    const reply = JSON.parse(host(String(name), json));
+    if (reply.err) {
+      return Promise.reject(Object.assign(new Error(reply.err.message), { code: reply.err.code }));
+    }
+    let v = reply.ok;
+    if (typeof v === "string") {
+      try {
+        v = JSON.parse(v);
+      } catch (_) {}
+    }
+    return Promise.resolve(v);
+  };
+  const adf = new Proxy(Object.freeze({}), {
+    // Not a thenable, not convertible: only named methods.
+    get: (_, name) =>
+      typeof name === "string" && !["then", "toJSON", "constructor", "valueOf", "toString"].includes(name)
+        ? (args) => call(name, args)
+        : undefined,
+    set: () => false,
+    defineProperty: () => false,
+  });
+  const noExit = () => {
+    throw new Error("process.exit is not available in the sandbox");
+  };
+  const process = Object.freeze({
+    env: Object.freeze({}),
+    argv: Object.freeze([]),
+    cwd: () => "/",
+    exit: noExit,
+    stdout: Object.freeze({ write: (s) => (log("log", String(s)), true) }),
+    stderr: Object.freeze({ write: (s) => (log("error", String(s)), true) }),
+  });
+  const require = () => {
+    throw new ReferenceError("require is not defined in the sandbox; use import");
+  };
+  const modules = Object.freeze({});
+  const __require = async (name) => {
+    if (Object.prototype.hasOwnProperty.call(modules, name)) return modules[name];
+    throw Object.assign(new Error('Cannot import "' + name + '": modules are not available in this sandbox'), { code: "NOT_FOUND" });
+  };
+  const fixed = (name, value) =>
+    Object.defineProperty(G, name, { value, writable: false, enumerable: false, configurable: false });
+  delete G.__host;
+  delete G.__log;
+  fixed("adf", adf);
+  fixed("console", Object.freeze(console));
+  fixed("process", process);
+  fixed("require", require);
+  fixed("__require", __require);
+  // Built-ins are shared by all code in the realm: freeze them so no
+  // script can reach into another through a patched prototype.
+  const seen = new Set();
+  const freeze = (o) => {
+    if (o === null || (typeof o !== "object" && typeof o !== "function") || seen.has(o)) return;
+    seen.add(o);
+    Object.freeze(o);
+    if (typeof o === "function" && o.prototype) freeze(o.prototype);
+    freeze(Object.getPrototypeOf(o));
+  };
+  for (const name of Object.getOwnPropertyNames(G)) {
+    const d = Object.getOwnPropertyDescriptor(G, name);
+    if (d && "value" in d && /^[A-Z]/.test(name)) freeze(d.value);
+  }
+  for (const f of [function () {}, async function () {}, function* () {}, async function* () {}, () => {}]) {
+    freeze(Object.getPrototypeOf(f));
+  }
+  freeze(Object.getPrototypeOf([][Symbol.iterator]()));
+  freeze(Object.getPrototypeOf(Object.getPrototypeOf([][Symbol.iterator]())));
+  freeze(Object.getPrototypeOf(new Map().entries()));
+  freeze(Object.getPrototypeOf(new Set().values()));
+  freeze(Object.getPrototypeOf(""[Symbol.iterator]()));
+})(__host, __log);
