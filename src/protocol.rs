@@ -20,6 +20,9 @@ pub mod kind {
     pub const TOOL_FAILED: &str = "tool.failed";
     pub const LLM_COMPLETED: &str = "llm.completed";
     pub const LLM_FAILED: &str = "llm.failed";
+    pub const LAMBDA_STARTED: &str = "lambda.started";
+    pub const LAMBDA_COMPLETED: &str = "lambda.completed";
+    pub const LAMBDA_FAILED: &str = "lambda.failed";
     pub const TRIGGER_FIRED: &str = "trigger.fired";
     pub const TRIGGER_DROPPED: &str = "trigger.dropped";
     pub const TIMER_FIRED: &str = "timer.fired";

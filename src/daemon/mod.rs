@@ -31,6 +31,9 @@ use crate::runtime::executor::Executor;
 use crate::runtime::fleet::{Fleet, ProviderFactory};
 use crate::store::Store;
 
+/// The control API's default port.
+pub const DEFAULT_PORT: u16 = 7385;
+
 /// How the daemon starts.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -44,7 +47,7 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { host: "127.0.0.1".into(), port: 7385, paths: Vec::new(), heartbeat: Duration::from_secs(30) }
+        Options { host: "127.0.0.1".into(), port: DEFAULT_PORT, paths: Vec::new(), heartbeat: Duration::from_secs(30) }
     }
 }
 
@@ -249,6 +252,7 @@ pub async fn serve_with(
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {}:{}: {e}", opts.host, opts.port))?;
     let addr: SocketAddr = listener.local_addr()?;
+    crate::runtime::egress::set_daemon_port(addr.port());
     let bus = Bus::new();
     let mut fleet = Fleet::new(bus.clone(), factory).stream_deltas(true).lenient(true);
     // Files named on the command line are the owner's choice; the fleet's

@@ -329,15 +329,21 @@ pub async fn collect(
 
 /// The HTTP client shared by providers (rustls with the ring provider).
 pub fn http_client() -> reqwest::Client {
-    static INSTALL: std::sync::Once = std::sync::Once::new();
-    INSTALL.call_once(|| {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    });
+    install_crypto();
     reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(15))
         .read_timeout(Duration::from_secs(300))
         .build()
         .unwrap_or_else(|_| reqwest::Client::new())
+}
+
+/// Install the TLS crypto provider (ring) once per process, before any
+/// client is built.
+pub fn install_crypto() {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
 }
 
 /// The provider of an agent whose account is not set up: every call fails

@@ -133,6 +133,10 @@ pub struct Executor {
     /// Publish `turn.delta` events (`umbilical.stream_deltas`, or a
     /// front end that renders streams).
     stream_deltas: bool,
+    /// `_async` calls from code, run when that code has finished.
+    pub(crate) async_calls: Vec<(String, String, Value, super::code::CodeCx)>,
+    /// Name resolution for `sys_fetch` (replaced in tests).
+    pub(crate) resolver: Arc<dyn super::egress::Resolve>,
 }
 
 fn iso(ms: i64) -> String {
@@ -182,6 +186,8 @@ impl Executor {
             on_delta: None,
             inject: InjectQueue::default(),
             stream_deltas: false,
+            async_calls: Vec::new(),
+            resolver: Arc::new(super::egress::SystemResolver),
         })
     }
 
@@ -204,9 +210,31 @@ impl Executor {
         &self.agent_id
     }
 
+    /// Give the file back (the executor is done).
+    pub fn store_into(self) -> Store {
+        self.store
+    }
+
+    /// Resolve `sys_fetch` names with `r` (tests point names anywhere).
+    pub fn set_resolver(&mut self, r: Arc<dyn super::egress::Resolve>) {
+        self.resolver = r;
+    }
+
     /// Publish an event with the next per-agent seq (reserved in blocks
     /// persisted to meta, so numbering never goes back after a restart).
     pub fn emit(&mut self, ty: &'static str, source: &str, payload: Value) {
+        let e = Envelope::new(ty, Some(&self.agent_id), source, payload);
+        self.publish(e);
+    }
+
+    /// `emit` for a type chosen at run time (`custom.*` from code).
+    pub fn emit_owned(&mut self, ty: String, source: &str, payload: Value) {
+        let mut e = Envelope::new("", Some(&self.agent_id), source, payload);
+        e.event_type = std::borrow::Cow::Owned(ty);
+        self.publish(e);
+    }
+
+    fn publish(&mut self, mut e: Envelope) {
         if self.seq_next >= self.seq_limit {
             let start = self
                 .store
@@ -220,7 +248,6 @@ impl Executor {
             let _ = self.store.set_system_meta(SEQ_KEY, &self.seq_limit.to_string(), MetaProtection::None);
             self.seq_next = start;
         }
-        let mut e = Envelope::new(ty, Some(&self.agent_id), source, payload);
         e.seq = self.seq_next;
         self.seq_next += 1;
         self.bus.publish(e);
@@ -1193,7 +1220,11 @@ impl Executor {
                     if always && !decl.is_locked() {
                         self.approve_always(cfg, name)?;
                     }
-                    let out = self.run_tool(name, &input, Caller::AGENT);
+                    let out = if name == "sys_lambda" {
+                        self.sys_lambda_tool(&input).await
+                    } else {
+                        self.run_any(name, &input).await
+                    };
                     let (status, res, err) = if out.is_error {
                         ("failed", None, Some(out.content.as_str()))
                     } else {
@@ -1204,8 +1235,60 @@ impl Executor {
                 }
             }
         }
-        let out = self.run_tool(name, &input, Caller::AGENT);
+        // `sys_lambda` on an authorized file is approved like a restricted
+        // tool (runtime.md §8.2 point 5); approved, it runs authorized.
+        if name == "sys_lambda" {
+            let target = input["source"].as_str().unwrap_or("");
+            let (path, _) = crate::sandbox::prepare::split_target(target);
+            if self.file_authorized(path) {
+                let (task_id, decision) =
+                    self.request_approval(name, id, &input, "restricted", None, justification, source).await?;
+                return Ok(Gate::Done(match decision {
+                    Decision::Defer => return Ok(Gate::Paused(task_id)),
+                    Decision::Deny { feedback } => {
+                        let mut msg = format!("Tool call \"{name}\" was rejected by authorizer.");
+                        if let Some(f) = feedback.filter(|f| !f.is_empty()) {
+                            msg.push_str(&format!(" Feedback: {f}"));
+                        }
+                        ToolOutput::err(msg)
+                    }
+                    Decision::Approve { .. } => {
+                        let out = self.sys_lambda_tool(&input).await;
+                        let (status, res, err) = if out.is_error {
+                            ("failed", None, Some(out.content.as_str()))
+                        } else {
+                            ("completed", Some(out.content.as_str()), None)
+                        };
+                        self.store.task_set(&task_id, status, res, err)?;
+                        out
+                    }
+                }));
+            }
+        }
+        let out = self.run_any(name, &input).await;
         self.after_protection(name, &input, out, id, source).await
+    }
+
+    /// A tool from the loop: code tools run here, the rest on the file.
+    async fn run_any(&mut self, name: &str, input: &Value) -> ToolOutput {
+        if super::code::CODE_TOOLS.contains(&name)
+            && let Some(bad) = super::code::invalid_input(name, input)
+        {
+            return bad;
+        }
+        match name {
+            "sys_code" => self.sys_code(input).await,
+            "sys_lambda" => {
+                // From the loop only unauthorized files get here.
+                let (path, _) = crate::sandbox::prepare::split_target(input["source"].as_str().unwrap_or(""));
+                if self.file_authorized(path) {
+                    return ToolOutput::err(format!("\"{path}\" is authorized code and needs approval"));
+                }
+                self.sys_lambda_tool(input).await
+            }
+            "sys_fetch" => self.sys_fetch(input, None).await,
+            _ => self.run_tool(name, input, Caller::AGENT),
+        }
     }
 
     /// Open an approval: a `pending_approval` task (executor-managed,
@@ -1326,10 +1409,7 @@ impl Executor {
         match decision {
             Decision::Defer => Ok(Gate::Paused(task_id)),
             Decision::Deny { feedback } => {
-                let kind = serde_json::to_value(denial.kind)
-                    .ok()
-                    .and_then(|v| v.as_str().map(String::from))
-                    .unwrap_or_default();
+                let kind = denial.kind;
                 let mut msg = format!(
                     "Tool call \"{name}\" was blocked ({kind}: \"{}\" is {}) and the authorizer rejected the override.",
                     denial.target, denial.level

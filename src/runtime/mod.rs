@@ -3,7 +3,10 @@
 
 pub mod agent;
 pub mod bus;
+pub mod code;
+pub mod egress;
 pub mod executor;
+pub mod fetch;
 pub mod fleet;
 pub mod inject;
 pub mod prompt;

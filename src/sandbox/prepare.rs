@@ -243,7 +243,7 @@ mod tests {
     fn typescript_is_stripped_and_exports_returned() {
         let p = module(
             "lib/x.ts",
-            "import { a as b } from 'util';\ninterface T { n: number }\nenum E { A = 1 }\nexport async function main(x: T): Promise<number> { return x.n + E.A; }\nfunction helper(): void {}\nexport const k: number = 2;\nexport default function run() {}\n",
+            "import { a as b } from 'util';\ninterface T { n: number }\nenum E { A = 1 }\nexport async function main(x: T): Promise<number> { return x.n + E.A; }\nfunction helper(): void { b(); }\nexport const k: number = 2;\nexport default function run() {}\n",
         )
         .unwrap();
         assert!(!p.source.contains("interface"), "{}", p.source);
@@ -258,7 +258,7 @@ mod tests {
             assert!(p.source.contains(n), "{n} missing in {}", p.source);
         }
         // Same content, same cached result.
-        let q = module("lib/x.ts", "import { a as b } from 'util';\ninterface T { n: number }\nenum E { A = 1 }\nexport async function main(x: T): Promise<number> { return x.n + E.A; }\nfunction helper(): void {}\nexport const k: number = 2;\nexport default function run() {}\n").unwrap();
+        let q = module("lib/x.ts", "import { a as b } from 'util';\ninterface T { n: number }\nenum E { A = 1 }\nexport async function main(x: T): Promise<number> { return x.n + E.A; }\nfunction helper(): void { b(); }\nexport const k: number = 2;\nexport default function run() {}\n").unwrap();
         assert_eq!(p.hash, q.hash);
     }
 

@@ -42,6 +42,16 @@ pub enum DenialKind {
     ConfigLock,
 }
 
+impl fmt::Display for DenialKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DenialKind::FileProtection => "file_protection",
+            DenialKind::MetaProtection => "meta_protection",
+            DenialKind::ConfigLock => "config_lock",
+        })
+    }
+}
+
 /// A structured protection denial `{kind, target, level, description}`; a
 /// human may approve a one-time override of it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -156,6 +156,35 @@ static CATALOG: &[ToolDef] = &[
         "properties": {"question": {"type": "string", "minLength": 1}},
         "required": ["question"]
     }),
+    tool!("sys_code", "Run JavaScript in a sandbox (the body of an async function: await and return work, a lone expression is the result). Call your tools as await adf.tool_name({...}). No network except adf.sys_fetch.", {
+        "type": "object",
+        "properties": {
+            "code": {"type": "string", "minLength": 1},
+            "timeout": {"type": "integer", "minimum": 1000},
+            "clear_state": {"type": "boolean", "description": "false keeps variables from the previous sys_code call"}
+        },
+        "required": ["code"]
+    }),
+    tool!("sys_lambda", "Call an exported function of a JavaScript or TypeScript file of yours (source \"path/file.ts:fn\", default fn main) with one args object.", {
+        "type": "object",
+        "properties": {
+            "source": {"type": "string", "minLength": 1},
+            "args": {"type": "object"},
+            "timeout": {"type": "integer", "minimum": 1000}
+        },
+        "required": ["source"]
+    }),
+    tool!("sys_fetch", "Make an HTTP request. Private, loopback and metadata addresses are refused unless your owner allows local fetch.", {
+        "type": "object",
+        "properties": {
+            "url": {"type": "string", "minLength": 1},
+            "method": {"type": "string", "enum": ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]},
+            "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+            "body": {"type": "string"},
+            "timeout_ms": {"type": "integer", "minimum": 1, "maximum": 60000}
+        },
+        "required": ["url"]
+    }),
 ];
 
 pub fn catalog() -> &'static [ToolDef] {

@@ -1,0 +1,452 @@
+//! Agent code in the executor: the `sys_code` and `sys_lambda` tools, and
+//! the `adf` proxy that code calls back through (runtime.md §7.3, §8.5).
+//! Every call from code passes the dispatch order of the reference's call
+//! handler: authorization stripping, restricted methods, authorized-only
+//! methods, code-only methods (`code_execution.<m>`), excluded tools, the
+//! declaration, `restricted`, `enabled`, `_async`, then the tool itself.
+//! The caller's authorization travels with each call (`CodeCx`), so two
+//! pieces of code never share privilege.
+
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use serde_json::{Value, json};
+
+use super::executor::Executor;
+use crate::protocol::kind;
+use crate::sandbox::{self, CallError, ModuleReq, Outcome, RunReq};
+use crate::store::Caller;
+use crate::store::tasks::NewTask;
+use crate::tools::{self, Ctx, EXCLUDED_FROM_CODE, ToolOutput};
+
+/// Who is calling from code.
+#[derive(Debug, Clone)]
+pub struct CodeCx {
+    pub authorized: bool,
+    /// The runtime's name for the caller: `sys_code`, `lambda:<path>:<fn>`.
+    pub source: String,
+    /// `path:fn` of the lambdas on the call stack (circular calls).
+    pub chain: Vec<String>,
+}
+
+/// Methods only code has, each switchable by `code_execution.<m>`.
+const CODE_ONLY: &[&str] = &[
+    "model_invoke",
+    "sys_lambda",
+    "task_resolve",
+    "loop_inject",
+    "identity_status",
+    "get_identity",
+    "set_identity",
+    "emit_event",
+    "attestation_list",
+    "attestation_add",
+    "attestation_issue",
+];
+
+/// Tools that run code (and so are async in the executor).
+pub const CODE_TOOLS: &[&str] = &["sys_code", "sys_lambda", "sys_fetch"];
+
+fn err(code: &str, message: impl Into<String>) -> CallError {
+    CallError::new(code, message)
+}
+
+/// Input that does not fit a code tool's schema, as the tool's error.
+pub fn invalid_input(name: &str, input: &Value) -> Option<ToolOutput> {
+    let def = tools::def(name)?;
+    let mut clean = input.clone();
+    if let Some(o) = clean.as_object_mut() {
+        o.retain(|k, _| !tools::RESERVED.contains(&k.as_str()));
+    }
+    tools::schema::validate(&(def.schema)(), &clean)
+        .err()
+        .map(|m| ToolOutput::err(format!("Invalid input for tool \"{name}\": {m}")))
+}
+
+/// The proxy's view of an executor: serves calls for one piece of code.
+struct Proxy<'a> {
+    ex: &'a mut Executor,
+    cx: CodeCx,
+}
+
+impl sandbox::Host for Proxy<'_> {
+    fn call<'a>(&'a mut self, method: &'a str, args: Value) -> BoxFuture<'a, Result<Value, CallError>> {
+        let cx = self.cx.clone();
+        self.ex.code_call(cx, method, args)
+    }
+}
+
+/// A value as tool text: strings as they are, anything else as JSON.
+fn shown(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        v => serde_json::to_string_pretty(v).unwrap_or_default(),
+    }
+}
+
+impl Executor {
+    /// The timeout for a run: the `timeout` argument (at least 1 s, at most
+    /// the agent's limit) or `limits.execution_timeout_ms`, never above
+    /// 300 s.
+    pub(crate) fn code_timeout(&mut self, asked: Option<u64>) -> Duration {
+        let limit = self
+            .store
+            .config_value()
+            .ok()
+            .and_then(|c| c.pointer("/limits/execution_timeout_ms").and_then(Value::as_u64))
+            .unwrap_or(60_000);
+        let ms = asked.map(|t| t.clamp(1_000, limit.max(1_000))).unwrap_or(limit);
+        Duration::from_millis(ms.min(sandbox::MAX_TIMEOUT_MS))
+    }
+
+    /// The `sys_code` tool: always unauthorized; state kept under
+    /// `<agentId>:code` only when `clear_state` is false.
+    pub(crate) async fn sys_code(&mut self, input: &Value) -> ToolOutput {
+        let code = input["code"].as_str().unwrap_or("").to_string();
+        let timeout = self.code_timeout(input["timeout"].as_u64());
+        let id = format!("{}:code", self.agent_id());
+        if input["clear_state"].as_bool() != Some(false) {
+            sandbox::reset(&id);
+        }
+        let cx = CodeCx { authorized: false, source: "sys_code".into(), chain: Vec::new() };
+        self.emit(kind::LAMBDA_STARTED, "sys_code", json!({"kind": "sys_code"}));
+        let req = RunReq { code: Some(code), ..Default::default() };
+        let result = sandbox::run(req, Some(&id), &mut Proxy { ex: self, cx }, timeout).await;
+        let out = match result {
+            Ok(o) => o,
+            Err(e) => {
+                sandbox::reset(&id);
+                Outcome { error: Some(err(e.code(), e.to_string())), ..Default::default() }
+            }
+        };
+        self.finish_async_calls().await;
+        let ms = out.duration.as_millis() as u64;
+        if let Some(e) = &out.error {
+            let _ = self.store.log("error", "sys_code", "result", &e.message);
+            self.emit(
+                kind::LAMBDA_FAILED,
+                "sys_code",
+                json!({"kind": "sys_code", "duration_ms": ms, "error": e.message}),
+            );
+            let mut text = format!("Error: {}", e.message);
+            if !out.logs.is_empty() {
+                text.push_str(&format!("\nOutput:\n{}", out.logs.join("\n")));
+            }
+            return ToolOutput::err(text);
+        }
+        self.emit(kind::LAMBDA_COMPLETED, "sys_code", json!({"kind": "sys_code", "duration_ms": ms}));
+        let mut parts = Vec::new();
+        if let Some(v) = &out.value {
+            parts.push(format!("Result: {}", shown(v)));
+        }
+        if !out.logs.is_empty() {
+            parts.push(format!("Output:\n{}", out.logs.join("\n")));
+        }
+        if parts.is_empty() {
+            return ToolOutput::ok("Code executed successfully (no output).");
+        }
+        ToolOutput::ok(parts.join("\n"))
+    }
+
+    /// The `sys_lambda` tool from the loop (the approval for an authorized
+    /// target is the caller's business). Runs with the file's flag.
+    pub(crate) async fn sys_lambda_tool(&mut self, input: &Value) -> ToolOutput {
+        let source = input["source"].as_str().unwrap_or("").to_string();
+        let args = input.get("args").cloned().unwrap_or_else(|| json!({}));
+        let timeout = self.code_timeout(input["timeout"].as_u64());
+        let (path, func) = sandbox::prepare::split_target(&source);
+        let _ = self.store.log("info", "sys_lambda", "execute", &format!("{path}:{func}"));
+        let out = self.lambda(path, func, args, None, Vec::new(), timeout, "sys_lambda").await;
+        let text = match &out {
+            Ok(o) => {
+                let mut t = match &o.value {
+                    Some(v) => shown(v),
+                    None if o.logs.is_empty() => "Function executed successfully (no return value).".into(),
+                    None => String::new(),
+                };
+                if !o.logs.is_empty() {
+                    t.push_str(&format!("\nOutput:\n{}", o.logs.join("\n")));
+                }
+                t
+            }
+            Err(e) => format!("Error: {}", e.message),
+        };
+        let _ = self.store.log(if out.is_ok() { "info" } else { "error" }, "sys_lambda", "result", &text);
+        match out {
+            Ok(_) => ToolOutput::ok(text),
+            Err(_) => ToolOutput::err(text),
+        }
+    }
+
+    /// Whether a file exists and carries the `authorized` flag.
+    pub(crate) fn file_authorized(&self, path: &str) -> bool {
+        self.store.file_stat(path).ok().flatten().is_some_and(|f| f.authorized)
+    }
+
+    /// Run `path:func` with `args`. `as_authorized`: `None` runs with the
+    /// file's flag; `Some(false)` forces unauthorized. A function's error is
+    /// `Err` with its code.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn lambda<'a>(
+        &'a mut self,
+        path: &'a str,
+        func: &'a str,
+        args: Value,
+        as_authorized: Option<bool>,
+        chain: Vec<String>,
+        timeout: Duration,
+        kind_name: &'static str,
+    ) -> BoxFuture<'a, Result<Outcome, CallError>> {
+        Box::pin(async move {
+            let key = format!("{path}:{func}");
+            if chain.contains(&key) {
+                return Err(err("CIRCULAR_CALL", format!("Circular lambda call: {} -> {key}", chain.join(" -> "))));
+            }
+            let (entry, bytes) = match self.store.file_read(path) {
+                Ok(f) => f,
+                Err(_) => return Err(err("NOT_FOUND", format!("File \"{path}\" not found in workspace files"))),
+            };
+            let text = String::from_utf8(bytes).map_err(|_| err("INVALID_INPUT", format!("\"{path}\" is not text")))?;
+            let prepared = sandbox::prepare::module(path, &text).map_err(|e| err("FN_ERROR", e))?;
+            let authorized = as_authorized.unwrap_or(true) && entry.authorized;
+            let source = format!("lambda:{path}:{func}");
+            let mut chain = chain;
+            chain.push(key);
+            let cx = CodeCx { authorized, source: source.clone(), chain };
+            let started = json!({"lambda_path": path, "function_name": func, "kind": kind_name});
+            self.emit(kind::LAMBDA_STARTED, &source, started);
+            let req = RunReq {
+                module: Some(ModuleReq {
+                    path: path.to_string(),
+                    hash: prepared.hash,
+                    source: prepared.source,
+                    function: func.to_string(),
+                }),
+                args,
+                ..Default::default()
+            };
+            let result = sandbox::run(req, None, &mut Proxy { ex: self, cx }, timeout).await;
+            let out = match result {
+                Ok(o) => o,
+                Err(e) => Outcome { error: Some(err(e.code(), e.to_string())), ..Default::default() },
+            };
+            self.finish_async_calls().await;
+            for l in &out.logs {
+                let level = if l.starts_with("[error]") {
+                    "error"
+                } else if l.starts_with("[warn]") {
+                    "warn"
+                } else {
+                    "info"
+                };
+                let _ = self.store.log(level, "lambda", &format!("{path}:{func}"), l);
+            }
+            let mut payload = json!({"lambda_path": path, "function_name": func, "kind": kind_name,
+                "duration_ms": out.duration.as_millis() as u64});
+            match &out.error {
+                Some(e) => {
+                    payload["error"] = json!(e.message);
+                    self.emit(kind::LAMBDA_FAILED, &source, payload);
+                    Err(e.clone())
+                }
+                None => {
+                    self.emit(kind::LAMBDA_COMPLETED, &source, payload);
+                    Ok(out)
+                }
+            }
+        })
+    }
+
+    /// One `adf.<method>(args)` call from code (runtime.md §7.3).
+    pub(crate) fn code_call<'a>(
+        &'a mut self,
+        cx: CodeCx,
+        method: &'a str,
+        mut args: Value,
+    ) -> BoxFuture<'a, Result<Value, CallError>> {
+        Box::pin(async move {
+            let result = self.code_call_inner(&cx, method, &mut args).await;
+            if let Err(e) = &result
+                && e.code != "TOOL_ERROR"
+            {
+                let _ =
+                    self.store.log("warn", "adf_call", "call_rejected", &format!("{method}: {} {}", e.code, e.message));
+            }
+            result
+        })
+    }
+
+    async fn code_call_inner(&mut self, cx: &CodeCx, method: &str, args: &mut Value) -> Result<Value, CallError> {
+        if !args.is_object() {
+            if args.is_null() {
+                *args = json!({});
+            } else {
+                return Err(err("INVALID_INPUT", format!("adf.{method} takes one object argument")));
+            }
+        }
+        let obj = args.as_object_mut().ok_or_else(|| err("INVALID_INPUT", "arguments must be an object"))?;
+        if !cx.authorized {
+            obj.remove("_authorized");
+            obj.remove("_protection_override");
+        }
+        let cfg = self.store.config().map_err(|e| err("INTERNAL_ERROR", e.to_string()))?;
+        if cfg.restricted_methods().iter().any(|m| m == method) && !cx.authorized {
+            return Err(err("REQUIRES_AUTHORIZED_CODE", format!("\"{method}\" requires authorized code")));
+        }
+        match method {
+            "authorize_file" | "set_meta_protection" | "set_file_protection" if !cx.authorized => {
+                return Err(err("REQUIRES_AUTHORIZED_CODE", format!("\"{method}\" requires authorized code")));
+            }
+            "authorize_file" => {
+                let path = obj.get("path").and_then(Value::as_str).unwrap_or("").to_string();
+                self.store.file_set_authorized(&path, true).map_err(|e| err("TOOL_ERROR", e.to_string()))?;
+                return Ok(json!({"path": path, "authorized": true}));
+            }
+            _ => {}
+        }
+        if CODE_ONLY.contains(&method) {
+            let off = cfg.code_execution.as_ref().and_then(|c| c.extra.get(method)) == Some(&Value::Bool(false));
+            if off {
+                return Err(err("DISABLED", format!("\"{method}\" is disabled in code_execution config")));
+            }
+            return self.code_only(cx, method, args.clone()).await;
+        }
+        if EXCLUDED_FROM_CODE.contains(&method) {
+            return Err(err("EXCLUDED_TOOL", format!("\"{method}\" cannot be called from code")));
+        }
+        if tools::def(method).is_none() {
+            return Err(err("NOT_FOUND", format!("Unknown method: {method}")));
+        }
+        let direct_meta = cx.authorized && matches!(method, "sys_set_meta" | "sys_delete_meta");
+        if !direct_meta {
+            let Some(decl) = cfg.tool(method) else {
+                return Err(err("DISABLED", format!("Tool \"{method}\" is not declared in agent config")));
+            };
+            if decl.is_restricted() && !cx.authorized {
+                return Err(err(
+                    "REQUIRES_AUTHORIZED_CODE",
+                    format!("Tool \"{method}\" is restricted to authorized code"),
+                ));
+            }
+            if !(decl.is_enabled() || decl.is_restricted() && cx.authorized) {
+                return Err(err("DISABLED", format!("Tool \"{method}\" is disabled")));
+            }
+        }
+        let is_async =
+            matches!(args.get("_async"), Some(Value::Bool(true))) || args.get("_async") == Some(&json!("true"));
+        if is_async {
+            let task_id = self
+                .store
+                .task_create(&NewTask {
+                    tool: method,
+                    args,
+                    status: "running",
+                    origin: "lambda",
+                    requires_authorization: false,
+                    executor_managed: false,
+                    approval_meta: None,
+                })
+                .map_err(|e| err("INTERNAL_ERROR", e.to_string()))?;
+            self.async_calls.push((task_id.clone(), method.to_string(), args.clone(), cx.clone()));
+            return Ok(json!({"task_id": task_id, "status": "running", "tool": method}));
+        }
+        let out = self.code_tool(cx, method, args).await;
+        if out.is_error {
+            if let Some(d) = &out.denial {
+                return Err(err(
+                    "PROTECTION_DENIED",
+                    format!("\"{method}\" was blocked ({}: \"{}\" is {}).", d.kind, d.target, d.level),
+                ));
+            }
+            return Err(err("TOOL_ERROR", out.content));
+        }
+        Ok(Value::String(out.content))
+    }
+
+    /// A declared tool run for code: code tools nest, others run on the file.
+    async fn code_tool(&mut self, cx: &CodeCx, method: &str, args: &Value) -> ToolOutput {
+        if CODE_TOOLS.contains(&method)
+            && let Some(bad) = invalid_input(method, args)
+        {
+            return bad;
+        }
+        match method {
+            // Inline code is never authorized, whoever runs it.
+            "sys_code" => Box::pin(self.sys_code(args)).await,
+            "sys_lambda" => match self.code_only(cx, method, args.clone()).await {
+                Ok(v) => ToolOutput::ok(shown(&v)),
+                Err(e) => ToolOutput::err(e.message),
+            },
+            "sys_fetch" => self.sys_fetch(args, Some(cx)).await,
+            _ => {
+                let full = args.get("_full") == Some(&Value::Bool(true));
+                let mut events: Vec<(&'static str, Value)> = Vec::new();
+                let out = {
+                    let mut emit = |k: &'static str, v: Value| events.push((k, v));
+                    let caller = Caller::Agent { authorized: cx.authorized, override_approved: false };
+                    let mut ctx = Ctx { store: &mut self.store, caller, from_code: true, full, emit: &mut emit };
+                    tools::execute_guarded(&mut ctx, method, args)
+                };
+                for (k, v) in events {
+                    self.emit(k, &cx.source, v);
+                }
+                out
+            }
+        }
+    }
+
+    async fn code_only(&mut self, cx: &CodeCx, method: &str, args: Value) -> Result<Value, CallError> {
+        match method {
+            "sys_lambda" => {
+                let source = args.get("source").and_then(Value::as_str).unwrap_or("").to_string();
+                if source.is_empty() {
+                    return Err(err("INVALID_INPUT", "sys_lambda needs a source (\"path/file.ts:fn\")"));
+                }
+                let (path, func) = sandbox::prepare::split_target(&source);
+                if !cx.authorized && self.file_authorized(path) {
+                    return Err(err(
+                        "REQUIRES_AUTHORIZED_CALLER",
+                        format!("\"{path}\" is authorized code; unauthorized code cannot call it"),
+                    ));
+                }
+                let timeout = self.code_timeout(args.get("timeout").and_then(Value::as_u64));
+                let call_args = args.get("args").cloned().unwrap_or_else(|| json!({}));
+                let out = self
+                    .lambda(path, func, call_args, Some(cx.authorized), cx.chain.clone(), timeout, "sys_lambda")
+                    .await?;
+                Ok(out.value.unwrap_or(Value::Null))
+            }
+            "loop_inject" => match self.loop_inject(&args, &cx.source) {
+                Ok(text) => Ok(json!(text)),
+                Err(e) => Err(err(e.code, e.message)),
+            },
+            "emit_event" => {
+                let ty = args.get("event_type").and_then(Value::as_str).unwrap_or("");
+                if !ty.starts_with("custom.") || ty.len() <= 7 {
+                    return Err(err("INVALID_EVENT_TYPE", "event_type must start with \"custom.\""));
+                }
+                let payload = args.get("payload").cloned().unwrap_or(Value::Null);
+                self.emit_owned(ty.to_string(), &cx.source, payload);
+                Ok(json!({"emitted": ty}))
+            }
+            _ => Err(err("NOT_CONFIGURED", format!("\"{method}\" is not available in this runtime yet"))),
+        }
+    }
+
+    /// `_async` calls from code run when the code has finished; each ends
+    /// its task (`completed`/`failed`).
+    pub(crate) async fn finish_async_calls(&mut self) {
+        while !self.async_calls.is_empty() {
+            let calls = std::mem::take(&mut self.async_calls);
+            for (task_id, method, args, cx) in calls {
+                let out = Box::pin(self.code_tool(&cx, &method, &args)).await;
+                let (status, res, error) = if out.is_error {
+                    ("failed", None, Some(out.content.as_str()))
+                } else {
+                    ("completed", Some(out.content.as_str()), None)
+                };
+                let _ = self.store.task_set(&task_id, status, res, error);
+            }
+        }
+    }
+}

@@ -1,0 +1,338 @@
+//! Agent code through the executor, on real files and real sandbox
+//! workers: `sys_code`, `sys_lambda`, the `adf` proxy's gate (conformance
+//! 32 and 35), authorized code, and `sys_fetch` with its egress guard
+//! (conformance 40) and fetch middleware against a real local server.
+
+use std::sync::Arc;
+
+use adf::providers::scripted::{Reply, Scripted};
+use adf::runtime::bus::Bus;
+use adf::runtime::executor::{Absent, ApprovalRequest, Decision, Executor, Owner};
+use adf::store::files::WriteOptions;
+use adf::store::{Caller, NewAgent, Store};
+use futures_util::future::BoxFuture;
+use serde_json::{Value, json};
+
+fn agent(dir: &std::path::Path, cfg: &[(&str, Value)]) -> Store {
+    let (mut s, _) = Store::create(
+        dir.join("a.adf"),
+        &NewAgent { provider: Some("scripted"), model: Some("m"), ..Default::default() },
+    )
+    .unwrap();
+    for (k, v) in cfg {
+        s.config_set(Caller::Owner, k, v.clone()).unwrap();
+    }
+    s
+}
+
+fn file(s: &mut Store, path: &str, text: &str, authorized: bool) {
+    s.file_write(Caller::Owner, path, text.as_bytes(), &WriteOptions::default()).unwrap();
+    if authorized {
+        s.file_set_authorized(path, true).unwrap();
+    }
+}
+
+/// `origin/event message` of every log row.
+fn logs(s: &Store) -> Vec<String> {
+    let (_, rows) = s.owner_query("SELECT origin || '/' || event || ' ' || message AS l FROM adf_logs").unwrap();
+    rows.iter().map(|r| r["l"].as_str().unwrap_or("").to_string()).collect()
+}
+
+/// Run one tool call through a turn and return its result (text, error).
+async fn call_with(store: Store, owner: Arc<dyn Owner>, name: &str, input: Value) -> (String, bool, Executor) {
+    let provider = Arc::new(Scripted::new(vec![Reply::Tools(vec![(name.into(), input)]), Reply::Text("done".into())]));
+    let mut ex = Executor::new(store, provider, Bus::new(), owner).unwrap();
+    ex.chat("go").await.unwrap();
+    let rows = ex.store.loop_rows(None).unwrap();
+    let block = rows
+        .iter()
+        .flat_map(|r| r.content.as_array().cloned().unwrap_or_default())
+        .rfind(|b| b["type"] == "tool_result")
+        .expect("a tool result");
+    let text = block["content"].as_str().unwrap_or("").to_string();
+    (text, block["is_error"] == json!(true), ex)
+}
+
+async fn call(store: Store, name: &str, input: Value) -> (String, bool, Executor) {
+    call_with(store, Arc::new(Absent), name, input).await
+}
+
+async fn code(store: Store, src: &str) -> (String, bool, Executor) {
+    call(store, "sys_code", json!({"code": src})).await
+}
+
+#[tokio::test]
+async fn sys_code_uses_tools_through_the_proxy() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = "await adf.fs_write({mode: 'write', path: 'notes/x.md', content: 'hello'});\n\
+               const f = await adf.fs_read({path: 'notes/x.md'});\n\
+               console.log('read', f.content.length);\n\
+               return f.content.toUpperCase();";
+    let (text, err, ex) = code(agent(dir.path(), &[]), src).await;
+    assert!(!err, "{text}");
+    assert_eq!(text, "Result: HELLO\nOutput:\nread 5");
+    assert_eq!(ex.store.file_read_text("notes/x.md").unwrap(), "hello");
+    let (text, err, _) = code(agent(tempfile::tempdir().unwrap().path(), &[]), "let x = 1;").await;
+    assert_eq!((text.as_str(), err), ("Code executed successfully (no output).", false));
+    let (text, err, ex) = code(ex.store_into(), "throw new Error('boom')").await;
+    assert_eq!((text.as_str(), err), ("Error: Error: boom", true));
+    assert!(logs(&ex.store).iter().any(|l| l.starts_with("sys_code/result") && l.contains("boom")));
+}
+
+#[tokio::test]
+async fn p32_excluded_tools_from_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = "const out = [];\n\
+               for (const m of ['loop_compact', 'loop_clear', 'say', 'ask']) {\n\
+                 try { await adf[m]({}); out.push(m + ':ran'); } catch (e) { out.push(m + ':' + e.code); }\n\
+               }\n\
+               return out.join(',');";
+    let (text, _, _) = code(agent(dir.path(), &[]), src).await;
+    assert_eq!(text, "Result: loop_compact:EXCLUDED_TOOL,loop_clear:EXCLUDED_TOOL,say:EXCLUDED_TOOL,ask:EXCLUDED_TOOL");
+}
+
+#[tokio::test]
+async fn the_gate_refuses_what_the_matrix_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = agent(dir.path(), &[("tools.fs_delete.enabled", json!(false))]);
+    let src = "const r = {};\n\
+               for (const [m, a] of [['sys_update_config', {path: 'description', value: 'x'}], ['attestation_issue', {}], \
+                 ['fs_delete', {path: 'x'}], ['no_such_tool', {}], ['authorize_file', {path: 'mind.md'}], ['adf_shell', {command: 'ls'}]]) {\n\
+                 try { await adf[m](a); r[m] = 'ran'; } catch (e) { r[m] = e.code; }\n\
+               }\n\
+               return r;";
+    let (text, _, _) = code(s, src).await;
+    let v: Value = serde_json::from_str(text.strip_prefix("Result: ").unwrap()).unwrap();
+    assert_eq!(
+        v,
+        json!({"sys_update_config": "REQUIRES_AUTHORIZED_CODE", "attestation_issue": "REQUIRES_AUTHORIZED_CODE",
+               "fs_delete": "DISABLED", "no_such_tool": "NOT_FOUND", "authorize_file": "REQUIRES_AUTHORIZED_CODE",
+               "adf_shell": "NOT_FOUND"})
+    );
+}
+
+#[tokio::test]
+async fn p35_authorization_follows_the_file_and_never_reaches_inline_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = agent(dir.path(), &[("code_execution.restricted_methods", json!([]))]);
+    // An authorized lambda may use a restricted tool; the sys_code it runs
+    // may not, and neither may unauthorized code calling it.
+    file(
+        &mut s,
+        "lib/admin.js",
+        "export async function main(args) {\n\
+           await adf.sys_update_config({path: 'description', value: args.d});\n\
+           let inner;\n\
+           try { await adf.sys_code({code: \"await adf.sys_update_config({path: 'description', value: 'inner'})\"}); inner = 'ran'; }\n\
+           catch (e) { inner = e.message; }\n\
+           return {inner};\n\
+         }\n",
+        true,
+    );
+    file(
+        &mut s,
+        "lib/plain.js",
+        "export function main() { return adf.sys_lambda({source: 'lib/admin.js', args: {d: 'x'}}); }\n",
+        false,
+    );
+    let src = "const a = await adf.sys_lambda({source: 'lib/admin.js', args: {d: 'from code'}}).catch(e => e.code);\n\
+               const b = await adf.sys_lambda({source: 'lib/plain.js'}).catch(e => e.code);\n\
+               return [a, b];";
+    let (text, _, ex) = code(s, src).await;
+    assert_eq!(text, "Result: [\n  \"REQUIRES_AUTHORIZED_CALLER\",\n  \"REQUIRES_AUTHORIZED_CALLER\"\n]");
+    assert_ne!(ex.store.config_value().unwrap()["description"], json!("from code"));
+
+    // From the loop an authorized target needs approval; approved, it runs
+    // authorized, and its inline code is still refused.
+    struct Yes;
+    impl Owner for Yes {
+        fn approve<'a>(&'a self, _: &'a ApprovalRequest) -> BoxFuture<'a, Decision> {
+            Box::pin(async { Decision::Approve { always: false } })
+        }
+        fn answer<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Option<String>> {
+            Box::pin(async { None })
+        }
+    }
+    let (text, err, ex) = call_with(
+        ex.store_into(),
+        Arc::new(Yes),
+        "sys_lambda",
+        json!({"source": "lib/admin.js", "args": {"d": "approved"}}),
+    )
+    .await;
+    assert!(!err, "{text}");
+    assert!(text.contains("REQUIRES_AUTHORIZED_CODE") || text.contains("restricted"), "{text}");
+    assert_eq!(ex.store.config_value().unwrap()["description"], json!("approved"));
+    let tasks = ex.store.task_list(None).unwrap();
+    assert!(tasks.iter().any(|t| t.tool == "sys_lambda" && t.status == "completed"), "{tasks:?}");
+
+    // Editing the file clears its flag: the same call is now refused.
+    let mut s = ex.store_into();
+    s.file_write(
+        Caller::AGENT,
+        "lib/admin.js",
+        b"export async function main(args) { return adf.sys_update_config({path: 'description', value: 'edited'}); }\n",
+        &WriteOptions::default(),
+    )
+    .unwrap();
+    let (text, err, ex) = call(s, "sys_lambda", json!({"source": "lib/admin.js:main"})).await;
+    assert!(err, "{text}");
+    assert!(text.contains("restricted to authorized code"), "{text}");
+    assert_eq!(ex.store.config_value().unwrap()["description"], json!("approved"));
+}
+
+#[tokio::test]
+async fn lambdas_typescript_circular_calls_and_async_tasks() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = agent(dir.path(), &[]);
+    file(
+        &mut s,
+        "lib/calc.ts",
+        "interface In { a: number; b: number }\nexport function add(x: In): number { return x.a + x.b; }\n",
+        false,
+    );
+    file(&mut s, "lib/a.js", "export function main() { return adf.sys_lambda({source: 'lib/b.js'}); }\n", false);
+    file(&mut s, "lib/b.js", "export function main() { return adf.sys_lambda({source: 'lib/a.js'}); }\n", false);
+    let (text, err, ex) = call(s, "sys_lambda", json!({"source": "lib/calc.ts:add", "args": {"a": 2, "b": 40}})).await;
+    assert_eq!((text.as_str(), err), ("42", false));
+    let (text, err, ex) = call(ex.store_into(), "sys_lambda", json!({"source": "lib/a.js"})).await;
+    assert!(err && text.contains("CIRCULAR_CALL") || text.contains("Circular lambda call"), "{text}");
+    let (text, err, ex) = call(ex.store_into(), "sys_lambda", json!({"source": "lib/missing.js"})).await;
+    assert_eq!((text.as_str(), err), ("Error: File \"lib/missing.js\" not found in workspace files", true));
+    let src = "const t = await adf.fs_write({mode: 'write', path: 'bg.txt', content: 'later', _async: true}); return t.status;";
+    let (text, _, ex) = code(ex.store_into(), src).await;
+    assert_eq!(text, "Result: running");
+    assert_eq!(ex.store.file_read_text("bg.txt").unwrap(), "later");
+    let tasks = ex.store.task_list(None).unwrap();
+    assert!(
+        tasks.iter().any(|t| t.tool == "fs_write" && t.status == "completed" && t.origin.as_deref() == Some("lambda"))
+    );
+}
+
+/// A local HTTP server: `/ok`, `/to?u=…` (302 to u), `/hops/N` (N more
+/// redirects).
+async fn server() -> std::net::SocketAddr {
+    use axum::extract::{Path, Query};
+    use axum::response::{IntoResponse, Redirect};
+    use axum::routing::get;
+    let app = axum::Router::new()
+        .route("/ok", get(|| async { "fine" }))
+        .route(
+            "/to",
+            get(|Query(q): Query<std::collections::HashMap<String, String>>| async move {
+                Redirect::to(&q["u"]).into_response()
+            }),
+        )
+        .route(
+            "/hops/{n}",
+            get(|Path(n): Path<u32>| async move { Redirect::to(&format!("/hops/{}", n + 1)).into_response() }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    addr
+}
+
+struct ToLoopback;
+impl adf::runtime::egress::Resolve for ToLoopback {
+    fn resolve<'a>(&'a self, _: &'a str, port: u16) -> BoxFuture<'a, std::io::Result<Vec<std::net::SocketAddr>>> {
+        Box::pin(async move { Ok(vec![std::net::SocketAddr::from(([127, 0, 0, 1], port))]) })
+    }
+}
+
+async fn fetch(store: Store, args: Value) -> (String, bool, Executor) {
+    let provider =
+        Arc::new(Scripted::new(vec![Reply::Tools(vec![("sys_fetch".into(), args)]), Reply::Text("done".into())]));
+    let mut ex = Executor::new(store, provider, Bus::new(), Arc::new(Absent)).unwrap();
+    ex.set_resolver(Arc::new(ToLoopback));
+    ex.chat("go").await.unwrap();
+    let rows = ex.store.loop_rows(None).unwrap();
+    let b = rows
+        .iter()
+        .flat_map(|r| r.content.as_array().cloned().unwrap_or_default())
+        .rfind(|b| b["type"] == "tool_result")
+        .unwrap();
+    (b["content"].as_str().unwrap().to_string(), b["is_error"] == json!(true), ex)
+}
+
+#[tokio::test]
+async fn p40_sys_fetch_egress_guard() {
+    let addr = server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let ok = format!("http://{addr}/ok");
+    // Loopback refused by default, in any spelling, and through DNS.
+    for u in [
+        ok.clone(),
+        format!("http://localhost:{}/ok", addr.port()),
+        format!("http://2130706433:{}/ok", addr.port()),
+        format!("http://[::ffff:127.0.0.1]:{}/ok", addr.port()),
+        format!("http://public-looking.example:{}/ok", addr.port()),
+        "http://10.0.0.1/".into(),
+        "http://100.64.0.1/".into(),
+        "http://0.0.0.0/".into(),
+    ] {
+        let (text, err, ex) = fetch(agent(dir.path(), &[]), json!({"url": u})).await;
+        assert!(err && text.contains("Blocked"), "{u}: {text}");
+        drop(ex);
+        std::fs::remove_file(dir.path().join("a.adf")).unwrap();
+    }
+    // Allowed by the owner: the local server answers.
+    let local = [("security.allow_local_fetch", json!(true))];
+    let (text, err, ex) = fetch(agent(dir.path(), &local), json!({"url": ok})).await;
+    assert!(!err, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!((v["status"].clone(), v["body"].clone()), (json!(200), json!("fine")));
+    // Still refused: metadata, the daemon's port, a redirect to metadata,
+    // more than five redirects.
+    let mut store = ex.store_into();
+    for (u, why) in [
+        ("http://169.254.169.254/latest/meta-data".to_string(), "metadata"),
+        ("http://127.0.0.1:7385/agents".to_string(), "control API"),
+        (format!("http://{addr}/to?u=http://169.254.169.254/"), "metadata"),
+        (format!("http://{addr}/hops/0"), "Too many redirects"),
+    ] {
+        let (text, err, ex) = fetch(store, json!({"url": u})).await;
+        assert!(err && text.contains(why), "{u}: {text}");
+        store = ex.store_into();
+    }
+    let (text, err, _) = fetch(store, json!({"url": format!("http://{addr}/to?u=/ok")})).await;
+    assert!(!err && text.contains("fine"), "{text}");
+}
+
+#[tokio::test]
+async fn fetch_middleware_rewrites_and_rejects() {
+    let addr = server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = agent(
+        dir.path(),
+        &[
+            ("security.allow_local_fetch", json!(true)),
+            ("security.fetch_middleware", json!([{"lambda": "mw/fetch.js:check"}])),
+        ],
+    );
+    file(
+        &mut s,
+        "mw/fetch.js",
+        "export function check({point, data}) {\n\
+           if (data.url.includes('forbidden')) return {reject: {code: 403, reason: 'not there'}};\n\
+           return {data: {...data, url: data.url.replace('/rewrite-me', '/ok')}};\n\
+         }\n",
+        true,
+    );
+    let (text, err, ex) = fetch(s, json!({"url": format!("http://{addr}/rewrite-me")})).await;
+    assert!(!err && text.contains("fine"), "{text}");
+    let (text, err, ex) = fetch(ex.store_into(), json!({"url": format!("http://{addr}/forbidden")})).await;
+    assert!(err && text.contains("not there"), "{text}");
+    // An unauthorized middleware file is skipped with a warning.
+    let mut s = ex.store_into();
+    s.file_write(
+        Caller::AGENT,
+        "mw/fetch.js",
+        b"export function check() { return {reject: {code: 1, reason: 'x'}}; }\n",
+        &WriteOptions::default(),
+    )
+    .unwrap();
+    let (text, err, ex) = fetch(s, json!({"url": format!("http://{addr}/ok")})).await;
+    assert!(!err && text.contains("fine"), "{text}");
+    assert!(logs(&ex.store).iter().any(|l| l.starts_with("middleware/skipped_unauthorized")), "{:?}", logs(&ex.store));
+}
