@@ -142,3 +142,58 @@ async fn an_idle_agent_releases_its_memory() {
 fn visible(store: &adf::store::Store) -> Vec<adf::store::loop_rows::LoopRow> {
     store.loop_rows(None).unwrap().into_iter().filter(|r| !adf::runtime::prompt::is_context_row(r)).collect()
 }
+
+/// A system-scope timer runs its lambda without the model, in hibernate
+/// too, keeps a warm sandbox's state between runs when asked, and a
+/// failing lambda is logged, emitted and kept for the agent's card.
+#[tokio::test]
+async fn system_timers_run_lambdas_without_the_model() {
+    use adf::runtime::bus::{Filter, Item};
+    use adf::store::files::WriteOptions;
+    let dir = tmp();
+    let mut s = agent(dir.path());
+    let now = adf::store::now_ms();
+    let lambda = "export async function tick(event) {\n\
+                    globalThis.n = (globalThis.n || 0) + 1;\n\
+                    const prev = await adf.fs_read({path: 'ticks.log'}).then(f => f.content, () => '');\n\
+                    await adf.fs_write({mode: 'write', path: 'ticks.log', content: prev + event.type + ':' + event.data.timer.run_count + ':' + n + '\\n'});\n\
+                  }\n\
+                  export function broken() { throw new Error('no luck'); }\n";
+    s.file_write(Caller::Owner, "lib/tick.js", lambda.as_bytes(), &WriteOptions::default()).unwrap();
+    for (name, warm) in [("lib/tick.js:tick", true), ("lib/tick.js:broken", false)] {
+        s.timer_insert(&NewTimer {
+            schedule: &every(1000, None, None),
+            next_wake_at: now - 1,
+            payload: None,
+            scope: Some(&["system"]),
+            lambda: Some(name),
+            warm,
+            locked: false,
+        })
+        .unwrap();
+    }
+    let provider = Arc::new(Scripted::new([]));
+    let bus = Bus::new();
+    let mut ex = Executor::new(s, provider.clone(), bus.clone(), Arc::new(Absent)).unwrap();
+    ex.state = "hibernate".into();
+    for k in 0..2 {
+        assert!(ex.fire_timers(now + k * 2000).unwrap().is_empty(), "no agent wake");
+        ex.run_system().await;
+    }
+    assert_eq!(ex.store.file_read_text("ticks.log").unwrap(), "timer:1:1\ntimer:2:2\n", "warm state kept");
+    assert_eq!(provider.call_count(), 0, "the model was never called");
+    assert!(ex.last_lambda_error.as_deref().is_some_and(|e| e.contains("no luck")), "{:?}", ex.last_lambda_error);
+    let mut sub = bus.subscribe(None, Filter::default());
+    let mut kinds = Vec::new();
+    while let Some(Item::Event(e)) = sub.try_next() {
+        kinds.push(e.event.event_type.to_string());
+    }
+    assert!(kinds.iter().filter(|k| *k == "lambda.completed").count() >= 2, "{kinds:?}");
+    assert!(kinds.iter().any(|k| k == "lambda.failed"), "{kinds:?}");
+    assert!(kinds.iter().any(|k| k == "trigger.fired"), "{kinds:?}");
+    // Off: nothing runs.
+    ex.state = "off".into();
+    ex.fire_timers(now + 10_000).unwrap();
+    ex.run_system().await;
+    assert_eq!(ex.store.file_read_text("ticks.log").unwrap().lines().count(), 2);
+}

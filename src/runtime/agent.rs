@@ -175,6 +175,7 @@ pub fn spawn_with(
                                 && let Ok(w) = ex.fire_timers(crate::store::now_ms())
                             {
                                 timer_wakes.extend(w);
+                                ex.run_system().await;
                             }
                             quiet_ticks = quiet_ticks.saturating_add(1);
                             // Unkeyed injections live only in memory until

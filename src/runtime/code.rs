@@ -29,6 +29,18 @@ pub struct CodeCx {
     pub chain: Vec<String>,
 }
 
+/// A system-scope lambda waiting to run.
+#[derive(Debug, Clone)]
+pub struct SystemJob {
+    pub trigger: &'static str,
+    /// `path/file.ts[:fn]`.
+    pub lambda: String,
+    /// The event object the lambda receives.
+    pub event: Value,
+    pub warm: bool,
+    pub source: String,
+}
+
 /// Methods only code has, each switchable by `code_execution.<m>`.
 const CODE_ONLY: &[&str] = &[
     "model_invoke",
@@ -156,7 +168,7 @@ impl Executor {
         let timeout = self.code_timeout(input["timeout"].as_u64());
         let (path, func) = sandbox::prepare::split_target(&source);
         let _ = self.store.log("info", "sys_lambda", "execute", &format!("{path}:{func}"));
-        let out = self.lambda(path, func, args, None, Vec::new(), timeout, "sys_lambda").await;
+        let out = self.lambda(path, func, args, None, Vec::new(), timeout, "sys_lambda", None).await;
         let text = match &out {
             Ok(o) => {
                 let mut t = match &o.value {
@@ -196,6 +208,7 @@ impl Executor {
         chain: Vec<String>,
         timeout: Duration,
         kind_name: &'static str,
+        warm: Option<String>,
     ) -> BoxFuture<'a, Result<Outcome, CallError>> {
         Box::pin(async move {
             let key = format!("{path}:{func}");
@@ -225,7 +238,7 @@ impl Executor {
                 args,
                 ..Default::default()
             };
-            let result = sandbox::run(req, None, &mut Proxy { ex: self, cx }, timeout).await;
+            let result = sandbox::run(req, warm.as_deref(), &mut Proxy { ex: self, cx }, timeout).await;
             let out = match result {
                 Ok(o) => o,
                 Err(e) => Outcome { error: Some(err(e.code(), e.to_string())), ..Default::default() },
@@ -412,7 +425,7 @@ impl Executor {
                 let timeout = self.code_timeout(args.get("timeout").and_then(Value::as_u64));
                 let call_args = args.get("args").cloned().unwrap_or_else(|| json!({}));
                 let out = self
-                    .lambda(path, func, call_args, Some(cx.authorized), cx.chain.clone(), timeout, "sys_lambda")
+                    .lambda(path, func, call_args, Some(cx.authorized), cx.chain.clone(), timeout, "sys_lambda", None)
                     .await?;
                 Ok(out.value.unwrap_or(Value::Null))
             }
@@ -430,6 +443,31 @@ impl Executor {
                 Ok(json!({"emitted": ty}))
             }
             _ => Err(err("NOT_CONFIGURED", format!("\"{method}\" is not available in this runtime yet"))),
+        }
+    }
+
+    /// Run the system-scope lambdas that timers (and triggers) queued: no
+    /// model call, in every state but `off`. A failure is logged, emitted
+    /// (`lambda.failed`) and kept as the agent's last lambda error.
+    pub async fn run_system(&mut self) {
+        while !self.system_queue.is_empty() {
+            let jobs = std::mem::take(&mut self.system_queue);
+            for job in jobs {
+                let (path, func) = sandbox::prepare::split_target(&job.lambda);
+                let timeout = self.code_timeout(None);
+                self.emit(
+                    kind::TRIGGER_FIRED,
+                    &job.source,
+                    json!({"trigger_type": job.trigger, "scope": "system", "target_lambda": job.lambda}),
+                );
+                let warm = job.warm.then(|| format!("{}:lambda", self.agent_id()));
+                let out = self.lambda(path, func, job.event, None, Vec::new(), timeout, "system_scope", warm).await;
+                if let Err(e) = out {
+                    let _ =
+                        self.store.log("error", "trigger", "lambda_failed", &format!("{}: {}", job.lambda, e.message));
+                    self.last_lambda_error = Some(format!("{}: {}", job.lambda, e.message));
+                }
+            }
         }
     }
 

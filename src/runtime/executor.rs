@@ -135,6 +135,10 @@ pub struct Executor {
     stream_deltas: bool,
     /// `_async` calls from code, run when that code has finished.
     pub(crate) async_calls: Vec<(String, String, Value, super::code::CodeCx)>,
+    /// System-scope lambdas queued by timers, run by `run_system`.
+    pub(crate) system_queue: Vec<super::code::SystemJob>,
+    /// The last system lambda's failure, for the agent's card.
+    pub last_lambda_error: Option<String>,
     /// Name resolution for `sys_fetch` (replaced in tests).
     pub(crate) resolver: Arc<dyn super::egress::Resolve>,
 }
@@ -187,6 +191,8 @@ impl Executor {
             inject: InjectQueue::default(),
             stream_deltas: false,
             async_calls: Vec::new(),
+            system_queue: Vec::new(),
+            last_lambda_error: None,
             resolver: Arc::new(super::egress::SystemResolver),
         })
     }
@@ -530,8 +536,8 @@ impl Executor {
     /// Settle the timers that are due and return the wake messages of those
     /// that fire for the agent scope now (runtime.md §6.2): `on_timer` must
     /// be enabled with a target of that scope, and the state must allow it
-    /// (not `suspended`, `error` or `off`). System-scope targets run
-    /// lambdas, which arrive with the sandbox; until then they are logged.
+    /// (not `suspended`, `error` or `off`). System-scope fires queue the
+    /// timer's own lambda for `run_system` (every state but `off`).
     pub fn fire_timers(&mut self, now: i64) -> Result<Vec<String>, StoreError> {
         let fired = self.store.timers_settle_due(now)?;
         if fired.is_empty() {
@@ -566,14 +572,28 @@ impl Executor {
                             _ => "A scheduled timer has fired.\nCheck your mind for context on what to do next.".into(),
                         });
                     }
-                    "system" => {
+                    "system" if self.state != "off" => {
                         self.emit(kind::TIMER_FIRED, "system:timer", payload);
-                        let _ = self.store.log(
-                            "debug",
-                            "timer",
-                            "system_scope_skipped",
-                            &format!("timer {} fired for the system scope; lambdas are not available yet", f.id),
-                        );
+                        let Some(lambda) = f.lambda.clone().filter(|l| !l.is_empty()) else {
+                            let _ = self.store.log(
+                                "warn",
+                                "timer",
+                                "no_lambda",
+                                &format!("timer {} fired for the system scope but has no lambda", f.id),
+                            );
+                            continue;
+                        };
+                        let timer = json!({"id": f.id, "scope": f.scope, "payload": f.payload, "lambda": lambda,
+                            "run_count": f.run_count, "last_fired_at": now, "next_wake_at": f.next});
+                        let event = json!({"id": crate::store::create::nanoid(16), "type": "timer", "source": "system:timer",
+                            "time": iso(now), "data": {"timer": timer}});
+                        self.system_queue.push(super::code::SystemJob {
+                            trigger: "on_timer",
+                            lambda,
+                            event,
+                            warm: f.warm,
+                            source: "system:timer".into(),
+                        });
                     }
                     _ => {}
                 }

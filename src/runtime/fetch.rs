@@ -214,7 +214,7 @@ impl Executor {
             }
             let timeout = self.code_timeout(None);
             let input = json!({"point": point, "data": data, "meta": meta});
-            let out = self.lambda(path, func, input, None, chain.clone(), timeout, "middleware").await;
+            let out = self.lambda(path, func, input, None, chain.clone(), timeout, "middleware", None).await;
             let v = match out {
                 Ok(o) => o.value.unwrap_or(Value::Null),
                 Err(e) => return Err(format!("middleware {r} failed: {}", e.message)),

@@ -77,14 +77,15 @@ impl Store {
         self.write(|tx| {
             match t.scope {
                 Some(scope) => tx.execute(
-                    "INSERT INTO adf_timers(schedule_json, next_wake_at, payload, scope, lambda, locked, created_at)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    "INSERT INTO adf_timers(schedule_json, next_wake_at, payload, scope, lambda, warm, locked, created_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                     params![
                         schedule,
                         t.next_wake_at,
                         t.payload,
                         serde_json::to_string(scope).unwrap_or_default(),
                         t.lambda,
+                        t.warm as i64,
                         t.locked as i64,
                         now_ms()
                     ],
@@ -161,6 +162,8 @@ pub struct Fired {
     pub scope: Vec<String>,
     pub payload: Option<String>,
     pub lambda: Option<String>,
+    /// Keep the lambda's sandbox between runs.
+    pub warm: bool,
     /// Total fires including this one.
     pub run_count: i64,
     /// When it was due.
@@ -202,6 +205,7 @@ impl Store {
                 scope: t.scope.clone(),
                 payload: t.payload.clone(),
                 lambda: t.lambda.clone(),
+                warm: t.warm,
                 run_count: t.run_count + 1,
                 scheduled_at: t.next_wake_at,
                 next: t.schedule.as_ref().ok().and_then(|s| renewal(s, t.run_count, now)),
