@@ -23,6 +23,8 @@ pub enum Suite {
     Tui,
     /// The daemon: start to /health, idle RSS, loads, SSE fan-out.
     Daemon,
+    /// Agent code: cold lambda start, warm call, sys_code, 1 000 timers.
+    Lambda,
 }
 
 #[derive(Debug, Serialize)]
@@ -53,7 +55,38 @@ pub fn run(out: &Out, suite: Suite, iterations: usize) -> anyhow::Result<()> {
         Suite::Events => events(out, iterations),
         Suite::Tui => tui(out),
         Suite::Daemon => daemon(out),
+        Suite::Lambda => lambda(out),
     }
+}
+
+fn lambda(out: &Out) -> anyhow::Result<()> {
+    let r = crate::sandbox::bench::run()?;
+    if out.json {
+        return out.json(&r);
+    }
+    let rows = vec![
+        vec![
+            "cold lambda start p50 / p99".into(),
+            format!("{:.2} / {:.2} ms", r.cold_start_p50_ms, r.cold_start_p99_ms),
+            "< 5 ms".into(),
+        ],
+        vec![
+            "warm call p50 / p99".into(),
+            format!("{:.0} / {:.0} µs", r.warm_call_p50_us, r.warm_call_p99_us),
+            "< 100 µs".into(),
+        ],
+        vec![
+            "sys_code round trip (one adf call) p50 / p99".into(),
+            format!("{:.2} / {:.2} ms", r.sys_code_p50_ms, r.sys_code_p99_ms),
+            String::new(),
+        ],
+        vec![
+            format!("{} timers across {} agents, one tick", r.timers, r.agents),
+            format!("all done in {:.0} ms ({:.2} ticks late at most)", r.timers_all_done_ms, r.timers_max_late_ticks),
+            "≤ 1 tick".into(),
+        ],
+    ];
+    out.table(&["measure", "result", "target"], &rows)
 }
 
 fn daemon(out: &Out) -> anyhow::Result<()> {

@@ -6,6 +6,7 @@
 //! worker. Cold runs take a pre-started spare worker; warm sandboxes keep
 //! their worker (and its realm) for the next run under the same id.
 
+pub mod bench;
 pub mod prepare;
 pub mod wire;
 pub mod worker;
