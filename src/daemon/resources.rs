@@ -79,11 +79,7 @@ async fn text_file(s: &AppState, id: &str, path: &'static str) -> ApiResult {
 async fn put_text_file(s: &AppState, id: &str, path: &'static str, b: &Bytes) -> ApiResult {
     let v = body(b)?;
     let content = field(&v, "content")?.to_string();
-    let (id, _) = s
-        .write(id, move |ex| {
-            Ok(ex.store.file_write(Caller::Owner, path, content.as_bytes(), &WriteOptions::default())?)
-        })
-        .await?;
+    let (id, _) = s.write(id, move |ex| Ok(ex.owner_write(path, content.as_bytes())?)).await?;
     Ok(Json(json!({"agentId": id, "success": true})))
 }
 
@@ -256,7 +252,7 @@ async fn file_put(State(s): State<AppState>, Path(id): Path<String>, Query(q): Q
     let (id, _) = s
         .write(&id, move |ex| {
             let opts = WriteOptions { mime_type: mime.as_deref(), protection, max_bytes: None };
-            Ok(ex.store.file_write(Caller::Owner, &path, &bytes, &opts)?)
+            Ok(ex.owner_write_with(&path, &bytes, &opts)?)
         })
         .await?;
     Ok(Json(json!({"agentId": id, "success": true})))

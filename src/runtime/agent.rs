@@ -37,6 +37,12 @@ pub enum AgentCommand {
     /// Owner work on the agent's file (an edited file written back, a
     /// query): runs at once when no turn runs, else right after the turn.
     With(OwnerWork),
+    /// An agent-scope trigger fired: wake the model with this message
+    /// (queued behind a running turn).
+    Wake {
+        text: String,
+        event_type: String,
+    },
 }
 
 /// A closure run on the actor's executor.
@@ -147,13 +153,15 @@ pub fn spawn_with(
     started: Arc<AtomicBool>,
 ) -> (AgentHandle, tokio::task::JoinHandle<Executor>) {
     let (tx, mut rx) = mpsc::unbounded_channel();
+    let dispatcher = triggers_for(&mut ex, tx.downgrade());
     let handle = AgentHandle { agent_id: ex.agent_id().to_string(), tx };
     let task = tokio::spawn(async move {
+        let mut announced = false;
         let mut next: Option<String> = None;
         let mut resume = false;
         // An approval given for a turn that paused before this actor ran.
         let mut paused: Option<(String, Decision)> = None;
-        let mut timer_wakes: std::collections::VecDeque<String> = Default::default();
+        let mut timer_wakes: std::collections::VecDeque<(String, String)> = Default::default();
         let mut quiet_ticks: u32 = 0;
         // Owner work that arrived during a turn.
         let mut deferred: Vec<OwnerWork> = Vec::new();
@@ -165,16 +173,27 @@ pub fn spawn_with(
                 None if std::mem::take(&mut resume) => (String::new(), "resume"),
                 None if paused.is_some() => (String::new(), "approval"),
                 None => match timer_wakes.pop_front() {
-                    Some(w) => (w, "timer"),
+                    Some((w, ty)) => (w, if ty == "timer" { "timer" } else { "trigger" }),
                     None => match tokio::select! {
                         cmd = rx.recv() => Some(cmd),
                         _ = ticker.tick() => None,
                     } {
                         None => {
+                            if started.load(Ordering::Relaxed) && !announced {
+                                announced = true;
+                                ex.trigger(
+                                    super::triggers::TriggerEvent {
+                                        ty: "startup",
+                                        source: "system:runtime".into(),
+                                        data: serde_json::Value::Null,
+                                    },
+                                    false,
+                                );
+                            }
                             if started.load(Ordering::Relaxed)
                                 && let Ok(w) = ex.fire_timers(crate::store::now_ms())
                             {
-                                timer_wakes.extend(w);
+                                timer_wakes.extend(w.into_iter().map(|w| (w, "timer".to_string())));
                                 ex.run_system().await;
                             }
                             quiet_ticks = quiet_ticks.saturating_add(1);
@@ -191,7 +210,19 @@ pub fn spawn_with(
                                 if ex.state == "off" {
                                     continue;
                                 }
+                                ex.trigger(chat_event(&m), true);
                                 (m, "chat")
+                            }
+                            Some(AgentCommand::Wake { text, event_type }) => {
+                                // Checked again now: the state may have moved.
+                                let ok = super::triggers::agent_may_fire(
+                                    &ex.state,
+                                    if event_type == "timer" { "on_timer" } else { "" },
+                                );
+                                if !ok {
+                                    continue;
+                                }
+                                (text, "trigger")
                             }
                             Some(AgentCommand::SetState(s)) => {
                                 ex.interrupted("owner_state_transition", &s);
@@ -272,6 +303,7 @@ pub fn spawn_with(
                             }
                             Some(AgentCommand::Resume) => {}
                             Some(AgentCommand::With(w)) => deferred.push(w),
+                            Some(AgentCommand::Wake { text, event_type }) => timer_wakes.push_back((text, event_type)),
                         },
                     }
                 }
@@ -319,7 +351,57 @@ pub fn spawn_with(
                 break;
             }
         }
+        if let Some(d) = &dispatcher {
+            d.shutdown();
+        }
         ex
     });
     (handle, task)
+}
+
+/// The owner's chat as an event for `on_chat` system targets.
+fn chat_event(text: &str) -> super::triggers::TriggerEvent {
+    super::triggers::TriggerEvent {
+        ty: "chat",
+        source: "system:owner".into(),
+        data: serde_json::json!({"message": {"role": "user", "content": [{"type": "text", "text": text}]}}),
+    }
+}
+
+/// Give the executor its trigger dispatcher: runner executors on sibling
+/// connections for system lambdas, and agent-scope wakes sent back to this
+/// actor (weakly: the actor still ends when its handles are gone).
+fn triggers_for(
+    ex: &mut Executor,
+    tx: mpsc::WeakUnboundedSender<AgentCommand>,
+) -> Option<Arc<super::triggers::Dispatcher>> {
+    if ex.store.is_read_only() {
+        return None;
+    }
+    let path = ex.store.path().to_path_buf();
+    let (provider, bus) = (ex.provider(), ex.bus());
+    let wake = move |text: String, event_type: String| {
+        if let Some(tx) = tx.upgrade() {
+            let _ = tx.send(AgentCommand::Wake { text, event_type });
+        }
+    };
+    let slot: Arc<Mutex<Option<std::sync::Weak<super::triggers::Dispatcher>>>> = Arc::new(Mutex::new(None));
+    let slot2 = slot.clone();
+    let factory = move || {
+        let store = crate::store::Store::sibling(&path).ok()?;
+        let mut runner = Executor::new(store, provider.clone(), bus.clone(), Arc::new(super::executor::Absent)).ok()?;
+        if let Some(d) = slot2.lock().ok().and_then(|s| s.as_ref().and_then(std::sync::Weak::upgrade)) {
+            runner.set_dispatcher(d);
+        }
+        Some(runner)
+    };
+    let d = super::triggers::Dispatcher::new(ex.agent_id().to_string(), ex.bus(), Box::new(factory), Box::new(wake));
+    if let Ok(mut s) = slot.lock() {
+        *s = Some(Arc::downgrade(&d));
+    }
+    if let Ok(mut st) = d.state.lock() {
+        *st = ex.state.clone();
+    }
+    ex.set_dispatcher(d.clone());
+    Some(d)
 }

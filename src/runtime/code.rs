@@ -446,28 +446,31 @@ impl Executor {
         }
     }
 
-    /// Run the system-scope lambdas that timers (and triggers) queued: no
-    /// model call, in every state but `off`. A failure is logged, emitted
-    /// (`lambda.failed`) and kept as the agent's last lambda error.
+    /// Run the system-scope lambdas queued here (an executor without a
+    /// dispatcher): no model call, in every state but `off`.
     pub async fn run_system(&mut self) {
         while !self.system_queue.is_empty() {
             let jobs = std::mem::take(&mut self.system_queue);
             for job in jobs {
-                let (path, func) = sandbox::prepare::split_target(&job.lambda);
                 let timeout = self.code_timeout(None);
-                self.emit(
-                    kind::TRIGGER_FIRED,
-                    &job.source,
-                    json!({"trigger_type": job.trigger, "scope": "system", "target_lambda": job.lambda}),
-                );
-                let warm = job.warm.then(|| format!("{}:lambda", self.agent_id()));
-                let out = self.lambda(path, func, job.event, None, Vec::new(), timeout, "system_scope", warm).await;
-                if let Err(e) = out {
-                    let _ =
-                        self.store.log("error", "trigger", "lambda_failed", &format!("{}: {}", job.lambda, e.message));
-                    self.last_lambda_error = Some(format!("{}: {}", job.lambda, e.message));
-                }
+                self.run_job(job.trigger, &job.lambda, job.event, job.warm, timeout).await;
             }
+        }
+    }
+
+    /// Run one system-scope lambda with the file's authorization. A
+    /// failure is logged, emitted (`lambda.failed`) and kept as the
+    /// agent's last lambda error.
+    pub(crate) async fn run_job(&mut self, trigger: &str, lambda: &str, event: Value, warm: bool, timeout: Duration) {
+        if let Some(st) = self.dispatcher.as_ref().and_then(|d| d.state.lock().ok().map(|s| s.clone())) {
+            self.state = st;
+        }
+        let (path, func) = sandbox::prepare::split_target(lambda);
+        let warm = warm.then(|| format!("{}:lambda", self.agent_id()));
+        let out = self.lambda(path, func, event, None, Vec::new(), timeout, "system_scope", warm).await;
+        if let Err(e) = out {
+            let _ = self.store.log("error", "trigger", "lambda_failed", &format!("{trigger} {lambda}: {}", e.message));
+            self.last_lambda_error = Some(format!("{lambda}: {}", e.message));
         }
     }
 

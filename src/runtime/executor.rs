@@ -139,6 +139,9 @@ pub struct Executor {
     pub(crate) system_queue: Vec<super::code::SystemJob>,
     /// The last system lambda's failure, for the agent's card.
     pub last_lambda_error: Option<String>,
+    /// The agent's trigger machinery (absent: triggers other than timers
+    /// are not evaluated, as in a bare executor).
+    pub(crate) dispatcher: Option<Arc<super::triggers::Dispatcher>>,
     /// Name resolution for `sys_fetch` (replaced in tests).
     pub(crate) resolver: Arc<dyn super::egress::Resolve>,
 }
@@ -193,6 +196,7 @@ impl Executor {
             async_calls: Vec::new(),
             system_queue: Vec::new(),
             last_lambda_error: None,
+            dispatcher: None,
             resolver: Arc::new(super::egress::SystemResolver),
         })
     }
@@ -214,6 +218,41 @@ impl Executor {
 
     pub fn agent_id(&self) -> &str {
         &self.agent_id
+    }
+
+    pub fn provider(&self) -> Arc<dyn Provider> {
+        self.provider.clone()
+    }
+
+    pub fn bus(&self) -> Arc<Bus> {
+        self.bus.clone()
+    }
+
+    /// Evaluate triggers through `d` (the actor sets this).
+    pub fn set_dispatcher(&mut self, d: Arc<super::triggers::Dispatcher>) {
+        self.dispatcher = Some(d);
+    }
+
+    pub fn dispatcher(&self) -> Option<&Arc<super::triggers::Dispatcher>> {
+        self.dispatcher.as_ref()
+    }
+
+    /// Offer an event to the triggers; `system_only` leaves agent-scope
+    /// targets to the caller (a chat already wakes the agent).
+    pub fn trigger(&mut self, ev: super::triggers::TriggerEvent, system_only: bool) {
+        let Some(d) = self.dispatcher.clone() else { return };
+        let Ok(cfg) = self.store.config_value() else { return };
+        for dispatch in super::triggers::evaluate(&cfg, &self.state, &ev) {
+            if system_only && !dispatch.system {
+                continue;
+            }
+            let payload = json!({"trigger_type": dispatch.trigger, "scope": if dispatch.system { "system" } else { "agent" },
+                "target_lambda": dispatch.lambda});
+            if dispatch.system || matches!(dispatch.timing, super::triggers::Timing::Now) {
+                self.emit(kind::TRIGGER_FIRED, &ev.source, payload);
+            }
+            d.submit(dispatch);
+        }
     }
 
     /// Give the file back (the executor is done).
@@ -240,7 +279,49 @@ impl Executor {
         self.publish(e);
     }
 
-    fn publish(&mut self, mut e: Envelope) {
+    fn publish(&mut self, e: Envelope) {
+        let trig = match &*e.event_type {
+            kind::FILE_WRITTEN | kind::FILE_DELETED if self.dispatcher.is_some() => {
+                let op = if e.event_type == kind::FILE_DELETED {
+                    "deleted"
+                } else {
+                    e.payload["operation"].as_str().unwrap_or("modified")
+                };
+                let path = e.payload["path"].as_str().unwrap_or("").to_string();
+                let stat = self.store.file_stat(&path).ok().flatten();
+                let mut data = json!({"path": path, "operation": op, "diff": null});
+                if let Some(f) = stat {
+                    data["mime_type"] = json!(f.mime_type);
+                    data["size"] = json!(f.size);
+                    data["protection"] = json!(f.protection);
+                    data["authorized"] = json!(f.authorized);
+                    data["created_at"] = json!(f.created_at);
+                    data["updated_at"] = json!(f.updated_at);
+                }
+                Some(super::triggers::TriggerEvent { ty: "file_change", source: e.source.clone(), data })
+            }
+            kind::LLM_COMPLETED if self.dispatcher.is_some() => {
+                let mut data = e.payload.clone();
+                data["source"] = e.payload["call_source"].clone();
+                Some(super::triggers::TriggerEvent { ty: "llm_call", source: e.source.clone(), data })
+            }
+            kind::AGENT_STATE_CHANGED => {
+                if let (Some(d), Some(st)) = (&self.dispatcher, e.payload["state"].as_str())
+                    && let Ok(mut s) = d.state.lock()
+                {
+                    *s = st.to_string();
+                }
+                None
+            }
+            _ => None,
+        };
+        self.publish_only(e);
+        if let Some(t) = trig {
+            self.trigger(t, false);
+        }
+    }
+
+    fn publish_only(&mut self, mut e: Envelope) {
         if self.seq_next >= self.seq_limit {
             let start = self
                 .store
@@ -587,13 +668,22 @@ impl Executor {
                             "run_count": f.run_count, "last_fired_at": now, "next_wake_at": f.next});
                         let event = json!({"id": crate::store::create::nanoid(16), "type": "timer", "source": "system:timer",
                             "time": iso(now), "data": {"timer": timer}});
-                        self.system_queue.push(super::code::SystemJob {
+                        self.emit(
+                            kind::TRIGGER_FIRED,
+                            "system:timer",
+                            json!({"trigger_type": "on_timer", "scope": "system", "target_lambda": lambda}),
+                        );
+                        let job = super::code::SystemJob {
                             trigger: "on_timer",
                             lambda,
                             event,
                             warm: f.warm,
                             source: "system:timer".into(),
-                        });
+                        };
+                        match &self.dispatcher {
+                            Some(d) => d.submit_job(job),
+                            None => self.system_queue.push(job),
+                        }
                     }
                     _ => {}
                 }
@@ -766,6 +856,14 @@ impl Executor {
                 ty,
                 source,
                 json!({"name": name, "id": id, "result": clip(&out.content, EVENT_TEXT), "isError": out.is_error}),
+            );
+            self.trigger(
+                super::triggers::TriggerEvent {
+                    ty: "tool_call",
+                    source: source.to_string(),
+                    data: json!({"toolName": name, "args": strip_reserved(&input), "origin": "agent", "isError": out.is_error}),
+                },
+                false,
             );
             let mut block = json!({"type": "tool_result", "tool_use_id": id, "content": out.content});
             if out.is_error {
@@ -1497,6 +1595,7 @@ impl Executor {
     }
 
     fn run_tool(&mut self, name: &str, input: &Value, caller: Caller) -> ToolOutput {
+        let source = self.current.as_ref().map(|c| format!("agent:{}", c.0)).unwrap_or_else(|| "system:tools".into());
         let mut events: Vec<(&'static str, Value)> = Vec::new();
         let out = {
             let mut emit = |k: &'static str, v: Value| events.push((k, v));
@@ -1504,7 +1603,7 @@ impl Executor {
             tools::execute_guarded(&mut ctx, name, input)
         };
         for (k, v) in events {
-            self.emit(k, "system:tools", v);
+            self.emit(k, &source, v);
         }
         out
     }

@@ -10,3 +10,4 @@ pub mod fetch;
 pub mod fleet;
 pub mod inject;
 pub mod prompt;
+pub mod triggers;

@@ -776,6 +776,7 @@ pub fn load_patches(cfg: &mut Value, meta_handle: Option<&str>) -> bool {
 impl Store {
     /// The raw config document.
     pub fn config_value(&self) -> Result<Value> {
+        self.drop_stale_config();
         if let Some(v) = self.config_cache.borrow().as_ref() {
             return Ok(v.clone());
         }
@@ -827,9 +828,22 @@ impl Store {
         Ok(())
     }
 
-    /// Changes whenever the config is written through this store.
+    /// Changes whenever the config is written through this store or
+    /// another connection of this process committed.
     pub fn config_rev(&self) -> u64 {
+        self.drop_stale_config();
         self.config_rev.get()
+    }
+
+    /// Forget the cached config when another connection (a sibling)
+    /// committed since it was read.
+    fn drop_stale_config(&self) {
+        let Ok(v) = self.conn().query_row("PRAGMA data_version", [], |r| r.get::<_, i64>(0)) else { return };
+        if v != self.data_version.get() {
+            self.data_version.set(v);
+            self.config_cache.borrow_mut().take();
+            self.config_rev.set(self.config_rev.get() + 1);
+        }
     }
 
     /// Set one dotted path as the given caller.

@@ -83,6 +83,9 @@ pub struct Store {
     /// Bumped by every config write, so holders of a parsed copy know when
     /// to refresh it.
     config_rev: std::cell::Cell<u64>,
+    /// `PRAGMA data_version` when the config was cached: another
+    /// connection of this process (a sibling) committed when it changes.
+    data_version: std::cell::Cell<i64>,
 }
 
 impl std::fmt::Debug for Store {
@@ -285,6 +288,7 @@ impl Store {
             warnings,
             config_cache: Default::default(),
             config_rev: Default::default(),
+            data_version: Default::default(),
         };
         // A file that was not closed cleanly gets its marker back on close,
         // now that it has been checked.
@@ -352,6 +356,37 @@ impl Store {
             warnings,
             config_cache: Default::default(),
             config_rev: Default::default(),
+            data_version: Default::default(),
+        })
+    }
+
+    /// A second connection to a file this process holds open for writing:
+    /// code running beside the agent's turn (system-scope lambdas) writes
+    /// through it. It shares the writer lock of the first, never migrates
+    /// and leaves the clean-close marker alone; SQLite's WAL and busy
+    /// timeout order the writes.
+    pub fn sibling(path: &Path) -> Result<Store> {
+        if !is_open_here(path) {
+            return Err(StoreError::Invalid(format!("{}: not open for writing in this process", path.display())));
+        }
+        let conn = conn::connect(path, false, false)?;
+        conn::apply_pragmas(&conn, path, false)?;
+        let version = schema::read_version(&conn).at(path)?;
+        register(path);
+        Ok(Store {
+            conn: Some(conn),
+            path: path.to_path_buf(),
+            lock: None,
+            read_only: false,
+            closed: false,
+            marker_taken: false,
+            schema_version: version,
+            integrity: IntegrityCheck::Skipped,
+            migrated_from: None,
+            warnings: Vec::new(),
+            config_cache: Default::default(),
+            config_rev: Default::default(),
+            data_version: Default::default(),
         })
     }
 

@@ -61,7 +61,9 @@ pub fn write(ctx: &mut Ctx<'_>, input: &Value) -> ToolOutput {
     let path = s(input, "path").unwrap_or_default();
     let mode = s(input, "mode").unwrap_or("write");
     let max = ctx.store.config().map(|c| c.max_file_write_bytes()).unwrap_or(DEFAULT_MAX_WRITE);
-    let protected = ctx.store.file_stat(path).ok().flatten().is_some_and(|e| e.protection == Protection::ReadOnly);
+    let before = ctx.store.file_stat(path).ok().flatten();
+    let existed = before.is_some();
+    let protected = before.is_some_and(|e| e.protection == Protection::ReadOnly);
     let caller = ctx.caller;
     let result = match mode {
         "write" => {
@@ -122,7 +124,8 @@ pub fn write(ctx: &mut Ctx<'_>, input: &Value) -> ToolOutput {
     };
     match result {
         Ok((size, text)) => {
-            (ctx.emit)(kind::FILE_WRITTEN, json!({"path": path, "bytes": size}));
+            let operation = if existed { "modified" } else { "created" };
+            (ctx.emit)(kind::FILE_WRITTEN, json!({"path": path, "bytes": size, "operation": operation}));
             ToolOutput::ok(ctx.marked(protected, text))
         }
         Err(e) => e.into(),

@@ -13,8 +13,6 @@ use crate::protocol::{Command, Envelope};
 use crate::runtime::agent::{AgentCommand, OwnerWork};
 use crate::runtime::bus::{Filter, Item, Subscription};
 use crate::runtime::fleet::{AgentInfo, Fleet};
-use crate::store::Caller;
-use crate::store::files::WriteOptions;
 
 pub enum Backend {
     Local(Fleet),
@@ -153,7 +151,7 @@ impl Backend {
                 let (tx, rx) = tokio::sync::oneshot::channel();
                 let p = path.to_string();
                 let work = OwnerWork(Box::new(move |ex| {
-                    let r = ex.store.file_write(Caller::Owner, &p, content.as_bytes(), &WriteOptions::default());
+                    let r = ex.owner_write(&p, content.as_bytes());
                     let _ = tx.send(r.map(|_| ()).map_err(|e| e.to_string()));
                 }));
                 fleet.send(agent, AgentCommand::With(work)).map_err(anyhow::Error::msg)?;

@@ -5,10 +5,34 @@
 use serde_json::{Value, json};
 
 use super::Executor;
+use crate::store::files::{FileEntry, WriteOptions};
 use crate::store::{Caller, StoreError};
 use crate::tools::{self, Ctx};
 
 impl Executor {
+    /// Write a file as the owner and announce it (`file.written`, source
+    /// `system:owner`), so `on_file_change` targets see the owner's edits.
+    pub fn owner_write(&mut self, path: &str, content: &[u8]) -> Result<FileEntry, StoreError> {
+        self.owner_write_with(path, content, &WriteOptions::default())
+    }
+
+    pub fn owner_write_with(
+        &mut self,
+        path: &str,
+        content: &[u8],
+        opts: &WriteOptions<'_>,
+    ) -> Result<FileEntry, StoreError> {
+        let existed = self.store.file_stat(path)?.is_some();
+        let entry = self.store.file_write(Caller::Owner, path, content, opts)?;
+        let operation = if existed { "modified" } else { "created" };
+        self.emit(
+            crate::protocol::kind::FILE_WRITTEN,
+            "system:owner",
+            json!({"path": path, "bytes": entry.size, "operation": operation}),
+        );
+        Ok(entry)
+    }
+
     /// Clear the whole loop as the owner (audited when loop audit is on).
     pub fn clear_loop_as_owner(&mut self) -> Result<(), StoreError> {
         let cfg = self.store.config_value()?;

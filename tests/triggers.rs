@@ -1,0 +1,176 @@
+//! Triggers on real files and real sandbox workers: system lanes
+//! (conformance 29), self-changes (30), agent-scope wakes through the
+//! actor, timing modifiers, and on_startup.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use adf::providers::scripted::{Reply, Scripted};
+use adf::runtime::agent::{AgentCommand, spawn_with_tick, waiting_owner};
+use adf::runtime::bus::{Bus, Filter, Item};
+use adf::runtime::executor::{Absent, Executor};
+use adf::runtime::triggers::{Dispatch, Dispatcher, Timing, TriggerEvent};
+use adf::store::files::WriteOptions;
+use adf::store::{Caller, NewAgent, Store};
+use common::*;
+use serde_json::{Value, json};
+
+fn agent(dir: &std::path::Path) -> Store {
+    Store::create(dir.join("a.adf"), &NewAgent { provider: Some("scripted"), model: Some("m"), ..Default::default() })
+        .unwrap()
+        .0
+}
+
+fn write(s: &mut Store, path: &str, text: &str) {
+    s.file_write(Caller::Owner, path, text.as_bytes(), &WriteOptions::default()).unwrap();
+}
+
+fn kinds(bus: &Bus) -> Vec<(String, Value)> {
+    let mut sub = bus.subscribe(None, Filter::default());
+    let mut out = Vec::new();
+    while let Some(Item::Event(e)) = sub.try_next() {
+        out.push((e.event.event_type.to_string(), e.event.payload.clone()));
+    }
+    out
+}
+
+async fn wait_for(mut f: impl FnMut() -> bool) {
+    for _ in 0..400 {
+        if f() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("timed out waiting");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p29_lanes_run_one_or_four_hold_64_and_drop_the_rest() {
+    let dir = tmp();
+    let mut s = agent(dir.path());
+    write(&mut s, "slow.js", "export function main() { const t = Date.now(); while (Date.now() - t < 400) {} }\n");
+    let path = s.path().to_path_buf();
+    let bus = Bus::new();
+    let provider: Arc<Scripted> = Arc::new(Scripted::new([]));
+    let (p2, b2) = (provider.clone(), bus.clone());
+    let factory = move || {
+        let st = Store::sibling(&path).ok()?;
+        Executor::new(st, p2.clone(), b2.clone(), Arc::new(Absent)).ok()
+    };
+    let d = Dispatcher::new("agent-x".into(), bus.clone(), Box::new(factory), Box::new(|_, _| {}));
+    let job = |trigger: &str| Dispatch {
+        trigger: trigger.into(),
+        index: 0,
+        system: true,
+        lambda: Some("slow.js".into()),
+        warm: false,
+        timing: Timing::Now,
+        event: TriggerEvent { ty: "tool_call", source: "agent:t".into(), data: json!({}) },
+    };
+    for _ in 0..70 {
+        d.submit(job("on_tool_call"));
+        d.submit(job("on_task_create"));
+    }
+    assert_eq!(d.lane("on_tool_call:slow.js"), (1, 64), "high-frequency: one at a time, 64 waiting");
+    assert_eq!(d.lane("on_task_create:slow.js"), (4, 64), "work-shaped: four at a time");
+    let dropped = kinds(&bus).iter().filter(|(k, p)| k == "trigger.dropped" && p["reason"] == "lane_full").count();
+    assert_eq!(dropped, 5 + 2);
+    // The lanes drain.
+    drop(s);
+    d.shutdown();
+}
+
+/// An agent whose on_file_change runs a lambda: the owner's write fires
+/// it, the agent's own write does not unless include_self, and the
+/// lambda's own write never reaches it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p30_file_changes_through_the_actor() {
+    let dir = tmp();
+    let mut s = agent(dir.path());
+    write(
+        &mut s,
+        "lib/watch.js",
+        "export async function seen(e) {\n\
+           const prev = await adf.fs_read({path: 'seen.log'}).then(f => f.content, () => '');\n\
+           await adf.fs_write({mode: 'write', path: 'seen.log', content: prev + e.data.operation + ' ' + e.data.path + ' by ' + e.source.split(':')[0] + '\\n'});\n\
+         }\n",
+    );
+    s.config_set(
+        Caller::Owner,
+        "triggers.on_file_change",
+        json!({"enabled": true, "targets": [
+            {"scope": "system", "lambda": "lib/watch.js:seen", "filter": {"watch": "*.md"}},
+            {"scope": "system", "lambda": "lib/watch.js:seen", "filter": {"watch": "self/*", "include_self": true}},
+            {"scope": "system", "lambda": "lib/watch.js:seen", "filter": {"watch": "seen.log", "include_self": true}}
+        ]}),
+    )
+    .unwrap();
+    let replies = vec![
+        Reply::Tools(vec![("fs_write".into(), json!({"mode": "write", "path": "notes.md", "content": "agent"}))]),
+        Reply::Tools(vec![("fs_write".into(), json!({"mode": "write", "path": "self/x.txt", "content": "agent"}))]),
+        Reply::Text("ok".into()),
+    ];
+    let bus = Bus::new();
+    let owner = waiting_owner();
+    let ex = Executor::new(s, Arc::new(Scripted::new(replies)), bus.clone(), owner.clone()).unwrap();
+    let (h, task) = spawn_with_tick(ex, owner, Duration::from_millis(50));
+    h.send(AgentCommand::Chat("write things".into()));
+    let sub_bus = bus.clone();
+    wait_for(move || kinds(&sub_bus).iter().filter(|(k, _)| k == "lambda.completed").count() >= 1).await;
+    // The owner writes through the actor.
+    h.send(AgentCommand::With(adf::runtime::agent::OwnerWork(Box::new(|ex: &mut Executor| {
+        ex.owner_write("README.md", b"owner edit").unwrap();
+    }))));
+    let sub_bus = bus.clone();
+    wait_for(move || kinds(&sub_bus).iter().filter(|(k, _)| k == "lambda.completed").count() >= 2).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(h);
+    let ex = task.await.unwrap();
+    let log = ex.store.file_read_text("seen.log").unwrap();
+    assert_eq!(log, "created self/x.txt by agent\nmodified README.md by system\n", "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_scope_wakes_debounce_and_startup() {
+    let dir = tmp();
+    let mut s = agent(dir.path());
+    s.config_set(
+        Caller::Owner,
+        "triggers.on_file_change",
+        json!({"enabled": true, "targets": [{"scope": "agent", "filter": {"watch": "inbox/*"}, "debounce_ms": 150}]}),
+    )
+    .unwrap();
+    s.config_set(Caller::Owner, "triggers.on_startup", json!({"enabled": true, "targets": [{"scope": "agent"}]}))
+        .unwrap();
+    let provider = Arc::new(Scripted::new([]).with_fallback(|_| Reply::Text("noted".into())));
+    let bus = Bus::new();
+    let owner = waiting_owner();
+    let ex = Executor::new(s, provider.clone(), bus.clone(), owner.clone()).unwrap();
+    let (h, task) = spawn_with_tick(ex, owner, Duration::from_millis(50));
+    let p = provider.clone();
+    wait_for(move || p.call_count() >= 1).await;
+    for i in 0..5 {
+        h.send(AgentCommand::With(adf::runtime::agent::OwnerWork(Box::new(move |ex: &mut Executor| {
+            ex.owner_write(&format!("inbox/{i}.txt"), b"x").unwrap();
+        }))));
+    }
+    let p = provider.clone();
+    wait_for(move || p.call_count() >= 2).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(provider.call_count(), 2, "five changes inside the debounce window wake the agent once");
+    drop(h);
+    let ex = task.await.unwrap();
+    let texts: Vec<String> = ex
+        .store
+        .loop_rows(None)
+        .unwrap()
+        .iter()
+        .filter(|r| r.role == "user")
+        .filter_map(|r| r.content[0]["text"].as_str().map(str::to_string))
+        .filter(|t| !t.starts_with("[Context"))
+        .collect();
+    assert_eq!(texts[0], "Agent started. Review your mind for context and take any startup actions.");
+    assert_eq!(texts[1], "A file has been created: inbox/4.txt");
+}
