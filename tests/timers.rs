@@ -197,3 +197,21 @@ async fn system_timers_run_lambdas_without_the_model() {
     ex.run_system().await;
     assert_eq!(ex.store.file_read_text("ticks.log").unwrap().lines().count(), 2);
 }
+
+#[test]
+fn cron_across_month_ends() {
+    let at = |y, m, d, h, min| {
+        chrono::NaiveDate::from_ymd_opt(y, m, d).unwrap().and_hms_opt(h, min, 0).unwrap().and_utc().timestamp_millis()
+    };
+    // The 31st at 10:30: from January 31st 11:00, February has none, so March 31st.
+    assert_eq!(adf::tools::next_cron("30 10 31 * *", at(2027, 1, 31, 11, 0)), Ok(at(2027, 3, 31, 10, 30)));
+    // Midnight on the first, from the last minute of a leap February.
+    let first = Schedule::Cron { cron: "0 0 1 * *".into(), end_at: None, max_runs: None };
+    assert_eq!(renewal(&first, 0, at(2028, 2, 29, 23, 59)), Some(at(2028, 3, 1, 0, 0)));
+    // Across the year end, and stopped by end_at.
+    assert_eq!(renewal(&first, 5, at(2027, 12, 31, 12, 0)), Some(at(2028, 1, 1, 0, 0)));
+    let bounded = Schedule::Cron { cron: "0 0 1 * *".into(), end_at: Some(at(2027, 12, 31, 23, 0)), max_runs: None };
+    assert_eq!(renewal(&bounded, 5, at(2027, 12, 31, 12, 0)), None);
+    let capped = Schedule::Cron { cron: "0 0 1 * *".into(), end_at: None, max_runs: Some(3) };
+    assert_eq!(renewal(&capped, 2, at(2027, 12, 31, 12, 0)), None, "the third fire was the last");
+}

@@ -241,6 +241,29 @@ fn timer_tools() {
 }
 
 #[test]
+fn delay_and_once_timers_are_stored_as_once() {
+    let mut e = Env::new();
+    let before = adf::store::now_ms();
+    assert!(
+        e.call("sys_set_timer", json!({"schedule": {"type": "delay", "delay_ms": 60000}}))
+            .content
+            .starts_with("Timer set")
+    );
+    let at = before + 3_600_000;
+    assert!(e.call("sys_set_timer", json!({"schedule": {"type": "once", "at": at}})).content.starts_with("Timer set"));
+    let past = e.call("sys_set_timer", json!({"schedule": {"type": "once", "at": before - 1000}}));
+    assert!(past.is_error, "a once timer in the past is refused: {}", past.content);
+    let rows =
+        e.store.db_query("SELECT schedule_json, next_wake_at FROM adf_timers ORDER BY id", &[], false).unwrap().rows;
+    let delay: Value = serde_json::from_str(rows[0]["schedule_json"].as_str().unwrap()).unwrap();
+    assert_eq!(delay["mode"], json!("once"), "delay collapses to once");
+    let delay_at = delay["at"].as_i64().unwrap();
+    assert!((before + 60_000..=adf::store::now_ms() + 60_000).contains(&delay_at));
+    assert_eq!(rows[0]["next_wake_at"].as_i64(), Some(delay_at));
+    assert_eq!(rows[1]["schedule_json"].as_str().unwrap(), format!(r#"{{"mode":"once","at":{at}}}"#));
+}
+
+#[test]
 fn turn_tools_signal() {
     let mut e = Env::new();
     assert_eq!(e.call("say", json!({"message": "working"})).content, "ok");

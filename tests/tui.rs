@@ -156,6 +156,37 @@ async fn snapshot_of_a_chat_mid_stream_and_an_error() {
 }
 
 #[tokio::test]
+async fn a_failing_lambda_marks_the_agent_until_it_succeeds() {
+    let dir = tmp();
+    let mut a = loaded(dir.path()).await;
+    let base = 1_764_547_200_000;
+    let p = json!({"lambda_path": "lib/digest.ts", "function_name": "main", "kind": "system_scope",
+                   "error": "TypeError: cannot read property 'rows' of undefined"});
+    let e = event(&a, "lambda.failed", "scribe", base, p);
+    a.on_event(&e);
+    let i = a.agents.iter().position(|x| x.info.name == "scribe").unwrap();
+    assert_eq!(
+        a.agents[i].lambda_error.as_deref(),
+        Some("lib/digest.ts:main: TypeError: cannot read property 'rows' of undefined")
+    );
+    a.focus = Focus::Fleet;
+    both("lambda_failed", &a);
+    // A sys_code error the model saw is not the card's business.
+    let e = event(&a, "lambda.failed", "scribe", base + 1, json!({"kind": "sys_code", "error": "x"}));
+    a.on_event(&e);
+    assert!(a.agents[i].lambda_error.as_deref().is_some_and(|m| m.starts_with("lib/digest.ts:main")));
+    let e = event(
+        &a,
+        "lambda.completed",
+        "scribe",
+        base + 2,
+        json!({"lambda_path": "lib/digest.ts", "function_name": "main", "kind": "system_scope"}),
+    );
+    a.on_event(&e);
+    assert_eq!(a.agents[i].lambda_error, None, "cleared when it next succeeds");
+}
+
+#[tokio::test]
 async fn snapshot_of_an_ask() {
     let dir = tmp();
     let info = agent(

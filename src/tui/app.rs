@@ -124,6 +124,9 @@ pub struct AgentEntry {
     /// Input + output tokens of the last call against the compaction
     /// threshold: how full the context is.
     pub context_pct: Option<u32>,
+    /// The last system lambda failure (`path:fn: message`), until that
+    /// lambda next succeeds.
+    pub lambda_error: Option<String>,
 }
 
 /// Providers a key can be typed in for.
@@ -250,6 +253,7 @@ impl App {
                     tokens: 0,
                     cost: 0.0,
                     context_pct: None,
+                    lambda_error: None,
                 }
             })
             .collect();
@@ -417,6 +421,34 @@ impl App {
                     }
                 }
                 "file.written" | "file.deleted" if self.sel == i => self.refresh_files(),
+                "lambda.failed" => {
+                    let at = format!(
+                        "{}:{}",
+                        e.payload["lambda_path"].as_str().unwrap_or("?"),
+                        e.payload["function_name"].as_str().unwrap_or("main")
+                    );
+                    let msg = e.payload["error"].as_str().unwrap_or("failed");
+                    // Code the model ran answers in the loop; only work the
+                    // runtime ran on its own (triggers, timers) needs a flag.
+                    if e.payload["kind"] == "system_scope" || e.payload["kind"] == "middleware" {
+                        self.agents[i].lambda_error = Some(format!("{at}: {msg}"));
+                        self.chats
+                            .entry(id)
+                            .or_default()
+                            .blocks
+                            .push(Block::Notice(format!("⚠ lambda {at} failed: {msg}")));
+                    }
+                }
+                "lambda.completed" => {
+                    let at = format!(
+                        "{}:{}",
+                        e.payload["lambda_path"].as_str().unwrap_or("?"),
+                        e.payload["function_name"].as_str().unwrap_or("main")
+                    );
+                    if self.agents[i].lambda_error.as_ref().is_some_and(|err| err.starts_with(&format!("{at}: "))) {
+                        self.agents[i].lambda_error = None;
+                    }
+                }
                 "llm.failed" | "agent.error" => {
                     let msg = e.payload["error"].as_str().or(e.payload["message"].as_str()).unwrap_or("failed");
                     let chat = self.chats.entry(id).or_default();

@@ -95,6 +95,7 @@ fn asciify(buf: &mut ratatui::buffer::Buffer) {
             "·" | "•" => "*",
             "…" => ".",
             "✉" => "m",
+            "λ" => "L",
             "⚠" => "!",
             "↓" => "v",
             "▸" => ">",
@@ -172,6 +173,8 @@ fn draw_tree(f: &mut Frame, app: &App, area: Rect) {
         let (g, gs) = state_glyph(app, &a.state, waiting > 0);
         let badge = if waiting > 0 {
             format!("{}{waiting}", app.glyphs.warn)
+        } else if a.lambda_error.is_some() {
+            format!("{}λ", app.glyphs.warn)
         } else if a.unread > 0 {
             format!("✉{}", a.unread)
         } else {
@@ -188,7 +191,13 @@ fn draw_tree(f: &mut Frame, app: &App, area: Rect) {
             Span::raw(format!("{:<name_w$}", fit(&a.info.name, name_w))),
             Span::styled(
                 format!(" {badge}"),
-                if waiting > 0 { app.theme.get("waiting") } else { app.theme.get("dim") },
+                if waiting > 0 {
+                    app.theme.get("waiting")
+                } else if a.lambda_error.is_some() {
+                    app.theme.get("error")
+                } else {
+                    app.theme.get("dim")
+                },
             ),
         ]);
         if i == app.sel {
