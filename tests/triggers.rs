@@ -174,3 +174,60 @@ async fn agent_scope_wakes_debounce_and_startup() {
     assert_eq!(texts[0], "Agent started. Review your mind for context and take any startup actions.");
     assert_eq!(texts[1], "A file has been created: inbox/4.txt");
 }
+
+/// `on_logs` sees an error row (and the handler's own rows do not fire it
+/// again); `on_task_create`/`on_task_complete` see a background call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_and_tasks_fire_their_triggers() {
+    let dir = tmp();
+    let mut s = agent(dir.path());
+    write(
+        &mut s,
+        "lib/seen.js",
+        "async function append(path, line) {\n\
+           const prev = await adf.fs_read({path}).then(f => f.content, () => '');\n\
+           await adf.fs_write({mode: 'write', path, content: prev + line + '\\n'});\n\
+         }\n\
+         export async function log(e) { console.error('handler ran'); await append('errors.log', e.data.entry.origin + ': ' + e.data.entry.message); }\n\
+         export async function task(e) { await append('tasks.log', e.type + ' ' + e.data.task.tool + ' ' + e.data.task.status); }\n",
+    );
+    s.config_set(
+        Caller::Owner,
+        "triggers.on_logs",
+        json!({"enabled": true, "targets": [{"scope": "system", "lambda": "lib/seen.js:log", "filter": {"level": ["error"], "origin": ["sys_*"]}}]}),
+    )
+    .unwrap();
+    for t in ["on_task_create", "on_task_complete"] {
+        s.config_set(
+            Caller::Owner,
+            &format!("triggers.{t}"),
+            json!({"enabled": true, "targets": [{"scope": "system", "lambda": "lib/seen.js:task"}]}),
+        )
+        .unwrap();
+    }
+    let replies = vec![
+        Reply::Tools(vec![("sys_code".into(), json!({"code": "throw new Error('kaput')"}))]),
+        Reply::Tools(vec![(
+            "sys_code".into(),
+            json!({"code": "await adf.fs_write({mode: 'write', path: 'bg.txt', content: 'x', _async: true})"}),
+        )]),
+        Reply::Text("ok".into()),
+    ];
+    let bus = Bus::new();
+    let owner = waiting_owner();
+    let ex = Executor::new(s, Arc::new(Scripted::new(replies)), bus.clone(), owner.clone()).unwrap();
+    let (h, task) = spawn_with_tick(ex, owner, Duration::from_millis(50));
+    h.send(AgentCommand::Chat("go".into()));
+    let b = bus.clone();
+    wait_for(move || {
+        kinds(&b).iter().filter(|(k, p)| k == "lambda.completed" && p["kind"] == "system_scope").count() >= 3
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(h);
+    let ex = task.await.unwrap();
+    assert_eq!(ex.store.file_read_text("errors.log").unwrap(), "sys_code: Error: kaput\n");
+    let tasks = ex.store.file_read_text("tasks.log").unwrap();
+    assert!(tasks.contains("task_create fs_write running\n"), "{tasks}");
+    assert!(tasks.contains("task_complete fs_write completed\n"), "{tasks}");
+}

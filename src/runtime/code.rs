@@ -134,7 +134,7 @@ impl Executor {
         self.finish_async_calls().await;
         let ms = out.duration.as_millis() as u64;
         if let Some(e) = &out.error {
-            let _ = self.store.log("error", "sys_code", "result", &e.message);
+            let _ = self.log("error", "sys_code", "result", &e.message);
             self.emit(
                 kind::LAMBDA_FAILED,
                 "sys_code",
@@ -167,7 +167,7 @@ impl Executor {
         let args = input.get("args").cloned().unwrap_or_else(|| json!({}));
         let timeout = self.code_timeout(input["timeout"].as_u64());
         let (path, func) = sandbox::prepare::split_target(&source);
-        let _ = self.store.log("info", "sys_lambda", "execute", &format!("{path}:{func}"));
+        let _ = self.log("info", "sys_lambda", "execute", &format!("{path}:{func}"));
         let out = self.lambda(path, func, args, None, Vec::new(), timeout, "sys_lambda", None).await;
         let text = match &out {
             Ok(o) => {
@@ -183,7 +183,7 @@ impl Executor {
             }
             Err(e) => format!("Error: {}", e.message),
         };
-        let _ = self.store.log(if out.is_ok() { "info" } else { "error" }, "sys_lambda", "result", &text);
+        let _ = self.log(if out.is_ok() { "info" } else { "error" }, "sys_lambda", "result", &text);
         match out {
             Ok(_) => ToolOutput::ok(text),
             Err(_) => ToolOutput::err(text),
@@ -252,7 +252,7 @@ impl Executor {
                 } else {
                     "info"
                 };
-                let _ = self.store.log(level, "lambda", &format!("{path}:{func}"), l);
+                let _ = self.log(level, "lambda", &format!("{path}:{func}"), l);
             }
             let mut payload = json!({"lambda_path": path, "function_name": func, "kind": kind_name,
                 "duration_ms": out.duration.as_millis() as u64});
@@ -282,8 +282,7 @@ impl Executor {
             if let Err(e) = &result
                 && e.code != "TOOL_ERROR"
             {
-                let _ =
-                    self.store.log("warn", "adf_call", "call_rejected", &format!("{method}: {} {}", e.code, e.message));
+                let _ = self.log("warn", "adf_call", "call_rejected", &format!("{method}: {} {}", e.code, e.message));
             }
             result
         })
@@ -360,6 +359,7 @@ impl Executor {
                     approval_meta: None,
                 })
                 .map_err(|e| err("INTERNAL_ERROR", e.to_string()))?;
+            self.task_event("task_create", &task_id, &cx.source);
             self.async_calls.push((task_id.clone(), method.to_string(), args.clone(), cx.clone()));
             return Ok(json!({"task_id": task_id, "status": "running", "tool": method}));
         }
@@ -467,9 +467,11 @@ impl Executor {
         }
         let (path, func) = sandbox::prepare::split_target(lambda);
         let warm = warm.then(|| format!("{}:lambda", self.agent_id()));
+        self.in_logs_handler = trigger == "on_logs";
         let out = self.lambda(path, func, event, None, Vec::new(), timeout, "system_scope", warm).await;
+        self.in_logs_handler = false;
         if let Err(e) = out {
-            let _ = self.store.log("error", "trigger", "lambda_failed", &format!("{trigger} {lambda}: {}", e.message));
+            let _ = self.log("error", "trigger", "lambda_failed", &format!("{trigger} {lambda}: {}", e.message));
             self.last_lambda_error = Some(format!("{lambda}: {}", e.message));
         }
     }
@@ -487,6 +489,7 @@ impl Executor {
                     ("completed", Some(out.content.as_str()), None)
                 };
                 let _ = self.store.task_set(&task_id, status, res, error);
+                self.task_event("task_complete", &task_id, &cx.source);
             }
         }
     }

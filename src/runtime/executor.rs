@@ -139,6 +139,8 @@ pub struct Executor {
     pub(crate) system_queue: Vec<super::code::SystemJob>,
     /// The last system lambda's failure, for the agent's card.
     pub last_lambda_error: Option<String>,
+    /// An `on_logs` handler runs here: its own log rows do not fire it.
+    pub(crate) in_logs_handler: bool,
     /// The agent's trigger machinery (absent: triggers other than timers
     /// are not evaluated, as in a bare executor).
     pub(crate) dispatcher: Option<Arc<super::triggers::Dispatcher>>,
@@ -197,6 +199,7 @@ impl Executor {
             system_queue: Vec::new(),
             last_lambda_error: None,
             dispatcher: None,
+            in_logs_handler: false,
             resolver: Arc::new(super::egress::SystemResolver),
         })
     }
@@ -253,6 +256,36 @@ impl Executor {
             }
             d.submit(dispatch);
         }
+    }
+
+    /// Write a log row and offer it to `on_logs` (rows written while an
+    /// `on_logs` handler runs do not fire it again).
+    pub fn log(&mut self, level: &str, origin: &str, event: &str, message: &str) -> Result<(), StoreError> {
+        self.store.log(level, origin, event, message)?;
+        if self.dispatcher.is_some() && !self.in_logs_handler {
+            let entry = json!({"level": level, "origin": origin, "event": event, "target": null, "message": message,
+                "created_at": crate::store::now_ms()});
+            let source =
+                self.current.as_ref().map(|c| format!("agent:{}", c.0)).unwrap_or_else(|| "system:runtime".into());
+            self.trigger(
+                super::triggers::TriggerEvent { ty: "log_entry", source, data: json!({"entry": entry}) },
+                false,
+            );
+        }
+        Ok(())
+    }
+
+    /// Offer a task to `on_task_create` / `on_task_complete`.
+    pub(crate) fn task_event(&mut self, ty: &'static str, task_id: &str, source: &str) {
+        if self.dispatcher.is_none() {
+            return;
+        }
+        let Ok(Some(t)) = self.store.task_get(task_id) else { return };
+        let task = serde_json::to_value(&t).unwrap_or(Value::Null);
+        self.trigger(
+            super::triggers::TriggerEvent { ty, source: source.to_string(), data: json!({"task": task}) },
+            false,
+        );
     }
 
     /// Give the file back (the executor is done).
@@ -420,7 +453,7 @@ impl Executor {
                     cp["reason"] = json!("stale_checkpoint_recovered_on_load");
                     cp["updated_at"] = json!(now);
                     self.checkpoint(&cp);
-                    self.store.log("warn", "executor", "turn_checkpoint_recovered", &notice)?;
+                    self.log("warn", "executor", "turn_checkpoint_recovered", &notice)?;
                     self.emit(kind::LOOP_RECOVERED, "system:executor", json!({"reason": "stale_checkpoint"}));
                     recovered = true;
                 }
@@ -589,7 +622,7 @@ impl Executor {
             Err(e) => {
                 self.finish_checkpoint(&turn_id, now, event_type, "failed", Some("turn_error"));
                 self.set_state("error");
-                let _ = self.store.log("error", "executor", "turn_error", &e.to_string());
+                let _ = self.log("error", "executor", "turn_error", &e.to_string());
                 return Err(e);
             }
         };
@@ -656,7 +689,7 @@ impl Executor {
                     "system" if self.state != "off" => {
                         self.emit(kind::TIMER_FIRED, "system:timer", payload);
                         let Some(lambda) = f.lambda.clone().filter(|l| !l.is_empty()) else {
-                            let _ = self.store.log(
+                            let _ = self.log(
                                 "warn",
                                 "timer",
                                 "no_lambda",
@@ -782,7 +815,7 @@ impl Executor {
                         "turn_error"
                     };
                     let level = if state == "idle" { "warn" } else { "error" };
-                    self.store.log(level, "executor", event, &e.to_string())?;
+                    self.log(level, "executor", event, &e.to_string())?;
                     return Ok(TurnEnd::Failed { error: e.to_string(), state });
                 }
             };
@@ -797,12 +830,7 @@ impl Executor {
                 }
                 narration += 1;
                 if narration >= 4 {
-                    self.store.log(
-                        "warn",
-                        "executor",
-                        "narration_loop_break",
-                        "4 replies in a row without a tool call",
-                    )?;
+                    self.log("warn", "executor", "narration_loop_break", "4 replies in a row without a tool call")?;
                     return Ok(TurnEnd::Completed { text: response.text() });
                 }
                 let nudge = if narration == 1 {
@@ -1273,7 +1301,7 @@ impl Executor {
                     if let Some(ra) = e.retry_after {
                         delay = delay.max(ra.as_millis() as u64).min(max_delay);
                     }
-                    let _ = self.store.log(
+                    let _ = self.log(
                         "warn",
                         "executor",
                         "provider_error",
@@ -1444,6 +1472,7 @@ impl Executor {
             executor_managed: true,
             approval_meta: Some(&meta),
         })?;
+        self.task_event("task_create", &task_id, source);
         self.emit(
             kind::HIL_REQUESTED,
             source,

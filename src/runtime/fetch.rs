@@ -167,7 +167,7 @@ impl Executor {
                 req = Request::from_args(&merged);
             }
             Err(reason) => {
-                let _ = self.store.log("warn", "sys_fetch", "rejected", &reason);
+                let _ = self.log("warn", "sys_fetch", "rejected", &reason);
                 return error(format!("Rejected by fetch middleware: {reason}"));
             }
         }
@@ -176,7 +176,7 @@ impl Executor {
             Ok(v) => ToolOutput::json(&v),
             Err(e) => {
                 let (level, event) = if e.starts_with("Blocked") { ("warn", "blocked") } else { ("error", "error") };
-                let _ = self.store.log(level, "sys_fetch", event, &format!("{}: {e}", req.url));
+                let _ = self.log(level, "sys_fetch", event, &format!("{}: {e}", req.url));
                 error(e)
             }
         }
@@ -204,7 +204,7 @@ impl Executor {
         for r in refs {
             let (path, func) = crate::sandbox::prepare::split_target(&r);
             if need_auth && !self.file_authorized(path) {
-                let _ = self.store.log(
+                let _ = self.log(
                     "warn",
                     "middleware",
                     "skipped_unauthorized",

@@ -243,6 +243,28 @@ pub fn wake_text(events: &[TriggerEvent]) -> String {
                 s(&x["message"])
             )
         }
+        "task_create" | "task_complete" => {
+            let t = &d["task"];
+            let mut m = format!(
+                "{}\nTask ID: {}\nTool: {}\nStatus: {}",
+                if e.ty == "task_create" { "A task has been created." } else { "A task has completed." },
+                s(&t["id"]),
+                s(&t["tool"]),
+                s(&t["status"])
+            );
+            if let Some(r) = t["result"].as_str() {
+                m.push_str(&format!("\nResult: {r}"));
+            }
+            if let Some(r) = t["error"].as_str() {
+                m.push_str(&format!("\nError: {r}"));
+            }
+            if e.ty == "task_create"
+                && (t["requires_authorization"] == json!(true) || t["requires_authorization"] == json!(1))
+            {
+                m.push_str("\nRequires authorized code to resolve.");
+            }
+            m
+        }
         other => format!("A {other} event fired.\n{}", serde_json::to_string_pretty(d).unwrap_or_default()),
     }
 }
