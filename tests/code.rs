@@ -336,3 +336,73 @@ async fn fetch_middleware_rewrites_and_rejects() {
     assert!(!err && text.contains("fine"), "{text}");
     assert!(logs(&ex.store).iter().any(|l| l.starts_with("middleware/skipped_unauthorized")), "{:?}", logs(&ex.store));
 }
+
+#[tokio::test]
+async fn model_invoke_and_task_resolve_from_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = agent(dir.path(), &[]);
+    let task = s
+        .task_create(&adf::store::tasks::NewTask {
+            tool: "fs_write",
+            args: &json!({"mode": "write", "path": "approved.txt", "content": "yes"}),
+            status: "pending_approval",
+            origin: "lambda",
+            requires_authorization: true,
+            executor_managed: false,
+            approval_meta: None,
+        })
+        .unwrap();
+    file(
+        &mut s,
+        "lib/ops.js",
+        &format!(
+            "export async function main() {{ return adf.task_resolve({{task_id: '{task}', action: 'approve'}}); }}\n"
+        ),
+        true,
+    );
+    let src = format!(
+        "const said = await adf.model_invoke({{prompt: 'Say hi', system: 'Be brief'}});\n\
+         const refused = await adf.task_resolve({{task_id: '{task}', action: 'approve'}}).catch(e => e.code);\n\
+         const parked = await adf.task_resolve({{task_id: '{task}', action: 'pending_approval'}});\n\
+         const missing = await adf.task_resolve({{task_id: 'task_nope', action: 'deny'}}).catch(e => e.code);\n\
+         return {{said, refused, parked: parked.status, missing}};"
+    );
+    let provider = Arc::new(Scripted::new(vec![
+        Reply::Tools(vec![("sys_code".into(), json!({"code": src}))]),
+        Reply::Text("hi there".into()),
+        Reply::Tools(vec![("sys_lambda".into(), json!({"source": "lib/ops.js"}))]),
+        Reply::Text("done".into()),
+    ]));
+    struct Yes;
+    impl Owner for Yes {
+        fn approve<'a>(&'a self, _: &'a ApprovalRequest) -> BoxFuture<'a, Decision> {
+            Box::pin(async { Decision::Approve { always: false } })
+        }
+        fn answer<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Option<String>> {
+            Box::pin(async { None })
+        }
+    }
+    let mut ex = Executor::new(s, provider.clone(), Bus::new(), Arc::new(Yes)).unwrap();
+    ex.chat("go").await.unwrap();
+    let results: Vec<String> = ex
+        .store
+        .loop_rows(None)
+        .unwrap()
+        .iter()
+        .flat_map(|r| r.content.as_array().cloned().unwrap_or_default())
+        .filter(|b| b["type"] == "tool_result")
+        .map(|b| b["content"].as_str().unwrap_or("").to_string())
+        .collect();
+    let v: Value = serde_json::from_str(results[0].strip_prefix("Result: ").unwrap()).unwrap();
+    assert_eq!(
+        v,
+        json!({"said": "hi there", "refused": "REQUIRES_AUTHORIZED_CODE", "parked": "pending_approval", "missing": "NOT_FOUND"})
+    );
+    let req = &provider.requests()[1];
+    assert_eq!(req.system, "Be brief");
+    assert!(req.tools.is_empty());
+    // The authorized lambda (approved from the loop) may approve it: the tool runs.
+    assert!(results[1].contains("\"status\": \"completed\""), "{}", results[1]);
+    assert_eq!(ex.store.file_read_text("approved.txt").unwrap(), "yes");
+    assert_eq!(ex.store.task_get(&task).unwrap().unwrap().status, "completed");
+}

@@ -7,6 +7,7 @@
 //! The caller's authorization travels with each call (`CodeCx`), so two
 //! pieces of code never share privilege.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
@@ -442,7 +443,155 @@ impl Executor {
                 self.emit_owned(ty.to_string(), &cx.source, payload);
                 Ok(json!({"emitted": ty}))
             }
+            "model_invoke" => self.model_invoke(cx, &args).await,
+            "task_resolve" => self.task_resolve(cx, &args).await,
             _ => Err(err("NOT_CONFIGURED", format!("\"{method}\" is not available in this runtime yet"))),
+        }
+    }
+
+    /// `adf.model_invoke`: one model call without tools or streaming;
+    /// the text of the reply (runtime.md §7.3).
+    async fn model_invoke(&mut self, cx: &CodeCx, args: &Value) -> Result<Value, CallError> {
+        use crate::providers::{Message, ModelRequest, Role};
+        let cfg = self.store.config_value().map_err(|e| err("INTERNAL_ERROR", e.to_string()))?;
+        let blocks = |c: &Value| -> Result<Vec<Value>, CallError> {
+            match c {
+                Value::String(t) => Ok(vec![json!({"type": "text", "text": t})]),
+                Value::Array(a) => a
+                    .iter()
+                    .map(|b| match b["type"].as_str() {
+                        Some("text") => Ok(json!({"type": "text", "text": b["text"].as_str().unwrap_or("")})),
+                        other => {
+                            Err(err("INVALID_INPUT", format!("content blocks of type {other:?} are not supported")))
+                        }
+                    })
+                    .collect(),
+                _ => Err(err("INVALID_INPUT", "content must be a string or an array of blocks")),
+            }
+        };
+        let mut system: Vec<String> = args["system"].as_str().map(|s| vec![s.to_string()]).unwrap_or_default();
+        let mut messages = Vec::new();
+        if let Some(list) = args["messages"].as_array() {
+            for m in list {
+                match m["role"].as_str() {
+                    Some("system") if messages.is_empty() => {
+                        for b in blocks(&m["content"])? {
+                            system.push(b["text"].as_str().unwrap_or("").to_string());
+                        }
+                    }
+                    Some("system") => return Err(err("INVALID_INPUT", "system messages must come first")),
+                    Some(r @ ("user" | "assistant")) => messages.push(Message {
+                        role: if r == "user" { Role::User } else { Role::Assistant },
+                        content: blocks(&m["content"])?,
+                    }),
+                    other => return Err(err("INVALID_INPUT", format!("unknown role {other:?}"))),
+                }
+            }
+        } else if let Some(p) = args["prompt"].as_str() {
+            messages.push(Message { role: Role::User, content: blocks(&json!(p))? });
+        }
+        if messages.is_empty() {
+            return Err(err("INVALID_INPUT", "model_invoke needs messages or a prompt"));
+        }
+        let model =
+            args["model"].as_str().or(cfg.pointer("/model/model_id").and_then(Value::as_str)).unwrap_or("").to_string();
+        let req = ModelRequest {
+            model: model.clone(),
+            system: system.join("\n\n"),
+            messages: Arc::new(messages),
+            tools: Vec::new(),
+            max_tokens: args["max_tokens"].as_u64().unwrap_or(4096),
+            temperature: args["temperature"].as_f64().or(Some(0.7)),
+            effort: None,
+            reasoning_tokens: None,
+            trailing: None,
+        };
+        let started = std::time::Instant::now();
+        let provider = self.provider();
+        let result = match provider.stream(req).await {
+            Ok(st) => crate::providers::collect(st, provider.id(), |_| {}).await,
+            Err(e) => Err(e),
+        };
+        let ms = started.elapsed().as_millis() as u64;
+        match result {
+            Ok(r) => {
+                let payload = json!({"provider": provider.id(), "model": model, "input_tokens": r.usage.input,
+                    "output_tokens": r.usage.output, "duration_ms": ms, "stop_reason": r.stop_reason,
+                    "call_source": "model_invoke"});
+                self.emit(kind::LLM_COMPLETED, &cx.source, payload);
+                let _ = self.log(
+                    "info",
+                    "model_invoke",
+                    "llm_call",
+                    &format!("{model}: {} in, {} out, {ms} ms", r.usage.input, r.usage.output),
+                );
+                let text = r.text();
+                if text.trim().is_empty() {
+                    return Err(err("MODEL_REFUSED", "the model returned no text"));
+                }
+                Ok(Value::String(text))
+            }
+            Err(e) => {
+                self.emit(kind::LLM_FAILED, &cx.source, json!({"error": e.to_string(), "call_source": "model_invoke"}));
+                Err(err("MODEL_ERROR", format!("model_invoke failed: {e}")))
+            }
+        }
+    }
+
+    /// `adf.task_resolve` for tasks no turn waits on (runtime.md §7.3).
+    async fn task_resolve(&mut self, cx: &CodeCx, args: &Value) -> Result<Value, CallError> {
+        let id = args["task_id"].as_str().unwrap_or("");
+        let action = args["action"].as_str().unwrap_or("");
+        let task = self
+            .store
+            .task_get(id)
+            .map_err(|e| err("INTERNAL_ERROR", e.to_string()))?
+            .ok_or_else(|| err("NOT_FOUND", format!("Task \"{id}\" not found")))?;
+        if !matches!(task.status.as_str(), "pending" | "pending_approval") {
+            return Err(err("INVALID_STATE", format!("Task \"{id}\" is {}, not pending", task.status)));
+        }
+        if args["requires_authorization"] == json!(true) {
+            self.store.task_require_authorization(id).map_err(|e| err("INTERNAL_ERROR", e.to_string()))?;
+        }
+        let needs_auth = task.requires_authorization || args["requires_authorization"] == json!(true);
+        let io = |e: crate::store::StoreError| err("INTERNAL_ERROR", e.to_string());
+        match action {
+            "pending_approval" => {
+                self.store.task_set(id, "pending_approval", None, None).map_err(io)?;
+                Ok(json!({"task_id": id, "status": "pending_approval"}))
+            }
+            "approve" | "deny" if needs_auth && !cx.authorized => {
+                Err(err("REQUIRES_AUTHORIZED_CODE", format!("Task \"{id}\" requires authorized code to {action}")))
+            }
+            _ if task.executor_managed => Err(err(
+                "INVALID_STATE",
+                format!("Task \"{id}\" is waiting for the owner's answer in the agent's loop"),
+            )),
+            "deny" => {
+                let reason = args["reason"].as_str().unwrap_or("Denied");
+                self.store.task_set(id, "denied", None, Some(reason)).map_err(io)?;
+                self.task_event("task_complete", id, &cx.source);
+                Ok(json!({"task_id": id, "status": "denied", "reason": reason}))
+            }
+            "approve" => {
+                self.store.task_set(id, "running", None, None).map_err(io)?;
+                let input = args.get("modified_args").filter(|v| v.is_object()).cloned().unwrap_or(task.args.clone());
+                let runner = CodeCx { authorized: false, ..cx.clone() };
+                let out = Box::pin(self.code_tool(&runner, &task.tool, &input)).await;
+                let (status, res, error) = if out.is_error {
+                    ("failed", None, Some(out.content.as_str()))
+                } else {
+                    ("completed", Some(out.content.as_str()), None)
+                };
+                self.store.task_set(id, status, res, error).map_err(io)?;
+                self.task_event("task_complete", id, &cx.source);
+                let mut v = json!({"task_id": id, "status": status});
+                v[if out.is_error { "error" } else { "result" }] = json!(out.content);
+                Ok(v)
+            }
+            other => {
+                Err(err("INVALID_INPUT", format!("action must be approve, deny or pending_approval, not {other:?}")))
+            }
         }
     }
 

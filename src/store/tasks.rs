@@ -122,4 +122,13 @@ impl Store {
             Ok(n > 0)
         })
     }
+
+    /// Latch `requires_authorization` (never cleared).
+    pub fn task_require_authorization(&mut self, id: &str) -> Result<()> {
+        let file = self.path().to_path_buf();
+        self.write(|tx| {
+            tx.execute("UPDATE adf_tasks SET requires_authorization = 1 WHERE id = ?1", params![id]).at(&file)?;
+            Ok(())
+        })
+    }
 }
