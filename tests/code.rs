@@ -406,3 +406,46 @@ async fn model_invoke_and_task_resolve_from_code() {
     assert_eq!(ex.store.file_read_text("approved.txt").unwrap(), "yes");
     assert_eq!(ex.store.task_get(&task).unwrap().unwrap().status, "completed");
 }
+
+#[tokio::test]
+async fn a_protection_denial_from_code_asks_the_owner() {
+    struct Says(Decision);
+    impl Owner for Says {
+        fn approve<'a>(&'a self, req: &'a ApprovalRequest) -> BoxFuture<'a, Decision> {
+            assert_eq!(req.reason, "protection");
+            let d = self.0.clone();
+            Box::pin(async move { d })
+        }
+        fn answer<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Option<String>> {
+            Box::pin(async { None })
+        }
+    }
+    let src = "return await adf.fs_delete({path: 'README.md'}).then(() => 'deleted', e => e.code + ' ' + e.message)";
+    let dir = tempfile::tempdir().unwrap();
+    let on = [("tools.fs_delete.enabled", json!(true))];
+    let (text, _, ex) = call_with(
+        agent(dir.path(), &on),
+        Arc::new(Says(Decision::Deny { feedback: Some("keep it".into()) })),
+        "sys_code",
+        json!({"code": src}),
+    )
+    .await;
+    assert_eq!(
+        text,
+        "Result: PROTECTION_DENIED \"fs_delete\" was blocked (file_protection: \"README.md\" is no_delete) and the authorizer rejected the override. Feedback: keep it"
+    );
+    assert!(ex.store.file_stat("README.md").unwrap().is_some());
+    let (text, _, ex) = call(ex.store_into(), "sys_code", json!({"code": src})).await;
+    assert!(text.starts_with("Result: PROTECTION_DENIED"), "nobody to ask: {text}");
+    let (text, _, ex) = call_with(
+        ex.store_into(),
+        Arc::new(Says(Decision::Approve { always: false })),
+        "sys_code",
+        json!({"code": src}),
+    )
+    .await;
+    assert_eq!(text, "Result: deleted");
+    assert!(ex.store.file_stat("README.md").unwrap().is_none());
+    let done = ex.store.task_list(Some("completed")).unwrap();
+    assert!(done.iter().any(|t| t.tool == "fs_delete" && t.origin.as_deref().is_some_and(|o| o.starts_with("hil:fs_delete:code_"))));
+}

@@ -65,6 +65,7 @@ async fn p29_lanes_run_one_or_four_hold_64_and_drop_the_rest() {
         index: 0,
         system: true,
         lambda: Some("slow.js".into()),
+        command: None,
         warm: false,
         timing: Timing::Now,
         event: TriggerEvent { ty: "tool_call", source: "agent:t".into(), data: json!({}) },
@@ -77,6 +78,32 @@ async fn p29_lanes_run_one_or_four_hold_64_and_drop_the_rest() {
     assert_eq!(d.lane("on_task_create:slow.js"), (4, 64), "work-shaped: four at a time");
     let dropped = kinds(&bus).iter().filter(|(k, p)| k == "trigger.dropped" && p["reason"] == "lane_full").count();
     assert_eq!(dropped, 5 + 2);
+    // A timer fire dropped from a full lane is rewound, not lost.
+    let now = adf::store::now_ms();
+    let id = s
+        .timer_insert(&adf::store::timers::NewTimer {
+            schedule: &adf::store::timers::Schedule::Once { at: now },
+            next_wake_at: now,
+            payload: None,
+            scope: Some(&["system"]),
+            lambda: Some("slow.js"),
+            warm: false,
+            locked: false,
+        })
+        .unwrap();
+    assert_eq!(s.timers_settle_due(now).unwrap().len(), 1);
+    assert!(s.timer_list(true).unwrap().iter().any(|t| t.id == id && t.expired));
+    for _ in 0..69 {
+        d.submit_job(adf::runtime::code::SystemJob {
+            trigger: "on_timer",
+            lambda: "slow.js".into(),
+            event: json!({"type": "timer", "data": {"timer": {"id": id}}}),
+            warm: false,
+            source: "system:timer".into(),
+        });
+    }
+    let t = s.timer_list(true).unwrap().into_iter().find(|t| t.id == id).unwrap();
+    assert!(!t.expired && t.run_count == 0, "rewound: {t:?}");
     // The lanes drain.
     drop(s);
     d.shutdown();

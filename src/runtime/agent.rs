@@ -229,6 +229,7 @@ pub fn spawn_with(
                                 if s == "off" {
                                     break;
                                 }
+                                drop_backlog(&mut ex, &mut timer_wakes);
                                 continue;
                             }
                             Some(AgentCommand::Approve { task_id, always }) => {
@@ -347,6 +348,7 @@ pub fn spawn_with(
                     }
                 }
             }
+            drop_backlog(&mut ex, &mut timer_wakes);
             if stop {
                 break;
             }
@@ -357,6 +359,21 @@ pub fn spawn_with(
         ex
     });
     (handle, task)
+}
+
+/// Entering `hibernate` (or `off`, `suspended`) drops the queued
+/// agent-scope wakes (runtime.md §1.2).
+fn drop_backlog(ex: &mut Executor, queue: &mut std::collections::VecDeque<(String, String)>) {
+    if queue.is_empty() || !matches!(ex.state.as_str(), "hibernate" | "off" | "suspended") {
+        return;
+    }
+    let n = queue.len();
+    queue.clear();
+    ex.emit(
+        crate::protocol::kind::TRIGGER_DROPPED,
+        "system:runtime",
+        serde_json::json!({"reason": "hibernate", "dropped": n}),
+    );
 }
 
 /// The owner's chat as an event for `on_chat` system targets.

@@ -57,6 +57,9 @@ const CODE_ONLY: &[&str] = &[
     "attestation_issue",
 ];
 
+/// How long unauthorized code waits for the owner on a protection denial.
+pub const PROTECTION_WAIT: Duration = Duration::from_secs(20 * 60);
+
 /// Tools that run code (and so are async in the executor).
 pub const CODE_TOOLS: &[&str] = &["sys_code", "sys_lambda", "sys_fetch"];
 
@@ -364,21 +367,76 @@ impl Executor {
             self.async_calls.push((task_id.clone(), method.to_string(), args.clone(), cx.clone()));
             return Ok(json!({"task_id": task_id, "status": "running", "tool": method}));
         }
-        let out = self.code_tool(cx, method, args).await;
+        let mut out = self.code_tool(cx, method, args, false).await;
+        if let Some(d) = out.denial.clone().filter(|_| out.is_error && !cx.authorized) {
+            out = self.protection_approval(cx, method, args, d).await?;
+        }
         if out.is_error {
-            if let Some(d) = &out.denial {
-                return Err(err(
-                    "PROTECTION_DENIED",
-                    format!("\"{method}\" was blocked ({}: \"{}\" is {}).", d.kind, d.target, d.level),
-                ));
-            }
             return Err(err("TOOL_ERROR", out.content));
         }
         Ok(Value::String(out.content))
     }
 
+    /// A protection denial met by unauthorized code: ask the owner (20
+    /// minutes, then denied); approved, the call runs once with the
+    /// override (runtime.md §7.3 step 13).
+    async fn protection_approval(
+        &mut self,
+        cx: &CodeCx,
+        method: &str,
+        args: &Value,
+        d: crate::store::Denial,
+    ) -> Result<ToolOutput, CallError> {
+        let blocked = |feedback: Option<String>| {
+            let mut m = format!(
+                "\"{method}\" was blocked ({}: \"{}\" is {}) and the authorizer rejected the override.",
+                d.kind, d.target, d.level
+            );
+            if let Some(f) = feedback.filter(|f| !f.is_empty()) {
+                m.push_str(&format!(" Feedback: {f}"));
+            }
+            err("PROTECTION_DENIED", m)
+        };
+        let call_id = format!("code_{}", crate::store::create::nanoid(8));
+        let ask = self.request_approval(method, &call_id, args, "protection", Some(d.clone()), None, &cx.source);
+        let (task_id, decision) = match tokio::time::timeout(PROTECTION_WAIT, ask).await {
+            Ok(r) => r.map_err(|e| err("INTERNAL_ERROR", e.to_string()))?,
+            Err(_) => {
+                let origin = format!("hil:{method}:{call_id}");
+                if let Ok(tasks) = self.store.task_list(Some("pending_approval"))
+                    && let Some(t) = tasks.iter().find(|t| t.origin.as_deref() == Some(origin.as_str()))
+                {
+                    let _ = self.store.task_set(&t.id, "denied", None, Some("Timed out"));
+                    self.emit(
+                        kind::HIL_RESOLVED,
+                        &cx.source,
+                        json!({"request_id": t.id, "task_id": t.id, "approved": false, "timed_out": true}),
+                    );
+                }
+                return Err(blocked(Some("no answer within 20 minutes".into())));
+            }
+        };
+        match decision {
+            crate::runtime::executor::Decision::Approve { .. } => {
+                let out = self.code_tool(cx, method, args, true).await;
+                let (status, res, error) = if out.is_error {
+                    ("failed", None, Some(out.content.as_str()))
+                } else {
+                    ("completed", Some("approved"), None)
+                };
+                let _ = self.store.task_set(&task_id, status, res, error);
+                Ok(out)
+            }
+            crate::runtime::executor::Decision::Deny { feedback } => Err(blocked(feedback)),
+            crate::runtime::executor::Decision::Defer => {
+                let _ = self.store.task_set(&task_id, "denied", None, Some("No one could approve"));
+                Err(blocked(Some("no one could approve it now".into())))
+            }
+        }
+    }
+
     /// A declared tool run for code: code tools nest, others run on the file.
-    async fn code_tool(&mut self, cx: &CodeCx, method: &str, args: &Value) -> ToolOutput {
+    async fn code_tool(&mut self, cx: &CodeCx, method: &str, args: &Value, override_approved: bool) -> ToolOutput {
         if CODE_TOOLS.contains(&method)
             && let Some(bad) = invalid_input(method, args)
         {
@@ -397,7 +455,7 @@ impl Executor {
                 let mut events: Vec<(&'static str, Value)> = Vec::new();
                 let out = {
                     let mut emit = |k: &'static str, v: Value| events.push((k, v));
-                    let caller = Caller::Agent { authorized: cx.authorized, override_approved: false };
+                    let caller = Caller::Agent { authorized: cx.authorized, override_approved };
                     let mut ctx = Ctx { store: &mut self.store, caller, from_code: true, full, emit: &mut emit };
                     tools::execute_guarded(&mut ctx, method, args)
                 };
@@ -577,7 +635,7 @@ impl Executor {
                 self.store.task_set(id, "running", None, None).map_err(io)?;
                 let input = args.get("modified_args").filter(|v| v.is_object()).cloned().unwrap_or(task.args.clone());
                 let runner = CodeCx { authorized: false, ..cx.clone() };
-                let out = Box::pin(self.code_tool(&runner, &task.tool, &input)).await;
+                let out = Box::pin(self.code_tool(&runner, &task.tool, &input, false)).await;
                 let (status, res, error) = if out.is_error {
                     ("failed", None, Some(out.content.as_str()))
                 } else {
@@ -631,7 +689,7 @@ impl Executor {
         while !self.async_calls.is_empty() {
             let calls = std::mem::take(&mut self.async_calls);
             for (task_id, method, args, cx) in calls {
-                let out = Box::pin(self.code_tool(&cx, &method, &args)).await;
+                let out = Box::pin(self.code_tool(&cx, &method, &args, false)).await;
                 let (status, res, error) = if out.is_error {
                     ("failed", None, Some(out.content.as_str()))
                 } else {

@@ -1441,7 +1441,7 @@ impl Executor {
     /// origin `hil:<tool>:<call id>`), `hil.requested`, the owner's answer,
     /// `hil.resolved`, and a denial recorded on the task.
     #[allow(clippy::too_many_arguments)]
-    async fn request_approval(
+    pub(crate) async fn request_approval(
         &mut self,
         name: &str,
         id: &str,

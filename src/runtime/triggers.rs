@@ -64,6 +64,7 @@ pub struct Dispatch {
     pub system: bool,
     /// System scope: `lambda` (path[:fn]) or `command`.
     pub lambda: Option<String>,
+    pub command: Option<String>,
     pub warm: bool,
     pub timing: Timing,
     pub event: TriggerEvent,
@@ -171,7 +172,8 @@ pub fn evaluate(cfg: &Value, state: &str, ev: &TriggerEvent) -> Vec<Dispatch> {
             continue;
         }
         let lambda = target["lambda"].as_str().map(str::to_string);
-        if system && lambda.is_none() {
+        let command = target["command"].as_str().map(str::to_string);
+        if system && lambda.is_none() && command.is_none() {
             continue;
         }
         let ms = |k: &str| target[k].as_u64().filter(|m| *m > 0);
@@ -189,6 +191,7 @@ pub fn evaluate(cfg: &Value, state: &str, ev: &TriggerEvent) -> Vec<Dispatch> {
             index,
             system,
             lambda,
+            command,
             warm: target["warm"] == Value::Bool(true),
             timing,
             event: ev.clone(),
@@ -453,7 +456,19 @@ impl Dispatcher {
             (self.wake)(wake_text(&events), ty.to_string());
             return;
         }
-        let Some(lambda) = d.lambda.clone() else { return };
+        let lambda = match (&d.lambda, &d.command) {
+            (Some(l), _) if !l.ends_with(".sh") => l.clone(),
+            (l, c) => {
+                // Shell targets run in adf_shell, which this runtime does
+                // not have yet: say so rather than skip silently.
+                let what = c.clone().or_else(|| l.clone()).unwrap_or_default();
+                self.note(
+                    kind::TRIGGER_DROPPED,
+                    json!({"trigger_type": d.trigger, "reason": "shell_unavailable", "command": what}),
+                );
+                return;
+            }
+        };
         let event = if events.len() == 1 {
             events[0].envelope()
         } else {
@@ -472,6 +487,13 @@ impl Dispatcher {
     /// A timer's own lambda (timers carry their execution config).
     pub fn submit_job(&self, job: super::code::SystemJob) {
         if self.closed.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        if job.lambda.ends_with(".sh") {
+            self.note(
+                kind::TRIGGER_DROPPED,
+                json!({"trigger_type": job.trigger, "reason": "shell_unavailable", "command": job.lambda}),
+            );
             return;
         }
         self.enqueue(Job {
@@ -513,6 +535,13 @@ impl Dispatcher {
                     "dispatch_dropped",
                     &format!("{}: the lane is full ({LANE_QUEUE} waiting); dispatch dropped", job.lane),
                 );
+                // A dropped timer fire is not lost: an exhausted timer is
+                // due again on the next tick.
+                if let Some(id) =
+                    job.event.pointer("/data/timer/id").and_then(Value::as_i64).filter(|_| job.trigger == "on_timer")
+                {
+                    let _ = ex.store.timer_rewind(id, crate::store::now_ms());
+                }
                 self.give_back(ex);
             }
         }

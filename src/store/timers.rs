@@ -192,6 +192,22 @@ impl Store {
     /// Settle every due timer before anything runs for it (so a crash
     /// never fires one twice): expired ones are kept as history, recurring
     /// ones move to their next wake. Returns what fired.
+    /// Undo the settling of an exhausted timer whose dispatch was dropped
+    /// (a full lane): it is due again at `at`. Recurring timers fire at
+    /// their next wake anyway and are left alone.
+    pub fn timer_rewind(&mut self, id: i64, at: i64) -> Result<bool> {
+        let file = self.path().to_path_buf();
+        self.write(|tx| {
+            let n = tx
+                .execute(
+                    "UPDATE adf_timers SET expired = 0, next_wake_at = ?2, run_count = MAX(run_count - 1, 0) WHERE id = ?1 AND expired = 1",
+                    params![id, at],
+                )
+                .at(&file)?;
+            Ok(n > 0)
+        })
+    }
+
     pub fn timers_settle_due(&mut self, now: i64) -> Result<Vec<Fired>> {
         let due: Vec<TimerRow> =
             self.timer_list(false)?.into_iter().filter(|t| t.next_wake_at <= now && !t.expired).collect();
