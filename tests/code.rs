@@ -449,3 +449,58 @@ async fn a_protection_denial_from_code_asks_the_owner() {
     let done = ex.store.task_list(Some("completed")).unwrap();
     assert!(done.iter().any(|t| t.tool == "fs_delete" && t.origin.as_deref().is_some_and(|o| o.starts_with("hil:fs_delete:code_"))));
 }
+
+#[tokio::test]
+async fn allow_local_fetch_is_the_owners_even_for_authorized_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = agent(dir.path(), &[]);
+    file(
+        &mut s,
+        "lib/open.js",
+        "export async function main() { return adf.sys_update_config({path: 'security.allow_local_fetch', value: true}).catch(e => e.code + ' ' + e.message); }\n",
+        true,
+    );
+    let provider = Arc::new(Scripted::new(vec![
+        Reply::Tools(vec![("sys_lambda".into(), json!({"source": "lib/open.js"}))]),
+        Reply::Text("done".into()),
+    ]));
+    struct Yes;
+    impl Owner for Yes {
+        fn approve<'a>(&'a self, req: &'a ApprovalRequest) -> BoxFuture<'a, Decision> {
+            assert_eq!(req.reason, "restricted", "only the authorized lambda is approved, never the lock");
+            Box::pin(async { Decision::Approve { always: false } })
+        }
+        fn answer<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Option<String>> {
+            Box::pin(async { None })
+        }
+    }
+    let mut ex = Executor::new(s, provider, Bus::new(), Arc::new(Yes)).unwrap();
+    ex.chat("go").await.unwrap();
+    assert_ne!(ex.store.config_value().unwrap()["security"]["allow_local_fetch"], json!(true));
+    // The owner sets it.
+    ex.store.config_set(Caller::Owner, "security.allow_local_fetch", json!(true)).unwrap();
+    assert_eq!(ex.store.config_value().unwrap()["security"]["allow_local_fetch"], json!(true));
+}
+
+#[tokio::test]
+async fn sys_code_keeps_state_only_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let provider = Arc::new(Scripted::new(vec![
+        Reply::Tools(vec![("sys_code".into(), json!({"code": "var kept = 41; globalThis.kept2 = 1;"}))]),
+        Reply::Tools(vec![("sys_code".into(), json!({"code": "kept + kept2", "clear_state": false}))]),
+        Reply::Tools(vec![("sys_code".into(), json!({"code": "typeof kept"}))]),
+        Reply::Text("done".into()),
+    ]));
+    let mut ex = Executor::new(agent(dir.path(), &[]), provider, Bus::new(), Arc::new(Absent)).unwrap();
+    ex.chat("go").await.unwrap();
+    let results: Vec<String> = ex
+        .store
+        .loop_rows(None)
+        .unwrap()
+        .iter()
+        .flat_map(|r| r.content.as_array().cloned().unwrap_or_default())
+        .filter(|b| b["type"] == "tool_result")
+        .map(|b| b["content"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(results[1..], ["Result: 42".to_string(), "Result: undefined".to_string()]);
+}

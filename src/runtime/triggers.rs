@@ -603,6 +603,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn p29_lane_families() {
+        for t in ["on_llm_call", "on_tool_call", "on_logs", "on_file_change"] {
+            assert_eq!(lane_family(t), (1, Some(30_000)), "{t}");
+        }
+        for t in ["on_timer", "on_startup", "on_inbox", "on_outbox", "on_task_create", "on_task_complete", "on_chat"] {
+            assert_eq!(lane_family(t), (4, None), "{t}");
+        }
+        assert_eq!(LANE_QUEUE, 64);
+    }
+
+    #[test]
     fn globs_are_anchored_with_literal_dots() {
         assert!(glob("README.*", "README.md"));
         assert!(!glob("README.*", "xREADME.md"));

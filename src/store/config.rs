@@ -854,7 +854,12 @@ impl Store {
         {
             match refusal {
                 ConfigRefusal::Hard(msg) => return Err(StoreError::Invalid(msg)),
-                ConfigRefusal::Lock(d) if !caller.bypasses() => return Err(StoreError::Denied(d)),
+                // Config locks (allow_local_fetch, stream_bind) are the
+                // owner's: only the owner's approved override passes, not
+                // authorized code on its own.
+                ConfigRefusal::Lock(d) if !matches!(caller, Caller::Agent { override_approved: true, .. }) => {
+                    return Err(StoreError::Denied(d));
+                }
                 ConfigRefusal::Lock(_) => {}
             }
         }

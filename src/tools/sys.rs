@@ -4,9 +4,9 @@
 use serde_json::{Value, json};
 
 use super::{Ctx, ToolOutput};
-use crate::store::StoreError;
 use crate::store::config::{self, ConfigRefusal, TOP_LEVEL, get_path, set_path};
 use crate::store::meta::{MetaProtection, render_number};
+use crate::store::{Caller, StoreError};
 
 const HINT: &str = " Use sys_get_config to see the current configuration.";
 
@@ -290,7 +290,9 @@ pub fn update_config(ctx: &mut Ctx<'_>, input: &Value) -> ToolOutput {
     match config::agent_write_policy(&before, path) {
         Ok(()) => {}
         Err(ConfigRefusal::Hard(msg)) => return ToolOutput::err(msg),
-        Err(ConfigRefusal::Lock(d)) if !ctx.caller.bypasses() => {
+        // Config locks yield only to the owner's approved override, never
+        // to authorized code on its own.
+        Err(ConfigRefusal::Lock(d)) if !matches!(ctx.caller, Caller::Agent { override_approved: true, .. }) => {
             return ToolOutput {
                 content: d.description.clone(),
                 is_error: true,
