@@ -91,11 +91,13 @@ pub fn worker_exe() -> PathBuf {
     exe.parent().and_then(|d| d.parent()).map(|d| d.join(&name)).filter(|p| p.exists()).unwrap_or(exe)
 }
 
-/// One worker process. Its pipes are served by two plain threads, so a
-/// worker does not belong to any one tokio runtime (tests run many).
+/// One worker process. Its output is read by a plain thread, so a worker
+/// does not belong to any one tokio runtime (tests run many).
 pub struct Worker {
     child: Arc<Mutex<std::process::Child>>,
-    to: std::sync::mpsc::Sender<Vec<u8>>,
+    /// Written directly: the worker reads whenever it waits on us (a run
+    /// request, a call's reply), so a write never waits long.
+    to: std::process::ChildStdin,
     from: mpsc::UnboundedReceiver<Result<FromWorker, String>>,
     next: u64,
     idle_since: Instant,
@@ -123,18 +125,10 @@ impl Worker {
             .stderr(Stdio::null())
             .spawn()
             .map_err(spawn_err)?;
-        let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        let (Some(to), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             return Err(SandboxError::Crashed("no pipes to the worker".into()));
         };
         let child = Arc::new(Mutex::new(child));
-        let (to, rx) = std::sync::mpsc::channel::<Vec<u8>>();
-        std::thread::spawn(move || {
-            while let Ok(line) = rx.recv() {
-                if stdin.write_all(&line).and_then(|()| stdin.flush()).is_err() {
-                    break;
-                }
-            }
-        });
         let (tx, from) = mpsc::unbounded_channel();
         let reaper = child.clone();
         std::thread::spawn(move || {
@@ -168,7 +162,7 @@ impl Worker {
     fn send(&mut self, msg: &ToWorker) -> Result<(), SandboxError> {
         let mut line = serde_json::to_vec(msg).map_err(|e| SandboxError::Crashed(e.to_string()))?;
         line.push(b'\n');
-        self.to.send(line).map_err(|_| SandboxError::Crashed("the worker closed its input".into()))
+        self.to.write_all(&line).map_err(|_| SandboxError::Crashed("the worker closed its input".into()))
     }
 
     /// Run one request to completion, serving calls through `host`, within
