@@ -379,3 +379,44 @@ async fn attach_to_a_daemon_detach_and_reattach() {
     result.unwrap();
     assert!(alive, "quitting attached apps leaves the daemon running");
 }
+
+/// A system timer whose lambda fails, in the real app: the agent is
+/// marked in the tree and its chat says what failed, with no model call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_timer_lambda_shows_on_the_agent() {
+    let dir = tmp();
+    let home = home_with_agent(dir.path());
+    let file = home.join("data/agents/a.adf");
+    {
+        let mut s = adf::store::Store::open(&file).unwrap();
+        s.file_write(
+            adf::store::Caller::Owner,
+            "lib/nightly.js",
+            b"export function main(event) { throw new Error('the report table is missing'); }\n",
+            &adf::store::files::WriteOptions::default(),
+        )
+        .unwrap();
+        let now = adf::store::now_ms();
+        s.timer_insert(&adf::store::timers::NewTimer {
+            schedule: &adf::store::timers::Schedule::Interval {
+                every_ms: 60_000,
+                start_at: None,
+                end_at: None,
+                max_runs: None,
+            },
+            next_wake_at: now,
+            payload: None,
+            scope: Some(&["system"]),
+            lambda: Some("lib/nightly.js"),
+            warm: false,
+            locked: false,
+        })
+        .unwrap();
+    }
+    let fake = FakeProvider::start(vec![]).await;
+    let tui = Tui::start(&home, &fake.base_url, None, 100, 30);
+    let screen = tui.wait_for("lambda lib/nightly.js:main failed: Error: the report table");
+    assert!(screen.contains("⚠λ"), "the tree marks the agent:\n{screen}");
+    assert!(fake.requests().is_empty(), "no model call");
+    tui.quit();
+}
