@@ -258,3 +258,30 @@ async fn logs_and_tasks_fire_their_triggers() {
     assert!(tasks.contains("task_create fs_write running\n"), "{tasks}");
     assert!(tasks.contains("task_complete fs_write completed\n"), "{tasks}");
 }
+
+/// A sibling connection writes beside the agent's own, reserves event
+/// numbers without overlap, and never marks the file cleanly closed.
+#[test]
+fn siblings_share_the_file_but_not_its_clean_close() {
+    let dir = tmp();
+    let mut s = agent(dir.path());
+    let path = s.path().to_path_buf();
+    write(&mut s, "a.txt", "main");
+    let mut sib = Store::sibling(&path).unwrap();
+    let a = s.meta_reserve("seq_test", 1000, 0).unwrap();
+    let b = sib.meta_reserve("seq_test", 1000, 0).unwrap();
+    let c = s.meta_reserve("seq_test", 1000, 0).unwrap();
+    assert_eq!((a, b, c), (1, 1001, 2001));
+    sib.file_write(Caller::Owner, "b.txt", b"sibling", &WriteOptions::default()).unwrap();
+    // The main connection sees the sibling's config change at once.
+    sib.config_set(Caller::Owner, "description", json!("set by the sibling")).unwrap();
+    assert_eq!(s.config_value().unwrap()["description"], json!("set by the sibling"));
+    drop(sib);
+    let marker = |s: &Store| s.meta_get("adf_clean_close").unwrap().is_some();
+    assert!(!marker(&s), "a sibling's close is not the file's");
+    assert_eq!(s.file_read_text("b.txt").unwrap(), "sibling");
+    drop(s);
+    let s = Store::open(&path).unwrap();
+    assert_eq!(s.file_read_text("b.txt").unwrap(), "sibling", "the sibling's writes are in the file");
+    assert!(Store::sibling(&dir.path().join("nope.adf")).is_err(), "only files open here");
+}

@@ -356,16 +356,10 @@ impl Executor {
 
     fn publish_only(&mut self, mut e: Envelope) {
         if self.seq_next >= self.seq_limit {
-            let start = self
-                .store
-                .meta_get(SEQ_KEY)
-                .ok()
-                .flatten()
-                .and_then(|m| m.value.parse::<u64>().ok())
-                .unwrap_or(1)
-                .max(self.seq_next);
+            // Blocks are reserved atomically: runner executors on sibling
+            // connections number the same agent's events.
+            let start = self.store.meta_reserve(SEQ_KEY, SEQ_BLOCK, self.seq_next).unwrap_or(self.seq_next.max(1));
             self.seq_limit = start + SEQ_BLOCK;
-            let _ = self.store.set_system_meta(SEQ_KEY, &self.seq_limit.to_string(), MetaProtection::None);
             self.seq_next = start;
         }
         e.seq = self.seq_next;

@@ -276,6 +276,20 @@ impl Store {
 
     /// Runtime-only upsert of a system key (plain upsert: protection only on
     /// first insert).
+    /// Reserve `n` numbers from the counter kept in meta `key` (at least
+    /// `floor`), atomically across this file's connections: returns the
+    /// first; the key then holds the first number not reserved.
+    pub fn meta_reserve(&mut self, key: &str, n: u64, floor: u64) -> Result<u64> {
+        let file = self.path().to_path_buf();
+        self.write(|tx| {
+            let cur: Option<String> =
+                tx.query_row("SELECT value FROM adf_meta WHERE key = ?1", [key], |r| r.get(0)).optional().at(&file)?;
+            let start = cur.and_then(|v| v.parse::<u64>().ok()).unwrap_or(1).max(floor);
+            Self::meta_put_system(tx, key, &(start + n).to_string(), MetaProtection::None).at(&file)?;
+            Ok(start)
+        })
+    }
+
     pub(crate) fn meta_put_system(
         conn: &rusqlite::Connection,
         key: &str,

@@ -544,7 +544,9 @@ impl Store {
         }
         self.closed = true;
         let Some(conn) = self.conn.take() else { return Ok(()) };
-        if self.marker_taken {
+        // Only the connection holding the writer lock says the file was
+        // closed cleanly; a sibling closes while its first is still open.
+        if self.marker_taken && self.lock.is_some() {
             conn.execute(
                 "INSERT INTO adf_meta(key, value, protection) VALUES ('adf_clean_close', ?1, 'readonly')
                      ON CONFLICT(key) DO UPDATE SET value = excluded.value",
