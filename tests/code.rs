@@ -32,6 +32,18 @@ fn file(s: &mut Store, path: &str, text: &str, authorized: bool) {
     }
 }
 
+/// An owner who approves everything.
+struct Yes;
+
+impl Owner for Yes {
+    fn approve<'a>(&'a self, _: &'a ApprovalRequest) -> BoxFuture<'a, Decision> {
+        Box::pin(async { Decision::Approve { always: false } })
+    }
+    fn answer<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Option<String>> {
+        Box::pin(async { None })
+    }
+}
+
 /// `origin/event message` of every log row.
 fn logs(s: &Store) -> Vec<String> {
     let (_, rows) = s.owner_query("SELECT origin || '/' || event || ' ' || message AS l FROM adf_logs").unwrap();
@@ -144,15 +156,6 @@ async fn p35_authorization_follows_the_file_and_never_reaches_inline_code() {
 
     // From the loop an authorized target needs approval; approved, it runs
     // authorized, and its inline code is still refused.
-    struct Yes;
-    impl Owner for Yes {
-        fn approve<'a>(&'a self, _: &'a ApprovalRequest) -> BoxFuture<'a, Decision> {
-            Box::pin(async { Decision::Approve { always: false } })
-        }
-        fn answer<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Option<String>> {
-            Box::pin(async { None })
-        }
-    }
     let (text, err, ex) = call_with(
         ex.store_into(),
         Arc::new(Yes),
@@ -373,15 +376,6 @@ async fn model_invoke_and_task_resolve_from_code() {
         Reply::Tools(vec![("sys_lambda".into(), json!({"source": "lib/ops.js"}))]),
         Reply::Text("done".into()),
     ]));
-    struct Yes;
-    impl Owner for Yes {
-        fn approve<'a>(&'a self, _: &'a ApprovalRequest) -> BoxFuture<'a, Decision> {
-            Box::pin(async { Decision::Approve { always: false } })
-        }
-        fn answer<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Option<String>> {
-            Box::pin(async { None })
-        }
-    }
     let mut ex = Executor::new(s, provider.clone(), Bus::new(), Arc::new(Yes)).unwrap();
     ex.chat("go").await.unwrap();
     let results: Vec<String> = ex
@@ -503,4 +497,36 @@ async fn sys_code_keeps_state_only_when_asked() {
         .map(|b| b["content"].as_str().unwrap_or("").to_string())
         .collect();
     assert_eq!(results[1..], ["Result: 42".to_string(), "Result: undefined".to_string()]);
+}
+
+#[tokio::test]
+async fn authorized_code_sets_protection_and_authorizes_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = agent(dir.path(), &[]);
+    s.meta_set(Caller::Owner, "budget", "10", None).unwrap();
+    file(&mut s, "notes.md", "n", false);
+    file(&mut s, "lib/helper.js", "export function main() { return 1; }\n", false);
+    file(
+        &mut s,
+        "lib/admin.js",
+        "export async function main() {\n\
+           await adf.set_file_protection({path: 'notes.md', protection: 'read_only'});\n\
+           await adf.set_meta_protection({key: 'budget', protection: 'increment'});\n\
+           await adf.authorize_file({path: 'lib/helper.js'});\n\
+           return [await adf.set_meta_protection({key: 'nope', protection: 'readonly'}).catch(e => e.code),\n\
+                   await adf.authorize_file({path: 'missing.js'}).catch(e => e.code)];\n\
+         }\n",
+        true,
+    );
+    let src = "return [await adf.set_file_protection({path: 'notes.md', protection: 'none'}).catch(e => e.code)]";
+    let (text, _, ex) = code(s, src).await;
+    assert_eq!(text, "Result: [\n  \"REQUIRES_AUTHORIZED_CODE\"\n]");
+    let (text, err, ex) =
+        call_with(ex.store_into(), Arc::new(Yes), "sys_lambda", json!({"source": "lib/admin.js"})).await;
+    assert!(!err, "{text}");
+    assert_eq!(text, "[\n  \"NOT_FOUND\",\n  \"NOT_FOUND\"\n]");
+    let f = ex.store.file_stat("notes.md").unwrap().unwrap();
+    assert_eq!(f.protection, adf::store::files::Protection::ReadOnly);
+    assert_eq!(ex.store.meta_get("budget").unwrap().unwrap().protection.as_str(), "increment");
+    assert!(ex.store.file_stat("lib/helper.js").unwrap().unwrap().authorized);
 }

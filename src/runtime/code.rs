@@ -315,8 +315,34 @@ impl Executor {
             }
             "authorize_file" => {
                 let path = obj.get("path").and_then(Value::as_str).unwrap_or("").to_string();
+                if self.store.file_stat(&path).ok().flatten().is_none() {
+                    return Err(err("NOT_FOUND", format!("File \"{path}\" not found")));
+                }
                 self.store.file_set_authorized(&path, true).map_err(|e| err("TOOL_ERROR", e.to_string()))?;
                 return Ok(json!({"path": path, "authorized": true}));
+            }
+            "set_file_protection" => {
+                let path = obj.get("path").and_then(Value::as_str).unwrap_or("").to_string();
+                let level = obj.get("protection").and_then(Value::as_str).unwrap_or("");
+                let level =
+                    crate::store::files::Protection::parse(level).map_err(|e| err("INVALID_INPUT", e.to_string()))?;
+                let caller = Caller::Agent { authorized: true, override_approved: false };
+                self.store.file_set_protection(caller, &path, level).map_err(|e| err("TOOL_ERROR", e.to_string()))?;
+                return Ok(json!({"path": path, "protection": level}));
+            }
+            "set_meta_protection" => {
+                let key = obj.get("key").and_then(Value::as_str).unwrap_or("").to_string();
+                let level = obj.get("protection").and_then(Value::as_str).unwrap_or("");
+                let level = crate::store::meta::MetaProtection::parse(level)
+                    .map_err(|e| err("INVALID_INPUT", e.to_string()))?;
+                let Some(entry) = self.store.meta_get(&key).map_err(|e| err("INTERNAL_ERROR", e.to_string()))? else {
+                    return Err(err("NOT_FOUND", format!("Meta key \"{key}\" not found")));
+                };
+                let caller = Caller::Agent { authorized: true, override_approved: false };
+                self.store
+                    .meta_set(caller, &key, &entry.value, Some(level))
+                    .map_err(|e| err("TOOL_ERROR", e.to_string()))?;
+                return Ok(json!({"key": key, "protection": level.as_str()}));
             }
             _ => {}
         }

@@ -244,8 +244,8 @@ impl Executor {
     /// targets to the caller (a chat already wakes the agent).
     pub fn trigger(&mut self, ev: super::triggers::TriggerEvent, system_only: bool) {
         let Some(d) = self.dispatcher.clone() else { return };
-        let Ok(cfg) = self.store.config_value() else { return };
-        for dispatch in super::triggers::evaluate(&cfg, &self.state, &ev) {
+        let Ok(cfg) = self.config() else { return };
+        for dispatch in super::triggers::evaluate(&cfg.value, &self.state, &ev) {
             if system_only && !dispatch.system {
                 continue;
             }

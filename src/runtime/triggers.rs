@@ -113,6 +113,12 @@ fn admits(ev: &TriggerEvent, filter: &Value, target: &Value) -> bool {
             }
             true
         }
+        "inbox" => {
+            let m = &ev.data["message"];
+            f("source").and_then(Value::as_str).is_none_or(|s| m["source"].as_str() == Some(s))
+                && f("sender").and_then(Value::as_str).is_none_or(|s| m["from"].as_str() == Some(s))
+        }
+        "outbox" => f("to").and_then(Value::as_str).is_none_or(|t| ev.data["message"]["to"].as_str() == Some(t)),
         "tool_call" | "task_create" | "task_complete" => {
             let tool = ev.data["toolName"].as_str().or(ev.data["task"]["tool"].as_str()).unwrap_or("");
             if let Some(ts) = f("tools")
@@ -663,6 +669,22 @@ mod tests {
         let timer = TriggerEvent { ty: "timer", source: "system:timer".into(), data: json!({}) };
         assert_eq!(evaluate(&cfg, "hibernate", &timer).len(), 1, "hibernate: on_timer still wakes");
         assert!(evaluate(&cfg, "error", &timer).is_empty());
+    }
+
+    #[test]
+    fn inbox_and_outbox_filters() {
+        let cfg = json!({"triggers": {
+            "on_inbox": {"enabled": true, "targets": [{"scope": "system", "lambda": "a.js", "filter": {"source": "mesh", "sender": "did:key:z6MkA"}}]},
+            "on_outbox": {"enabled": true, "targets": [{"scope": "system", "lambda": "a.js", "filter": {"to": "bob"}}]}}});
+        let ev =
+            |ty: &'static str, m: Value| TriggerEvent { ty, source: "system:mesh".into(), data: json!({"message": m}) };
+        assert_eq!(evaluate(&cfg, "idle", &ev("inbox", json!({"source": "mesh", "from": "did:key:z6MkA"}))).len(), 1);
+        assert!(
+            evaluate(&cfg, "idle", &ev("inbox", json!({"source": "telegram", "from": "did:key:z6MkA"}))).is_empty()
+        );
+        assert!(evaluate(&cfg, "idle", &ev("inbox", json!({"source": "mesh", "from": "did:key:z6MkB"}))).is_empty());
+        assert_eq!(evaluate(&cfg, "idle", &ev("outbox", json!({"to": "bob"}))).len(), 1);
+        assert!(evaluate(&cfg, "idle", &ev("outbox", json!({"to": "eve"}))).is_empty());
     }
 
     #[test]
