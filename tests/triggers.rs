@@ -285,3 +285,61 @@ fn siblings_share_the_file_but_not_its_clean_close() {
     assert_eq!(s.file_read_text("b.txt").unwrap(), "sibling", "the sibling's writes are in the file");
     assert!(Store::sibling(&dir.path().join("nope.adf")).is_err(), "only files open here");
 }
+
+/// Shell targets: a `.sh` timer lambda and `command` trigger targets run
+/// without the model, with the event in their environment, and a command
+/// that needs a disabled tool stops with exit 126.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shell_targets_run_scripts_and_commands() {
+    let dir = tmp();
+    let mut s = agent(dir.path());
+    write(
+        &mut s,
+        "bin/tick.sh",
+        "# count the ticks\necho \"tick $TIMER_ID $EVENT_TYPE\" >> ticks.log && cat ticks.log | wc -l > count.txt\n",
+    );
+    s.config_set(
+        Caller::Owner,
+        "triggers.on_file_change",
+        json!({"enabled": true, "targets": [
+            {"scope": "system", "command": "echo \"$CHANGED_PATH by $AGENT_NAME\" >> changes.log", "filter": {"watch": "docs/*"}},
+            {"scope": "system", "command": "rm README.md", "filter": {"watch": "docs/*"}}
+        ]}),
+    )
+    .unwrap();
+    let now = adf::store::now_ms();
+    let id = s
+        .timer_insert(&adf::store::timers::NewTimer {
+            schedule: &adf::store::timers::Schedule::Once { at: now },
+            next_wake_at: now,
+            payload: None,
+            scope: Some(&["system"]),
+            lambda: Some("bin/tick.sh"),
+            warm: false,
+            locked: false,
+        })
+        .unwrap();
+    let bus = Bus::new();
+    let owner = waiting_owner();
+    let provider = Arc::new(Scripted::new([]));
+    let ex = Executor::new(s, provider.clone(), bus.clone(), owner.clone()).unwrap();
+    let (h, task) = spawn_with_tick(ex, owner, Duration::from_millis(50));
+    h.send(AgentCommand::With(adf::runtime::agent::OwnerWork(Box::new(|ex: &mut Executor| {
+        ex.owner_write("docs/plan.md", b"plan").unwrap();
+    }))));
+    let b = bus.clone();
+    wait_for(move || {
+        let k = kinds(&b);
+        k.iter().filter(|(t, _)| t == "lambda.completed").count() >= 2 && k.iter().any(|(t, _)| t == "lambda.failed")
+    })
+    .await;
+    drop(h);
+    let ex = task.await.unwrap();
+    assert_eq!(ex.store.file_read_text("ticks.log").unwrap(), format!("tick {id} timer\n"));
+    assert_eq!(ex.store.file_read_text("count.txt").unwrap(), "1\n");
+    assert_eq!(ex.store.file_read_text("changes.log").unwrap(), "docs/plan.md by a\n");
+    assert!(ex.store.file_stat("README.md").unwrap().is_some(), "fs_delete is disabled: nothing removed");
+    let failed: Vec<Value> = kinds(&bus).into_iter().filter(|(t, _)| t == "lambda.failed").map(|(_, p)| p).collect();
+    assert!(failed[0]["error"].as_str().unwrap().starts_with("exit 126: fs_delete is disabled"), "{failed:?}");
+    assert_eq!(provider.call_count(), 0);
+}

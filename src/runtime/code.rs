@@ -462,7 +462,13 @@ impl Executor {
     }
 
     /// A declared tool run for code: code tools nest, others run on the file.
-    async fn code_tool(&mut self, cx: &CodeCx, method: &str, args: &Value, override_approved: bool) -> ToolOutput {
+    pub(crate) async fn code_tool(
+        &mut self,
+        cx: &CodeCx,
+        method: &str,
+        args: &Value,
+        override_approved: bool,
+    ) -> ToolOutput {
         if CODE_TOOLS.contains(&method)
             && let Some(bad) = invalid_input(method, args)
         {
@@ -706,6 +712,53 @@ impl Executor {
         if let Err(e) = out {
             let _ = self.log("error", "trigger", "lambda_failed", &format!("{trigger} {lambda}: {}", e.message));
             self.last_lambda_error = Some(format!("{lambda}: {}", e.message));
+        }
+    }
+
+    /// Run a shell target: a `.sh` file of the agent (with its flag) or a
+    /// command line from config (unauthorized). A non-zero exit is a
+    /// failure like a lambda's.
+    pub(crate) async fn run_shell_job(&mut self, trigger: &str, target: &str, event: Value) {
+        if let Some(st) = self.dispatcher.as_ref().and_then(|d| d.state.lock().ok().map(|s| s.clone())) {
+            self.state = st;
+        }
+        let is_file = target.ends_with(".sh") && !target.contains(' ');
+        let (src, authorized) = if is_file {
+            match self.store.file_read_text(target) {
+                Ok(t) => (t, self.file_authorized(target)),
+                Err(_) => {
+                    let msg = format!("File \"{target}\" not found in workspace files");
+                    let _ = self.log("error", "trigger", "lambda_failed", &format!("{trigger} {target}: {msg}"));
+                    self.last_lambda_error = Some(format!("{target}: {msg}"));
+                    return;
+                }
+            }
+        } else {
+            (target.to_string(), false)
+        };
+        let name =
+            self.store.config_value().ok().and_then(|c| c["name"].as_str().map(str::to_string)).unwrap_or_default();
+        let env = super::shell::event_env(&event, &name, &self.state);
+        let label = if is_file { target.to_string() } else { "command".to_string() };
+        let source = format!("system:shell:{label}");
+        let base = json!({"lambda_path": label, "function_name": "sh", "kind": "system_scope", "trigger": trigger});
+        self.emit(kind::LAMBDA_STARTED, &source, base.clone());
+        let started = std::time::Instant::now();
+        let r = self.run_shell(&src, &env, authorized).await;
+        let ms = started.elapsed().as_millis() as u64;
+        let _ = self.log("info", "adf_shell", "execute", &format!("{label}: exit {} in {ms} ms", r.exit_code));
+        let mut payload = base;
+        payload["duration_ms"] = json!(ms);
+        if r.exit_code == 0 {
+            self.emit(kind::LAMBDA_COMPLETED, &source, payload);
+        } else {
+            let why = r.stderr.lines().next().unwrap_or("").to_string();
+            let msg =
+                format!("exit {}{}", r.exit_code, if why.is_empty() { String::new() } else { format!(": {why}") });
+            payload["error"] = json!(msg);
+            self.emit(kind::LAMBDA_FAILED, &source, payload);
+            let _ = self.log("error", "trigger", "lambda_failed", &format!("{trigger} {label}: {msg}"));
+            self.last_lambda_error = Some(format!("{label}: {msg}"));
         }
     }
 

@@ -10,4 +10,5 @@ pub mod fetch;
 pub mod fleet;
 pub mod inject;
 pub mod prompt;
+pub mod shell;
 pub mod triggers;

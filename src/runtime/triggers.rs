@@ -292,7 +292,9 @@ pub const LANE_QUEUE: usize = 64;
 struct Job {
     lane: String,
     trigger: String,
+    /// `path[:fn]`, a `.sh` path, or a command line (`shell`).
     lambda: String,
+    shell: bool,
     warm: bool,
     event: Value,
 }
@@ -462,18 +464,10 @@ impl Dispatcher {
             (self.wake)(wake_text(&events), ty.to_string());
             return;
         }
-        let lambda = match (&d.lambda, &d.command) {
-            (Some(l), _) if !l.ends_with(".sh") => l.clone(),
-            (l, c) => {
-                // Shell targets run in adf_shell, which this runtime does
-                // not have yet: say so rather than skip silently.
-                let what = c.clone().or_else(|| l.clone()).unwrap_or_default();
-                self.note(
-                    kind::TRIGGER_DROPPED,
-                    json!({"trigger_type": d.trigger, "reason": "shell_unavailable", "command": what}),
-                );
-                return;
-            }
+        let (lambda, shell) = match (&d.lambda, &d.command) {
+            (Some(l), _) => (l.clone(), l.ends_with(".sh")),
+            (None, Some(c)) => (c.clone(), true),
+            (None, None) => return,
         };
         let event = if events.len() == 1 {
             events[0].envelope()
@@ -485,6 +479,7 @@ impl Dispatcher {
             lane: format!("{}:{lambda}", d.trigger),
             trigger: d.trigger.clone(),
             lambda,
+            shell,
             warm: d.warm,
             event,
         });
@@ -495,16 +490,11 @@ impl Dispatcher {
         if self.closed.load(std::sync::atomic::Ordering::Relaxed) {
             return;
         }
-        if job.lambda.ends_with(".sh") {
-            self.note(
-                kind::TRIGGER_DROPPED,
-                json!({"trigger_type": job.trigger, "reason": "shell_unavailable", "command": job.lambda}),
-            );
-            return;
-        }
+        let shell = job.lambda.ends_with(".sh");
         self.enqueue(Job {
             lane: format!("{}:{}", job.trigger, job.lambda),
             trigger: job.trigger.to_string(),
+            shell,
             lambda: job.lambda,
             warm: job.warm,
             event: job.event,
@@ -577,7 +567,12 @@ impl Dispatcher {
                     let (_, cap_ms) = lane_family(&job.trigger);
                     let limit = ex.code_timeout(None);
                     let timeout = cap_ms.map(|c| limit.min(Duration::from_millis(c))).unwrap_or(limit);
-                    ex.run_job(&job.trigger, &job.lambda, job.event.clone(), job.warm, timeout).await;
+                    if job.shell {
+                        // Shell targets are exempt from the timeout (§5.7).
+                        ex.run_shell_job(&job.trigger, &job.lambda, job.event.clone()).await;
+                    } else {
+                        ex.run_job(&job.trigger, &job.lambda, job.event.clone(), job.warm, timeout).await;
+                    }
                     d.give_back(ex);
                 }
                 let next = d.lanes.lock().ok().and_then(|mut lanes| {
