@@ -244,8 +244,18 @@ impl Executor {
     /// targets to the caller (a chat already wakes the agent).
     pub fn trigger(&mut self, ev: super::triggers::TriggerEvent, system_only: bool) {
         let Some(d) = self.dispatcher.clone() else { return };
-        let Ok(cfg) = self.config() else { return };
-        for dispatch in super::triggers::evaluate(&cfg.value, &self.state, &ev) {
+        // The parsed config when a turn has built it; otherwise the raw
+        // document, so an idle agent does not build (and keep) the
+        // turn's view of its config just to look at its triggers.
+        let rev = self.store.config_rev();
+        let dispatches = match &self.cfg {
+            Some(c) if c.rev == rev => super::triggers::evaluate(&c.value, &self.state, &ev),
+            _ => match self.store.config_value() {
+                Ok(v) => super::triggers::evaluate(&v, &self.state, &ev),
+                Err(_) => return,
+            },
+        };
+        for dispatch in dispatches {
             if system_only && !dispatch.system {
                 continue;
             }
