@@ -343,3 +343,41 @@ async fn shell_targets_run_scripts_and_commands() {
     assert!(failed[0]["error"].as_str().unwrap().starts_with("exit 126: fs_delete is disabled"), "{failed:?}");
     assert_eq!(provider.call_count(), 0);
 }
+
+/// A change to a text file reaches the agent with its unified diff.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_change_wakes_carry_the_diff() {
+    let dir = tmp();
+    let mut s = agent(dir.path());
+    write(&mut s, "plan.md", "# Plan\n\n- write the spec\n- ship it\n");
+    s.config_set(
+        Caller::Owner,
+        "triggers.on_file_change",
+        json!({"enabled": true, "targets": [{"scope": "agent", "filter": {"watch": "plan.md"}}]}),
+    )
+    .unwrap();
+    let provider = Arc::new(Scripted::new([]).with_fallback(|_| Reply::Text("seen".into())));
+    let bus = Bus::new();
+    let owner = waiting_owner();
+    let ex = Executor::new(s, provider.clone(), bus.clone(), owner.clone()).unwrap();
+    let (h, task) = spawn_with_tick(ex, owner, Duration::from_millis(50));
+    h.send(AgentCommand::With(adf::runtime::agent::OwnerWork(Box::new(|ex: &mut Executor| {
+        ex.owner_write("plan.md", b"# Plan\n\n- write the spec\n- test it\n- ship it\n").unwrap();
+    }))));
+    let p = provider.clone();
+    wait_for(move || p.call_count() >= 1).await;
+    drop(h);
+    let ex = task.await.unwrap();
+    let wake = ex
+        .store
+        .loop_rows(None)
+        .unwrap()
+        .iter()
+        .filter_map(|r| r.content[0]["text"].as_str().map(str::to_string))
+        .find(|t| t.starts_with("A file has been"))
+        .unwrap();
+    assert_eq!(
+        wake,
+        "A file has been modified: plan.md\n\nChanges:\n\n--- a/plan.md\n+++ b/plan.md\n@@ -1,4 +1,5 @@\n # Plan\n \n - write the spec\n+- test it\n - ship it\n\n\nUse fs_read to see the full file if you need more context."
+    );
+}

@@ -322,7 +322,8 @@ impl Executor {
         self.publish(e);
     }
 
-    fn publish(&mut self, e: Envelope) {
+    fn publish(&mut self, mut e: Envelope) {
+        let before = e.payload.as_object_mut().and_then(|o| o.remove("_before"));
         let trig = match &*e.event_type {
             kind::FILE_WRITTEN | kind::FILE_DELETED if self.dispatcher.is_some() => {
                 let op = if e.event_type == kind::FILE_DELETED {
@@ -333,6 +334,12 @@ impl Executor {
                 let path = e.payload["path"].as_str().unwrap_or("").to_string();
                 let stat = self.store.file_stat(&path).ok().flatten();
                 let mut data = json!({"path": path, "operation": op, "diff": null});
+                if let Some(b) = before.as_ref().and_then(Value::as_str)
+                    && let Ok(now) = self.store.file_read_text(&path)
+                {
+                    data["diff"] = json!(super::diff::unified(&path, Some(b), &now));
+                    data["_before"] = json!(b);
+                }
                 if let Some(f) = stat {
                     data["mime_type"] = json!(f.mime_type);
                     data["size"] = json!(f.size);

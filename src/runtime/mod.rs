@@ -4,6 +4,7 @@
 pub mod agent;
 pub mod bus;
 pub mod code;
+pub mod diff;
 pub mod egress;
 pub mod executor;
 pub mod fetch;

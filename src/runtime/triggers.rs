@@ -42,6 +42,9 @@ impl TriggerEvent {
             json!({"id": crate::store::create::nanoid(16), "type": self.ty, "source": self.source, "time": time});
         if self.ty != "startup" {
             e["data"] = self.data.clone();
+            if let Some(d) = e["data"].as_object_mut() {
+                d.remove("_before");
+            }
         }
         e
     }
@@ -224,7 +227,13 @@ pub fn wake_text(events: &[TriggerEvent]) -> String {
     match e.ty {
         "startup" => "Agent started. Review your mind for context and take any startup actions.".into(),
         "file_change" => {
-            format!("A file has been {}: {}", d["operation"].as_str().unwrap_or("modified"), s(&d["path"]))
+            let mut m = format!("A file has been {}: {}", d["operation"].as_str().unwrap_or("modified"), s(&d["path"]));
+            if let Some(diff) = d["diff"].as_str().filter(|x| !x.is_empty()) {
+                m.push_str(&format!(
+                    "\n\nChanges:\n\n{diff}\n\nUse fs_read to see the full file if you need more context."
+                ));
+            }
+            m
         }
         "tool_call" => format!(
             "A tool call has been intercepted.\nTool: {}\nArgs: {}\nSee adf_tasks, and on_task_complete for its outcome.",
@@ -401,16 +410,23 @@ impl Dispatcher {
                 let win = w.entry(key.clone()).or_default();
                 win.generation += 1;
                 let generation = win.generation;
-                win.events = vec![d.event.clone()];
+                // The diff runs from the first change's old text.
+                let first = win.events.first().and_then(|e| e.data.get("_before").cloned());
+                let mut ev = d.event.clone();
+                if let Some(b) = first {
+                    ev.data["_before"] = b;
+                }
+                win.events = vec![ev];
                 drop(w);
                 self.later(ms, move |me| {
-                    let events = match me.windows.lock() {
+                    let mut events = match me.windows.lock() {
                         Ok(mut w) => match w.get_mut(&key) {
                             Some(win) if win.generation == generation => std::mem::take(&mut win.events),
                             _ => return,
                         },
                         Err(_) => return,
                     };
+                    me.rediff(&mut events);
                     me.fire(&d, events);
                 });
             }
@@ -444,6 +460,20 @@ impl Dispatcher {
                         me.fire(&d, events);
                     }
                 });
+            }
+        }
+    }
+
+    /// A debounced file change: its diff from the first old text to what
+    /// the file holds now.
+    fn rediff(&self, events: &mut [TriggerEvent]) {
+        for ev in events.iter_mut().filter(|e| e.ty == "file_change") {
+            let Some(before) = ev.data.get("_before").and_then(Value::as_str).map(str::to_string) else { continue };
+            let path = ev.data["path"].as_str().unwrap_or("").to_string();
+            if let Some(ex) = self.runner() {
+                let now = ex.store.file_read_text(&path).ok();
+                ev.data["diff"] = json!(now.and_then(|n| super::diff::unified(&path, Some(&before), &n)));
+                self.give_back(ex);
             }
         }
     }

@@ -57,12 +57,21 @@ pub fn read(ctx: &mut Ctx<'_>, input: &Value) -> ToolOutput {
     ToolOutput::json(&meta_json(&e, content, special))
 }
 
+/// Files up to this size keep their old text for the change's diff.
+pub const DIFF_SOURCE_MAX: u64 = 256 * 1024;
+
 pub fn write(ctx: &mut Ctx<'_>, input: &Value) -> ToolOutput {
     let path = s(input, "path").unwrap_or_default();
     let mode = s(input, "mode").unwrap_or("write");
     let max = ctx.store.config().map(|c| c.max_file_write_bytes()).unwrap_or(DEFAULT_MAX_WRITE);
     let before = ctx.store.file_stat(path).ok().flatten();
     let existed = before.is_some();
+    // The old text, for the change's diff (small text files only).
+    let before_text = before
+        .as_ref()
+        .filter(|e| e.size <= DIFF_SOURCE_MAX && e.is_text())
+        .and_then(|_| ctx.store.file_read(path).ok())
+        .and_then(|(_, b)| String::from_utf8(b).ok());
     let protected = before.is_some_and(|e| e.protection == Protection::ReadOnly);
     let caller = ctx.caller;
     let result = match mode {
@@ -125,7 +134,12 @@ pub fn write(ctx: &mut Ctx<'_>, input: &Value) -> ToolOutput {
     match result {
         Ok((size, text)) => {
             let operation = if existed { "modified" } else { "created" };
-            (ctx.emit)(kind::FILE_WRITTEN, json!({"path": path, "bytes": size, "operation": operation}));
+            let mut ev = json!({"path": path, "bytes": size, "operation": operation});
+            if let Some(t) = before_text {
+                // Taken off by the executor before the event is published.
+                ev["_before"] = json!(t);
+            }
+            (ctx.emit)(kind::FILE_WRITTEN, ev);
             ToolOutput::ok(ctx.marked(protected, text))
         }
         Err(e) => e.into(),

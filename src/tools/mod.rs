@@ -13,6 +13,7 @@ mod timers;
 use serde_json::{Map, Value, json};
 
 pub use catalog::{ToolDef, catalog, def};
+pub use fs::DIFF_SOURCE_MAX;
 pub use timers::next_cron;
 
 use crate::store::{Caller, Denial, Store, StoreError};

@@ -22,14 +22,18 @@ impl Executor {
         content: &[u8],
         opts: &WriteOptions<'_>,
     ) -> Result<FileEntry, StoreError> {
-        let existed = self.store.file_stat(path)?.is_some();
+        let old = self.store.file_stat(path)?;
+        let before = old
+            .as_ref()
+            .filter(|e| e.size <= crate::tools::DIFF_SOURCE_MAX && e.is_text())
+            .and_then(|_| self.store.file_read_text(path).ok());
         let entry = self.store.file_write(Caller::Owner, path, content, opts)?;
-        let operation = if existed { "modified" } else { "created" };
-        self.emit(
-            crate::protocol::kind::FILE_WRITTEN,
-            "system:owner",
-            json!({"path": path, "bytes": entry.size, "operation": operation}),
-        );
+        let operation = if old.is_some() { "modified" } else { "created" };
+        let mut ev = json!({"path": path, "bytes": entry.size, "operation": operation});
+        if let Some(b) = before {
+            ev["_before"] = json!(b);
+        }
+        self.emit(crate::protocol::kind::FILE_WRITTEN, "system:owner", ev);
         Ok(entry)
     }
 
