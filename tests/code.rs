@@ -221,6 +221,12 @@ async fn server() -> std::net::SocketAddr {
     let app = axum::Router::new()
         .route("/ok", get(|| async { "fine" }))
         .route(
+            "/bin",
+            get(|| async {
+                ([(axum::http::header::CONTENT_TYPE, "application/octet-stream")], vec![0u8, 1, 2, 250, 255])
+            }),
+        )
+        .route(
             "/to",
             get(|Query(q): Query<std::collections::HashMap<String, String>>| async move {
                 Redirect::to(&q["u"]).into_response()
@@ -529,4 +535,31 @@ async fn authorized_code_sets_protection_and_authorizes_files() {
     assert_eq!(f.protection, adf::store::files::Protection::ReadOnly);
     assert_eq!(ex.store.meta_get("budget").unwrap().unwrap().protection.as_str(), "increment");
     assert!(ex.store.file_stat("lib/helper.js").unwrap().unwrap().authorized);
+}
+
+#[tokio::test]
+async fn bytes_cross_as_uint8array() {
+    let addr = server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = agent(dir.path(), &[("security.allow_local_fetch", json!(true))]);
+    let src = format!(
+        "await adf.fs_write({{mode: 'write', path: 'blob.bin', content: new Uint8Array([0, 1, 2, 250, 255, 7, 8])}});\n\
+         const r = await adf.sys_fetch({{url: 'http://{addr}/bin'}});\n\
+         return [r.body instanceof Uint8Array, Array.from(r.body)];"
+    );
+    let provider = Arc::new(Scripted::new(vec![
+        Reply::Tools(vec![("sys_code".into(), json!({"code": src}))]),
+        Reply::Text("done".into()),
+    ]));
+    let mut ex = Executor::new(s, provider, Bus::new(), Arc::new(Absent)).unwrap();
+    ex.chat("go").await.unwrap();
+    let (_, bytes) = ex.store.file_read("blob.bin").unwrap();
+    assert_eq!(bytes, vec![0, 1, 2, 250, 255, 7, 8]);
+    let rows = ex.store.loop_rows(None).unwrap();
+    let b = rows
+        .iter()
+        .flat_map(|r| r.content.as_array().cloned().unwrap_or_default())
+        .rfind(|b| b["type"] == "tool_result")
+        .unwrap();
+    assert_eq!(b["content"], json!("Result: [\n  true,\n  [\n    0,\n    1,\n    2,\n    250,\n    255\n  ]\n]"));
 }

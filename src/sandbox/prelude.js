@@ -22,7 +22,38 @@
     warn: (...a) => log("warn", line(a)),
     error: (...a) => log("error", line(a)),
   };
+  const B64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  const b64encode = (bytes) => {
+    let out = "";
+    for (let i = 0; i < bytes.length; i += 3) {
+      const n = (bytes[i] << 16) | ((bytes[i + 1] || 0) << 8) | (bytes[i + 2] || 0);
+      out += B64[(n >> 18) & 63] + B64[(n >> 12) & 63];
+      out += i + 1 < bytes.length ? B64[(n >> 6) & 63] : "=";
+      out += i + 2 < bytes.length ? B64[n & 63] : "=";
+    }
+    return out;
+  };
+  const b64decode = (text) => {
+    const clean = text.replace(/[^A-Za-z0-9+/]/g, "");
+    const out = new Uint8Array(Math.floor((clean.length * 3) / 4));
+    let o = 0;
+    for (let i = 0; i < clean.length; i += 4) {
+      const n = (B64.indexOf(clean[i]) << 18) | (B64.indexOf(clean[i + 1]) << 12) |
+        ((B64.indexOf(clean[i + 2]) & 63) << 6) | (B64.indexOf(clean[i + 3]) & 63);
+      out[o++] = (n >> 16) & 255;
+      if (i + 2 < clean.length) out[o++] = (n >> 8) & 255;
+      if (i + 3 < clean.length) out[o++] = n & 255;
+    }
+    return out.subarray(0, o);
+  };
   const call = (name, args) => {
+    // Bytes travel as base64 (runtime.md §7.3 step 12), and come back as
+    // a Uint8Array from sys_fetch.
+    if (name === "fs_write" && args && (args.content instanceof Uint8Array || args.content instanceof ArrayBuffer)) {
+      const bytes = args.content instanceof ArrayBuffer ? new Uint8Array(args.content) : args.content;
+      args = Object.assign({}, args, { content: b64encode(bytes), encoding: "base64" });
+      if (!args.mime_type) args.mime_type = "application/octet-stream";
+    }
     let json;
     try {
       json = JSON.stringify(args === undefined ? {} : args);
@@ -38,6 +69,9 @@
       try {
         v = JSON.parse(v);
       } catch (_) {}
+    }
+    if (name === "sys_fetch" && v && v._body_encoding === "base64" && typeof v.body === "string") {
+      v.body = b64decode(v.body);
     }
     return Promise.resolve(v);
   };
