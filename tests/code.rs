@@ -563,3 +563,18 @@ async fn bytes_cross_as_uint8array() {
         .unwrap();
     assert_eq!(b["content"], json!("Result: [\n  true,\n  [\n    0,\n    1,\n    2,\n    250,\n    255\n  ]\n]"));
 }
+
+#[tokio::test]
+async fn full_lifts_the_row_cap_for_code_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = agent(dir.path(), &[("tools.db_execute.enabled", json!(true))]);
+    let src = "await adf.db_execute({sql: 'CREATE TABLE local_n (x INTEGER)'});\n\
+               await adf.db_execute({sql: 'INSERT INTO local_n(x) WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 600) SELECT x FROM c'});\n\
+               const capped = await adf.db_query({sql: 'SELECT x FROM local_n'});\n\
+               const full = await adf.db_query({sql: 'SELECT x FROM local_n', _full: true});\n\
+               const rows = (r) => (typeof r === 'string' ? r : JSON.stringify(r)).split('\"x\"').length - 1;\n\
+               return [rows(capped), rows(full)];";
+    let (text, err, _) = code(s, src).await;
+    assert!(!err, "{text}");
+    assert_eq!(text, "Result: [\n  500,\n  600\n]");
+}
