@@ -100,6 +100,25 @@ fn protection_is_enforced_from_the_cli() {
     fails_unchanged(dir.path(), &a, &["files", "protect", "a.adf", "ref.md", "locked"], &["unknown file protection"]);
     fails_unchanged(dir.path(), &a, &["files", "put", "a.adf", "../escape.md", "/dev/null"], &["invalid file path"]);
     ok(&adf(dir.path(), &["files", "protect", "a.adf", "ref.md", "none"], None));
+    // The owner marks code as authorized; a write clears the mark.
+    assert_eq!(ok(&adf(dir.path(), &["files", "authorize", "a.adf", "ref.md"], None)).trim(), "ref.md: authorized");
+    assert!(
+        ok(&adf(dir.path(), &["files", "ls", "a.adf"], None))
+            .lines()
+            .any(|l| l.contains("ref.md") && l.contains("authorized"))
+    );
+    ok(&adf(dir.path(), &["files", "put", "a.adf", "ref.md"], Some(b"edited")));
+    assert!(
+        !ok(&adf(dir.path(), &["files", "ls", "a.adf"], None))
+            .lines()
+            .any(|l| l.contains("ref.md") && l.contains("authorized"))
+    );
+    ok(&adf(dir.path(), &["files", "authorize", "a.adf", "ref.md"], None));
+    assert_eq!(
+        ok(&adf(dir.path(), &["files", "authorize", "a.adf", "ref.md", "--off"], None)).trim(),
+        "ref.md: not authorized"
+    );
+    fails_unchanged(dir.path(), &a, &["files", "authorize", "a.adf", "nope.js"], &["nope.js"]);
     ok(&adf(dir.path(), &["files", "rm", "a.adf", "ref.md"], None));
 }
 

@@ -233,6 +233,15 @@ async fn route_groups_with_good_and_bad_input() {
     assert_eq!(s, 200, "{v}");
     let f = d.get("/agents/b/files/content?path=notes/a.md").await;
     assert_eq!((f["encoding"].as_str(), f["content"].as_str()), (Some("utf-8"), Some("# A\n")));
+    let (s, v) =
+        d.call("PATCH", "/agents/b/files/authorized", Some(json!({"path": "notes/a.md", "authorized": true}))).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(d.get("/agents/b/files/content?path=notes/a.md").await["authorized"], json!(true));
+    let (s, _) =
+        d.call("PATCH", "/agents/b/files/authorized", Some(json!({"path": "nope.md", "authorized": true}))).await;
+    assert_eq!(s, 404);
+    let (s, _) = d.call("PATCH", "/agents/b/files/authorized", Some(json!({"path": "notes/a.md"}))).await;
+    assert_eq!(s, 400, "authorized is required");
     let (s, _) = d.call("GET", "/agents/b/files/content", None).await;
     assert_eq!(s, 400, "path is required");
     let (s, _) = d.call("GET", "/agents/b/files/content?path=nope.md", None).await;

@@ -88,6 +88,16 @@ pub fn run(out: &Out, cmd: FilesCmd) -> anyhow::Result<()> {
                 out.line(format!("{file}: {}", level.as_str()))
             }
         }
+        FilesCmd::Authorize { path, file, off } => {
+            let mut store = open(&path)?;
+            store.file_set_authorized(&file, !off).map_err(|e| at(&path, e))?;
+            close(store)?;
+            if out.json {
+                out.json(&json!({"path": file, "authorized": !off}))
+            } else {
+                out.line(format!("{file}: {}", if off { "not authorized" } else { "authorized" }))
+            }
+        }
         FilesCmd::Mv { path, from, to } => {
             let mut store = open(&path)?;
             store.file_rename(Caller::Owner, &from, &to).map_err(|e| at(&path, e))?;

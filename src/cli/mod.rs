@@ -230,6 +230,15 @@ pub enum FilesCmd {
     },
     /// Rename a file.
     Mv { path: PathBuf, from: String, to: String },
+    /// Mark a file as authorized code (its lambdas may use restricted
+    /// tools); any later write clears the mark.
+    Authorize {
+        path: PathBuf,
+        file: String,
+        /// Clear the mark instead.
+        #[arg(long)]
+        off: bool,
+    },
 }
 
 #[derive(Debug, Clone, Subcommand)]
@@ -317,7 +326,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         Some(Command::Files(FilesCmd::Agent(args))) => {
             let [agent] = &args[..] else {
-                anyhow::bail!("usage: adf files AGENT (or adf files ls|cat|put|rm|mv|protect PATH …)")
+                anyhow::bail!("usage: adf files AGENT (or adf files ls|cat|put|rm|mv|protect|authorize PATH …)")
             };
             return remote::run(&out, url, remote::Remote::Files(agent.clone()));
         }

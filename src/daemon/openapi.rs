@@ -77,6 +77,10 @@ pub const ROUTES: &[Route] = &[
         r("patch", "/agents/{id}/files/protection", "Set a file's protection"),
         &["path:path!", "protection:none|read_only|no_delete!"],
     ),
+    b(
+        r("patch", "/agents/{id}/files/authorized", "Mark a file as authorized code"),
+        &["path:path!", "authorized:boolean!"],
+    ),
     r("get", "/agents/{id}/meta", "Meta entries"),
     b(
         r("put", "/agents/{id}/meta/{key}", "Set a meta entry"),

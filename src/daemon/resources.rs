@@ -32,6 +32,7 @@ pub fn router() -> Router<AppState> {
         .route("/agents/{id}/files/content", get(file_get).put(file_put).delete(file_delete))
         .route("/agents/{id}/files/rename", post(file_rename))
         .route("/agents/{id}/files/protection", axum::routing::patch(file_protection))
+        .route("/agents/{id}/files/authorized", axum::routing::patch(file_authorized))
         .route("/agents/{id}/meta", get(meta))
         .route("/agents/{id}/meta/{key}", put(meta_put).delete(meta_delete))
         .route("/agents/{id}/tables", get(tables))
@@ -276,6 +277,18 @@ async fn file_protection(State(s): State<AppState>, Path(id): Path<String>, b: B
     let path = field(&v, "path")?.to_string();
     let level = Protection::parse(field(&v, "protection")?).map_err(ApiError::from)?;
     let (id, _) = s.write(&id, move |ex| Ok(ex.store.file_set_protection(Caller::Owner, &path, level)?)).await?;
+    Ok(Json(json!({"agentId": id, "success": true})))
+}
+
+/// The owner marks a file as authorized code (or clears the mark).
+async fn file_authorized(State(s): State<AppState>, Path(id): Path<String>, b: Bytes) -> ApiResult {
+    let v = body(&b)?;
+    let path = field(&v, "path")?.to_string();
+    let on = v
+        .get("authorized")
+        .and_then(Value::as_bool)
+        .ok_or_else(|| ApiError::bad("authorized is required (true or false)"))?;
+    let (id, _) = s.write(&id, move |ex| Ok(ex.store.file_set_authorized(&path, on)?)).await?;
     Ok(Json(json!({"agentId": id, "success": true})))
 }
 
