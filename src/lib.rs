@@ -9,6 +9,7 @@
 pub mod cli;
 pub mod client;
 pub mod daemon;
+pub mod identity;
 pub mod paths;
 pub mod protocol;
 pub mod providers;

@@ -9,6 +9,7 @@ mod files;
 mod fleet;
 mod inspect;
 mod meta;
+mod msg;
 mod output;
 mod remote;
 mod scenario;
@@ -44,6 +45,13 @@ pub struct Cli {
     pub ascii: bool,
     #[command(subcommand)]
     pub command: Option<Command>,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum MsgCmd {
+    /// Check an ALF message stored as JSON: the sender's DID, the message
+    /// and payload signatures. Exit status 1 when any check fails.
+    Verify { file: PathBuf },
 }
 
 #[derive(Debug, Clone, Subcommand)]
@@ -135,6 +143,11 @@ pub enum Command {
     /// timers, network reach, provider), then record the review: the daemon
     /// only starts files you created here or reviewed.
     Review { path: PathBuf },
+    /// ALF messages: `adf msg verify FILE` checks one stored as JSON.
+    Msg {
+        #[command(subcommand)]
+        cmd: MsgCmd,
+    },
     /// List the agents of the fleet (the default when no command is given).
     Agents,
     /// Approve the tool call a paused turn waits on (after `chat` exited 3);
@@ -388,6 +401,9 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         _ => {}
     }
+    if let Some(Command::Msg { cmd: MsgCmd::Verify { file } }) = &cli.command {
+        return msg::verify(&out, file);
+    }
     run_simple(cli.command, &out).map(|()| 0)
 }
 
@@ -399,6 +415,8 @@ fn run_simple(command: Option<Command>, out: &Out) -> anyhow::Result<()> {
         ),
         None | Some(Command::Agents) => fleet::agents(out),
         Some(Command::Review { path }) => fleet::review(out, &path),
+        // Answered with its exit status in `run`.
+        Some(Command::Msg { cmd: MsgCmd::Verify { file } }) => msg::verify(out, &file).map(|_| ()),
         Some(Command::New { path, name, handle, provider, model, description }) => {
             fleet::new(out, &path, name, handle, provider, model, description)
         }
