@@ -4,3 +4,4 @@
 
 pub mod alf;
 pub mod canonical;
+pub mod slip10;
