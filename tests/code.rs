@@ -44,6 +44,17 @@ impl Owner for Yes {
     }
 }
 
+/// Every tool result in the loop, in order: (text, is_error).
+fn tool_results(s: &Store) -> Vec<(String, bool)> {
+    s.loop_rows(None)
+        .unwrap()
+        .iter()
+        .flat_map(|r| r.content.as_array().cloned().unwrap_or_default())
+        .filter(|b| b["type"] == "tool_result")
+        .map(|b| (b["content"].as_str().unwrap_or("").to_string(), b["is_error"] == json!(true)))
+        .collect()
+}
+
 /// `origin/event message` of every log row.
 fn logs(s: &Store) -> Vec<String> {
     let (_, rows) = s.owner_query("SELECT origin || '/' || event || ' ' || message AS l FROM adf_logs").unwrap();
@@ -55,14 +66,8 @@ async fn call_with(store: Store, owner: Arc<dyn Owner>, name: &str, input: Value
     let provider = Arc::new(Scripted::new(vec![Reply::Tools(vec![(name.into(), input)]), Reply::Text("done".into())]));
     let mut ex = Executor::new(store, provider, Bus::new(), owner).unwrap();
     ex.chat("go").await.unwrap();
-    let rows = ex.store.loop_rows(None).unwrap();
-    let block = rows
-        .iter()
-        .flat_map(|r| r.content.as_array().cloned().unwrap_or_default())
-        .rfind(|b| b["type"] == "tool_result")
-        .expect("a tool result");
-    let text = block["content"].as_str().unwrap_or("").to_string();
-    (text, block["is_error"] == json!(true), ex)
+    let (text, err) = tool_results(&ex.store).pop().expect("a tool result");
+    (text, err, ex)
 }
 
 async fn call(store: Store, name: &str, input: Value) -> (String, bool, Executor) {
@@ -255,13 +260,8 @@ async fn fetch(store: Store, args: Value) -> (String, bool, Executor) {
     let mut ex = Executor::new(store, provider, Bus::new(), Arc::new(Absent)).unwrap();
     ex.set_resolver(Arc::new(ToLoopback));
     ex.chat("go").await.unwrap();
-    let rows = ex.store.loop_rows(None).unwrap();
-    let b = rows
-        .iter()
-        .flat_map(|r| r.content.as_array().cloned().unwrap_or_default())
-        .rfind(|b| b["type"] == "tool_result")
-        .unwrap();
-    (b["content"].as_str().unwrap().to_string(), b["is_error"] == json!(true), ex)
+    let (text, err) = tool_results(&ex.store).pop().unwrap();
+    (text, err, ex)
 }
 
 #[tokio::test]
@@ -384,15 +384,7 @@ async fn model_invoke_and_task_resolve_from_code() {
     ]));
     let mut ex = Executor::new(s, provider.clone(), Bus::new(), Arc::new(Yes)).unwrap();
     ex.chat("go").await.unwrap();
-    let results: Vec<String> = ex
-        .store
-        .loop_rows(None)
-        .unwrap()
-        .iter()
-        .flat_map(|r| r.content.as_array().cloned().unwrap_or_default())
-        .filter(|b| b["type"] == "tool_result")
-        .map(|b| b["content"].as_str().unwrap_or("").to_string())
-        .collect();
+    let results: Vec<String> = tool_results(&ex.store).into_iter().map(|(t, _)| t).collect();
     let v: Value = serde_json::from_str(results[0].strip_prefix("Result: ").unwrap()).unwrap();
     assert_eq!(
         v,
@@ -493,15 +485,7 @@ async fn sys_code_keeps_state_only_when_asked() {
     ]));
     let mut ex = Executor::new(agent(dir.path(), &[]), provider, Bus::new(), Arc::new(Absent)).unwrap();
     ex.chat("go").await.unwrap();
-    let results: Vec<String> = ex
-        .store
-        .loop_rows(None)
-        .unwrap()
-        .iter()
-        .flat_map(|r| r.content.as_array().cloned().unwrap_or_default())
-        .filter(|b| b["type"] == "tool_result")
-        .map(|b| b["content"].as_str().unwrap_or("").to_string())
-        .collect();
+    let results: Vec<String> = tool_results(&ex.store).into_iter().map(|(t, _)| t).collect();
     assert_eq!(results[1..], ["Result: 42".to_string(), "Result: undefined".to_string()]);
 }
 
@@ -555,13 +539,8 @@ async fn bytes_cross_as_uint8array() {
     ex.chat("go").await.unwrap();
     let (_, bytes) = ex.store.file_read("blob.bin").unwrap();
     assert_eq!(bytes, vec![0, 1, 2, 250, 255, 7, 8]);
-    let rows = ex.store.loop_rows(None).unwrap();
-    let b = rows
-        .iter()
-        .flat_map(|r| r.content.as_array().cloned().unwrap_or_default())
-        .rfind(|b| b["type"] == "tool_result")
-        .unwrap();
-    assert_eq!(b["content"], json!("Result: [\n  true,\n  [\n    0,\n    1,\n    2,\n    250,\n    255\n  ]\n]"));
+    let (last, _) = tool_results(&ex.store).pop().unwrap();
+    assert_eq!(json!(last), json!("Result: [\n  true,\n  [\n    0,\n    1,\n    2,\n    250,\n    255\n  ]\n]"));
 }
 
 #[tokio::test]

@@ -27,6 +27,21 @@ fn write(s: &mut Store, path: &str, text: &str) {
     s.file_write(Caller::Owner, path, text.as_bytes(), &WriteOptions::default()).unwrap();
 }
 
+/// A `once` system timer due now, running `lambda`.
+fn due_timer(s: &mut Store, lambda: &str) -> i64 {
+    let now = adf::store::now_ms();
+    s.timer_insert(&adf::store::timers::NewTimer {
+        schedule: &adf::store::timers::Schedule::Once { at: now },
+        next_wake_at: now,
+        payload: None,
+        scope: Some(&["system"]),
+        lambda: Some(lambda),
+        warm: false,
+        locked: false,
+    })
+    .unwrap()
+}
+
 fn kinds(bus: &Bus) -> Vec<(String, Value)> {
     let mut sub = bus.subscribe(None, Filter::default());
     let mut out = Vec::new();
@@ -79,18 +94,8 @@ async fn p29_lanes_run_one_or_four_hold_64_and_drop_the_rest() {
     let dropped = kinds(&bus).iter().filter(|(k, p)| k == "trigger.dropped" && p["reason"] == "lane_full").count();
     assert_eq!(dropped, 5 + 2);
     // A timer fire dropped from a full lane is rewound, not lost.
+    let id = due_timer(&mut s, "slow.js");
     let now = adf::store::now_ms();
-    let id = s
-        .timer_insert(&adf::store::timers::NewTimer {
-            schedule: &adf::store::timers::Schedule::Once { at: now },
-            next_wake_at: now,
-            payload: None,
-            scope: Some(&["system"]),
-            lambda: Some("slow.js"),
-            warm: false,
-            locked: false,
-        })
-        .unwrap();
     assert_eq!(s.timers_settle_due(now).unwrap().len(), 1);
     assert!(s.timer_list(true).unwrap().iter().any(|t| t.id == id && t.expired));
     for _ in 0..69 {
@@ -305,18 +310,7 @@ async fn shell_targets_run_scripts_and_commands() {
         ]}),
     )
     .unwrap();
-    let now = adf::store::now_ms();
-    let id = s
-        .timer_insert(&adf::store::timers::NewTimer {
-            schedule: &adf::store::timers::Schedule::Once { at: now },
-            next_wake_at: now,
-            payload: None,
-            scope: Some(&["system"]),
-            lambda: Some("bin/tick.sh"),
-            warm: false,
-            locked: false,
-        })
-        .unwrap();
+    let id = due_timer(&mut s, "bin/tick.sh");
     let bus = Bus::new();
     let owner = waiting_owner();
     let provider = Arc::new(Scripted::new([]));

@@ -668,11 +668,7 @@ impl Executor {
                 let input = args.get("modified_args").filter(|v| v.is_object()).cloned().unwrap_or(task.args.clone());
                 let runner = CodeCx { authorized: false, ..cx.clone() };
                 let out = Box::pin(self.code_tool(&runner, &task.tool, &input, false)).await;
-                let (status, res, error) = if out.is_error {
-                    ("failed", None, Some(out.content.as_str()))
-                } else {
-                    ("completed", Some(out.content.as_str()), None)
-                };
+                let (status, res, error) = out.task_outcome();
                 self.store.task_set(id, status, res, error).map_err(io)?;
                 self.task_event("task_complete", id, &cx.source);
                 let mut v = json!({"task_id": id, "status": status});
@@ -769,11 +765,7 @@ impl Executor {
             let calls = std::mem::take(&mut self.async_calls);
             for (task_id, method, args, cx) in calls {
                 let out = Box::pin(self.code_tool(&cx, &method, &args, false)).await;
-                let (status, res, error) = if out.is_error {
-                    ("failed", None, Some(out.content.as_str()))
-                } else {
-                    ("completed", Some(out.content.as_str()), None)
-                };
+                let (status, res, error) = out.task_outcome();
                 let _ = self.store.task_set(&task_id, status, res, error);
                 self.task_event("task_complete", &task_id, &cx.source);
             }

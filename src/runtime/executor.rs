@@ -1382,11 +1382,7 @@ impl Executor {
                     } else {
                         self.run_any(name, &input).await
                     };
-                    let (status, res, err) = if out.is_error {
-                        ("failed", None, Some(out.content.as_str()))
-                    } else {
-                        ("completed", Some(out.content.as_str()), None)
-                    };
+                    let (status, res, err) = out.task_outcome();
                     self.store.task_set(&task_id, status, res, err)?;
                     return self.after_protection(name, &input, out, id, source).await;
                 }
@@ -1411,11 +1407,7 @@ impl Executor {
                     }
                     Decision::Approve { .. } => {
                         let out = self.sys_lambda_tool(&input).await;
-                        let (status, res, err) = if out.is_error {
-                            ("failed", None, Some(out.content.as_str()))
-                        } else {
-                            ("completed", Some(out.content.as_str()), None)
-                        };
+                        let (status, res, err) = out.task_outcome();
                         self.store.task_set(&task_id, status, res, err)?;
                         out
                     }

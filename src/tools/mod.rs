@@ -49,6 +49,11 @@ impl ToolOutput {
         ToolOutput { content: content.into(), is_error: true, ..Default::default() }
     }
 
+    /// The task row's outcome of this result: (status, result, error).
+    pub fn task_outcome(&self) -> (&'static str, Option<&str>, Option<&str>) {
+        if self.is_error { ("failed", None, Some(&self.content)) } else { ("completed", Some(&self.content), None) }
+    }
+
     pub fn json(v: &Value) -> Self {
         Self::ok(serde_json::to_string_pretty(v).unwrap_or_default())
     }
