@@ -74,7 +74,7 @@ fn signed_bytes(att: &Map<String, Value>) -> String {
 pub fn verify(att: &Value, subject: Option<&str>, now: chrono::DateTime<chrono::Utc>) -> Result<(), String> {
     let o = att.as_object().ok_or("an attestation is a JSON object")?;
     for k in ["issuer", "subject", "role", "issued_at", "signature"] {
-        if !o.get(k).is_some_and(|v| v.as_str().is_some_and(|s| !s.is_empty())) {
+        if o.get(k).and_then(Value::as_str).is_none_or(str::is_empty) {
             return Err(format!("attestation field `{k}` is missing or not a string"));
         }
     }
