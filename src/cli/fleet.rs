@@ -29,6 +29,7 @@ pub fn new(
             icon: None,
             provider: provider.as_deref(),
             model: model.as_deref(),
+            seal_to: Some(crate::identity::install::current().map_err(anyhow::Error::msg)?),
         },
     )
     .map_err(|e| at(path, e))?;
@@ -115,7 +116,12 @@ pub fn ensure_fleet(dir: &Path) -> anyhow::Result<(Vec<PathBuf>, bool)> {
     let example = dir.join("example.adf");
     let created = create_file(
         &example,
-        &NewAgent { name: Some("example"), description: Some("An example agent"), ..Default::default() },
+        &NewAgent {
+            name: Some("example"),
+            description: Some("An example agent"),
+            seal_to: Some(crate::identity::install::current().map_err(anyhow::Error::msg)?),
+            ..Default::default()
+        },
     )
     .map_err(|e| at(&example, e))?;
     crate::review::mark_reviewed(&created.id).map_err(anyhow::Error::msg)?;

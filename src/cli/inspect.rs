@@ -7,6 +7,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::output::{self, Out, at, close, open_for_read};
+use crate::identity::envelope::{CREDENTIALS, IDENTITY};
 use crate::store::files::FileEntry;
 use crate::store::meta::MetaEntry;
 use crate::store::tables::TableInfo;
@@ -31,6 +32,9 @@ pub struct Report {
     pub config: Value,
     pub files: Vec<FileEntry>,
     pub identity: Vec<IdentityRow>,
+    pub envelopes: Vec<crate::store::keyring::EnvelopeInfo>,
+    /// Where the signing key is and whether it opens here.
+    pub signing_key: Value,
     pub tables: Vec<TableInfo>,
 }
 
@@ -90,7 +94,24 @@ fn report(store: &Store) -> crate::store::Result<Report> {
         config: cfg,
         files: store.file_list("")?,
         identity: identity_rows(store)?,
+        envelopes: vec![store.envelope(IDENTITY)?, store.envelope(CREDENTIALS)?],
+        signing_key: signing_key(store)?,
         tables: store.tables()?,
+    })
+}
+
+/// `{storage, envelope?, state?, locked}` for the signing key.
+fn signing_key(store: &Store) -> crate::store::Result<Value> {
+    let row = store.secrets()?.into_iter().find(|r| r.purpose == crate::store::identity::PURPOSE_PRIVATE);
+    let Some(row) = row else { return Ok(serde_json::json!({"storage": "none", "locked": false})) };
+    Ok(match row.encryption_algo.strip_prefix("env:") {
+        Some(env) => {
+            let state = store.envelope(if env == IDENTITY { IDENTITY } else { CREDENTIALS })?.state;
+            serde_json::json!({"storage": "sealed", "envelope": env, "state": state,
+                "locked": state != crate::store::keyring::EnvState::Unlocked})
+        }
+        None if row.encryption_algo == "plain" => serde_json::json!({"storage": "plain", "locked": false}),
+        None => serde_json::json!({"storage": "legacy-password", "locked": true}),
     })
 }
 
@@ -113,7 +134,11 @@ fn identity_rows(store: &Store) -> crate::store::Result<Vec<IdentityRow>> {
 }
 
 pub fn run(out: &Out, path: &Path) -> anyhow::Result<()> {
-    let store = open_for_read(path)?;
+    let mut store = open_for_read(path)?;
+    // Open what this install can open, writing nothing.
+    if let Ok(Some(inst)) = crate::identity::install::load(&crate::paths::config_dir()) {
+        store.unlock_quietly(&inst).map_err(|e| at(path, e))?;
+    }
     let r = report(&store).map_err(|e| at(path, e))?;
     close(store)?;
     if out.json {
@@ -138,6 +163,8 @@ pub fn run(out: &Out, path: &Path) -> anyhow::Result<()> {
         out.line(format!("  config    {i}"))?;
     }
     out.line("")?;
+    print_identity(out, &r)?;
+    out.line("")?;
     out.line(format!("files ({})", r.files.len()))?;
     for f in &r.files {
         out.line(format!("  {:<10} {:>9}  {}", f.protection.as_str(), output::size(f.size), f.path))?;
@@ -146,6 +173,38 @@ pub fn run(out: &Out, path: &Path) -> anyhow::Result<()> {
     out.line("tables")?;
     for t in &r.tables {
         out.line(format!("  {:<24} {}", t.name, t.rows))?;
+    }
+    Ok(())
+}
+
+fn print_identity(out: &Out, r: &Report) -> anyhow::Result<()> {
+    out.line("identity")?;
+    let k = &r.signing_key;
+    let key = match k["storage"].as_str() {
+        Some("sealed") => {
+            let env = k["envelope"].as_str().unwrap_or("?");
+            match k["state"].as_str() {
+                Some("unlocked") => format!("sealed in the `{env}` envelope, unlocked here"),
+                Some("foreign") => format!(
+                    "sealed in the `{env}` envelope, locked: no slot opens for this owner or runtime \
+                     (foreign file; `adf claim` re-keys it to you)"
+                ),
+                Some(s) => format!("sealed in the `{env}` envelope, {s} (`adf unlock` opens it)"),
+                None => format!("sealed in the `{env}` envelope"),
+            }
+        }
+        Some("plain") => "stored plain (no envelope)".into(),
+        Some("legacy-password") => "encrypted with the legacy file password, locked (`adf unlock`)".into(),
+        _ => "none".into(),
+    };
+    out.line(format!("  signing key  {key}"))?;
+    for e in &r.envelopes {
+        let slots = if e.slots.is_empty() { "-".to_string() } else { e.slots.join(", ") };
+        out.line(format!("  {:<12} {:<9} {} sealed row(s); slots: {slots}", e.name, e.state.as_str(), e.sealed_rows))?;
+    }
+    for i in &r.identity {
+        let algo = i.encryption_algo.as_deref().unwrap_or("plain");
+        out.line(format!("  {:<34} {:<16} {:>6}", i.purpose, algo, output::size(i.value_len as u64)))?;
     }
     Ok(())
 }

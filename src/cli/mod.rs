@@ -7,6 +7,7 @@ mod chat;
 mod config;
 mod files;
 mod fleet;
+mod identity;
 mod inspect;
 mod meta;
 mod msg;
@@ -148,6 +149,30 @@ pub enum Command {
         #[command(subcommand)]
         cmd: MsgCmd,
     },
+    /// The owner's identity on this install: `show` (DIDs, `--phrase`),
+    /// `restore` (from a recovery phrase).
+    #[command(subcommand)]
+    Identity(identity::IdentityCmd),
+    /// Open a file's sealed envelopes: this install's key, then the owner's,
+    /// then a password (asked for when the file has one).
+    Unlock { path: PathBuf },
+    /// The password that opens a file's credentials (for sharing it).
+    #[command(subcommand)]
+    Password(identity::PasswordCmd),
+    /// A file's sealed secrets (provider keys, tokens).
+    #[command(subcommand)]
+    Credentials(identity::CredentialsCmd),
+    /// Re-key a file owned by someone else to you: a new DID, a `clone`
+    /// attestation naming the old one, credentials kept if a password opens them.
+    Claim {
+        path: PathBuf,
+        /// Do not ask first.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Attestations: `ls`, `issue`, `add`, `verify` (exit 1 when invalid).
+    #[command(subcommand)]
+    Attest(identity::AttestCmd),
     /// List the agents of the fleet (the default when no command is given).
     Agents,
     /// Approve the tool call a paused turn waits on (after `chat` exited 3);
@@ -404,6 +429,9 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
     if let Some(Command::Msg { cmd: MsgCmd::Verify { file } }) = &cli.command {
         return msg::verify(&out, file);
     }
+    if let Some(Command::Attest(cmd)) = cli.command.clone() {
+        return identity::attest(&out, cmd);
+    }
     run_simple(cli.command, &out).map(|()| 0)
 }
 
@@ -421,6 +449,11 @@ fn run_simple(command: Option<Command>, out: &Out) -> anyhow::Result<()> {
             fleet::new(out, &path, name, handle, provider, model, description)
         }
         Some(Command::Inspect { path }) => inspect::run(out, &path),
+        Some(Command::Identity(cmd)) => identity::identity(out, cmd),
+        Some(Command::Unlock { path }) => identity::unlock(out, &path),
+        Some(Command::Password(cmd)) => identity::password(out, cmd),
+        Some(Command::Credentials(cmd)) => identity::credentials(out, cmd),
+        Some(Command::Claim { path, yes }) => identity::claim(out, &path, yes),
         Some(Command::Files(cmd)) => files::run(out, cmd),
         Some(Command::Meta(cmd)) => meta::run(out, cmd),
         Some(Command::Config(cmd)) => config::run(out, cmd),

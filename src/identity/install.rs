@@ -51,6 +51,15 @@ pub struct Install {
     pub delegation: Value,
 }
 
+impl std::fmt::Debug for Install {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Install")
+            .field("owner_did", &self.owner_did)
+            .field("runtime_did", &self.runtime_did)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Install {
     pub fn runtime_enc_public(&self) -> [u8; 32] {
         PublicKey::from(&self.runtime_enc).to_bytes()

@@ -144,7 +144,12 @@ impl Fleet {
         if self.agents.values().any(|l| canon(&l.path) == canon(path)) {
             return Err(format!("{}: already loaded", path.display()));
         }
-        let store = Store::open(path).map_err(|e| e.to_string())?;
+        let mut store = Store::open(path).map_err(|e| e.to_string())?;
+        // Open the envelopes this install can open (runtime slot, then the
+        // owner's); a foreign or locked file still loads, without secrets.
+        if let Ok(Some(inst)) = crate::identity::install::load(&crate::paths::config_dir()) {
+            store.unlock(&inst).map_err(|e| e.to_string())?;
+        }
         let cfg = store.config_value().map_err(|e| e.to_string())?;
         let (provider, why) = match (self.factory)(&cfg) {
             Ok(p) => (p, None),

@@ -11,11 +11,16 @@ use serde::Serialize;
 use super::defaults::{self, ConfigSeed};
 use super::error::{Ctx, Result, StoreError};
 use super::meta::MetaProtection;
-use super::{Store, conn, identity, now_iso, schema};
+use super::{Store, conn, identity, keyring, now_iso, schema};
+use crate::identity::envelope::Dek;
 
 /// What to create.
 #[derive(Debug, Clone, Default)]
 pub struct NewAgent<'a> {
+    /// Seal the signing key and credentials to this owner and install
+    /// (envelopes with owner and runtime slots, owner/operator
+    /// attestations); `None` writes a plain key, as headless files have.
+    pub seal_to: Option<std::sync::Arc<crate::identity::install::Install>>,
     /// Display name; defaults to the file stem.
     pub name: Option<&'a str>,
     /// Mesh handle; slug of the name when absent.
@@ -104,7 +109,7 @@ pub fn create_file(path: &Path, opts: &NewAgent<'_>) -> Result<Created> {
         s.push(format!(".creating-{}", std::process::id()));
         PathBuf::from(s)
     };
-    let result = write_new(
+    let result: Result<Option<(Dek, Option<Dek>)>> = write_new(
         &tmp,
         &NewFile {
             name,
@@ -117,21 +122,26 @@ pub fn create_file(path: &Path, opts: &NewAgent<'_>) -> Result<Created> {
             provider: opts.provider.unwrap_or(""),
             model: opts.model.unwrap_or(""),
             keys: &keys,
+            seal_to: opts.seal_to.as_deref(),
         },
     )
-    .and_then(|()| {
+    .and_then(|deks| {
         // No-clobber rename: a hard link fails if the target appeared meanwhile.
-        std::fs::hard_link(&tmp, path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::AlreadyExists => StoreError::Exists { path: path.to_path_buf() },
-            _ => StoreError::Io { path: path.to_path_buf(), source: e },
-        })
+        std::fs::hard_link(&tmp, path)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::AlreadyExists => StoreError::Exists { path: path.to_path_buf() },
+                _ => StoreError::Io { path: path.to_path_buf(), source: e },
+            })
+            .map(|()| deks)
     });
     for suffix in ["", "-wal", "-shm"] {
         let mut s = tmp.as_os_str().to_owned();
         s.push(suffix);
         let _ = std::fs::remove_file(PathBuf::from(s));
     }
-    result?;
+    if let Some((id, cred)) = result? {
+        Store::remember_deks(path, id, cred);
+    }
     Ok(Created { path: path.to_path_buf(), id, name: name.to_string(), handle, did: keys.did })
 }
 
@@ -146,9 +156,10 @@ struct NewFile<'a> {
     provider: &'a str,
     model: &'a str,
     keys: &'a identity::AgentKeys,
+    seal_to: Option<&'a crate::identity::install::Install>,
 }
 
-fn write_new(tmp: &Path, f: &NewFile<'_>) -> Result<()> {
+fn write_new(tmp: &Path, f: &NewFile<'_>) -> Result<Option<(Dek, Option<Dek>)>> {
     let _ = std::fs::remove_file(tmp);
     let mut c = conn::open(tmp, true, false)?;
     let tx = c.transaction().at(tmp)?;
@@ -182,20 +193,26 @@ fn write_new(tmp: &Path, f: &NewFile<'_>) -> Result<()> {
         )
         .at(tmp)?;
     }
-    for (purpose, value) in
-        [(identity::PURPOSE_PRIVATE, &f.keys.private_der), (identity::PURPOSE_PUBLIC, &f.keys.public_der)]
-    {
-        tx.execute(
-            "INSERT INTO adf_identity(purpose, value, encryption_algo, code_access) VALUES (?1, ?2, 'plain', 0)",
-            params![purpose, value],
-        )
-        .at(tmp)?;
-    }
-    put("adf_did", &f.keys.did, MetaProtection::Readonly).at(tmp)?;
+    let deks = match f.seal_to {
+        Some(inst) => Some(keyring::provision(&tx, tmp, inst, f.keys, f.now, true)?),
+        None => {
+            for (purpose, value) in
+                [(identity::PURPOSE_PRIVATE, &f.keys.private_der), (identity::PURPOSE_PUBLIC, &f.keys.public_der)]
+            {
+                tx.execute(
+                    "INSERT INTO adf_identity(purpose, value, encryption_algo, code_access) VALUES (?1, ?2, 'plain', 0)",
+                    params![purpose, value],
+                )
+                .at(tmp)?;
+            }
+            put("adf_did", &f.keys.did, MetaProtection::Readonly).at(tmp)?;
+            None
+        }
+    };
     put("adf_clean_close", &now_iso(), MetaProtection::Readonly).at(tmp)?;
     tx.commit().at(tmp)?;
     c.close().map_err(|(_, e)| super::error::classify(tmp, e))?;
-    Ok(())
+    Ok(deks)
 }
 
 impl Store {

@@ -14,6 +14,7 @@ pub mod defaults;
 mod error;
 pub mod files;
 pub mod identity;
+pub mod keyring;
 pub mod lock;
 pub mod logs;
 pub mod loop_rows;

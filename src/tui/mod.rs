@@ -361,7 +361,9 @@ async fn perform(
                 }
                 n += 1;
             };
-            let created = crate::store::create::create_file(&path, &crate::store::NewAgent::default())?;
+            let seal_to = Some(crate::identity::install::current().map_err(anyhow::Error::msg)?);
+            let created =
+                crate::store::create::create_file(&path, &crate::store::NewAgent { seal_to, ..Default::default() })?;
             crate::review::mark_reviewed(&created.id).map_err(anyhow::Error::msg)?;
             backend.load(&path).await?;
             app.set_agents(backend.agents().await?.0, dir);
