@@ -45,6 +45,9 @@ pub mod kind {
     pub const PROVIDER_RETRY_SCHEDULED: &str = "provider.retry_scheduled";
     pub const PROVIDER_RETRY_STARTED: &str = "provider.retry_started";
     pub const PROVIDER_RETRY_CANCELLED: &str = "provider.retry_cancelled";
+    pub const MESSAGE_RECEIVED: &str = "message.received";
+    pub const MESSAGE_SENT: &str = "message.sent";
+    pub const MESSAGE_DELIVERY_FAILED: &str = "message.delivery_failed";
     pub const DAEMON_STARTED: &str = "daemon.started";
     pub const DAEMON_AUTOSTART_REPORT: &str = "daemon.autostart.report";
 

@@ -137,6 +137,13 @@ pub enum Command {
         /// Port to listen on.
         #[arg(long, env = "ADF_DAEMON_PORT", default_value_t = 7385)]
         port: u16,
+        /// Port of the agent-facing mesh server (agent messaging; the next
+        /// 19 are tried when it is taken).
+        #[arg(long, env = "ADF_MESH_PORT", default_value_t = 7295)]
+        mesh_port: u16,
+        /// Do not start the mesh server (same-fleet messaging still works).
+        #[arg(long)]
+        no_mesh: bool,
         /// Fleet folders and agent files (default: the fleet folder).
         paths: Vec<PathBuf>,
     },
@@ -437,8 +444,14 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
 
 fn run_simple(command: Option<Command>, out: &Out) -> anyhow::Result<()> {
     match command {
-        Some(Command::Daemon { host, port, paths }) => crate::daemon::run(
-            crate::daemon::Options { host, port, paths, ..Default::default() },
+        Some(Command::Daemon { host, port, paths, mesh_port, no_mesh }) => crate::daemon::run(
+            crate::daemon::Options {
+                host,
+                port,
+                paths,
+                mesh_port: (!no_mesh).then_some(mesh_port),
+                ..Default::default()
+            },
             crate::runtime::fleet::accounts_factory(),
         ),
         None | Some(Command::Agents) => fleet::agents(out),

@@ -43,11 +43,20 @@ pub struct Options {
     pub paths: Vec<PathBuf>,
     /// Interval of the SSE heartbeat comment.
     pub heartbeat: Duration,
+    /// The agent-facing mesh server's port (probes the next 19 when taken);
+    /// `None` keeps it off.
+    pub mesh_port: Option<u16>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { host: "127.0.0.1".into(), port: DEFAULT_PORT, paths: Vec::new(), heartbeat: Duration::from_secs(30) }
+        Options {
+            host: "127.0.0.1".into(),
+            port: DEFAULT_PORT,
+            paths: Vec::new(),
+            heartbeat: Duration::from_secs(30),
+            mesh_port: Some(crate::runtime::mesh::server::DEFAULT_PORT),
+        }
     }
 }
 
@@ -232,6 +241,13 @@ pub async fn serve_with(
         );
     }
     let token = token::load_or_mint().map_err(anyhow::Error::msg)?;
+    let (_, created) =
+        crate::identity::install::load_or_create(&crate::paths::config_dir()).map_err(anyhow::Error::msg)?;
+    if created {
+        eprintln!(
+            "adf daemon: created this install's owner identity; `adf identity show --phrase` shows its recovery phrase"
+        );
+    }
     let fleet_dir = opts.paths.iter().find(|p| p.is_dir()).cloned().unwrap_or_else(crate::paths::fleet_dir);
     let (mut files, _) = crate::cli::ensure_fleet(&fleet_dir)?;
     files.extend(opts.paths.iter().filter(|p| p.is_file()).cloned());
@@ -260,11 +276,13 @@ pub async fn serve_with(
     let canon = |p: &PathBuf| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
     let explicit: Vec<PathBuf> = opts.paths.iter().filter(|p| p.is_file()).map(canon).collect();
     let (mut started, mut skipped, mut failed) = (Vec::new(), Vec::new(), Vec::new());
+    let mut lan = false;
     let reviewed_ids = crate::review::reviewed();
     for f in &files {
         let cfg = Store::open_read_only(f).ok().and_then(|s| s.config_value().ok()).unwrap_or_default();
         let reviewed = cfg["id"].as_str().is_some_and(|id| reviewed_ids.contains(id));
         let flagged = cfg["autostart"].as_bool().unwrap_or(false);
+        lan |= cfg["messaging"]["visibility"] == "lan";
         // Every agent is loaded (listed, readable, answering its owner);
         // only reviewed ones flagged for it are started (timers running).
         let reason = match (explicit.contains(&canon(f)), reviewed, flagged) {
@@ -285,13 +303,27 @@ pub async fn serve_with(
         }
     }
     let report = json!({"scanned": files.len(), "started": started, "skipped": skipped, "failed": failed});
+    // The mesh binds beyond loopback only when an agent asks for the LAN.
+    let mesh_url = match opts.mesh_port {
+        Some(p) => {
+            let host = if lan { "0.0.0.0" } else { "127.0.0.1" };
+            match crate::runtime::mesh::server::serve(fleet.mesh.clone(), host, p).await {
+                Ok(_) => fleet.mesh.base_url(),
+                Err(e) => {
+                    eprintln!("adf daemon: mesh server not started ({host}:{p} and the next 19 ports: {e})");
+                    None
+                }
+            }
+        }
+        None => None,
+    };
     let port = addr.port();
     let mut allowed_hosts = vec![format!("127.0.0.1:{port}"), format!("localhost:{port}"), format!("[::1]:{port}")];
     if !is_loopback(&opts.host) {
         allowed_hosts.push(format!("{}:{port}", opts.host));
     }
     let url = format!("http://{}:{port}", if opts.host == "0.0.0.0" { "127.0.0.1" } else { opts.host.as_str() });
-    let info = json!({"url": url, "pid": std::process::id(), "port": port});
+    let info = json!({"url": url, "pid": std::process::id(), "port": port, "mesh": mesh_url});
     std::fs::write(info_path(&fleet_dir), info.to_string())?;
     let (closing_tx, closing) = tokio::sync::watch::channel(false);
     let shared = Arc::new(Shared {
@@ -317,6 +349,9 @@ pub async fn serve_with(
         json!({"report": report}),
     ));
     eprintln!("adf daemon: listening on {url} (fleet {})", fleet_dir.display());
+    if let Some(m) = &mesh_url {
+        eprintln!("adf daemon: mesh (agent messaging) on {m}");
+    }
     if let Some(r) = ready {
         let _ = r.send(Ready { addr, bus: bus.clone(), token: shared.token.clone() });
     }

@@ -131,10 +131,13 @@ fn refuse(status: u16, error: impl Into<String>) -> Refused {
 /// Ingress crypto (messaging.md §2–4): `key` is the recipient's signing key
 /// (needed only for encrypted payloads).
 pub fn ingress(mut msg: Value, key: Option<&SigningKey>, policy: Policy) -> Result<Accepted, Refused> {
-    strip_trust(&mut msg["meta"]);
-    strip_trust(&mut msg["payload"]["meta"]);
-    if msg["meta"].is_null() {
-        msg.as_object_mut().map(|o| o.remove("meta"));
+    // `get_mut`, not indexing: indexing would add `"meta": null` and
+    // change what was signed.
+    if let Some(m) = msg.get_mut("meta") {
+        strip_trust(m);
+    }
+    if let Some(m) = msg.get_mut("payload").and_then(|p| p.get_mut("meta")) {
+        strip_trust(m);
     }
     let verdict = alf::verify(&msg);
     let unsigned_ok = !policy.require_signature || policy.allow_unsigned;
@@ -151,7 +154,9 @@ pub fn ingress(mut msg: Value, key: Option<&SigningKey>, policy: Policy) -> Resu
         let key = key.ok_or_else(|| refuse(500, "this agent has no unlocked key to decrypt with"))?;
         let inner = decrypt_payload(&msg["payload"], key).map_err(|_| refuse(403, "not encrypted to this agent"))?;
         msg["payload"] = inner;
-        strip_trust(&mut msg["payload"]["meta"]);
+        if let Some(m) = msg["payload"].get_mut("meta") {
+            strip_trust(m);
+        }
         payload_encrypted = true;
     }
     let payload_verified = match msg["payload"].get("signature") {
@@ -256,6 +261,20 @@ mod tests {
         // signature was over the stamped copy, so it fails after stripping).
         egress(&mut m, Some(&a), 1, false).unwrap();
         assert_eq!(ingress(m, None, Policy::default()).unwrap_err().status, 403);
+    }
+
+    #[test]
+    fn payloads_and_messages_without_meta_verify() {
+        let (a, ad) = keys(1);
+        let (b, bd) = keys(2);
+        for level in [1, 2] {
+            let mut m = message(&ad, &bd);
+            m.as_object_mut().unwrap().remove("meta");
+            m["payload"].as_object_mut().unwrap().remove("meta");
+            egress(&mut m, Some(&a), level, true).unwrap();
+            let ok = ingress(m, Some(&b), Policy::default()).unwrap();
+            assert!(ok.message_verified && ok.payload_verified, "level {level}");
+        }
     }
 
     #[test]

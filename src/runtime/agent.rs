@@ -109,6 +109,11 @@ pub struct AgentHandle {
 }
 
 impl AgentHandle {
+    /// A sender that does not keep the actor alive.
+    pub fn weak(&self) -> mpsc::WeakUnboundedSender<AgentCommand> {
+        self.tx.downgrade()
+    }
+
     /// Send a command; false when the actor has stopped.
     pub fn send(&self, cmd: AgentCommand) -> bool {
         self.tx.send(cmd).is_ok()
@@ -173,6 +178,11 @@ pub fn spawn_with(
                 None if std::mem::take(&mut resume) => (String::new(), "resume"),
                 None if paused.is_some() => (String::new(), "approval"),
                 None => match timer_wakes.pop_front() {
+                    // A stale inbox wake (nothing unread any more) is skipped.
+                    Some((_, ty)) if ty == "inbox" => match ex.inbox_wake_text() {
+                        Some(t) => (t, "trigger"),
+                        None => continue,
+                    },
                     Some((w, ty)) => (w, if ty == "timer" { "timer" } else { "trigger" }),
                     None => match tokio::select! {
                         cmd = rx.recv() => Some(cmd),
@@ -222,7 +232,14 @@ pub fn spawn_with(
                                 if !ok {
                                     continue;
                                 }
-                                (text, "trigger")
+                                if event_type == "inbox" {
+                                    match ex.inbox_wake_text() {
+                                        Some(t) => (t, "trigger"),
+                                        None => continue,
+                                    }
+                                } else {
+                                    (text, "trigger")
+                                }
                             }
                             Some(AgentCommand::SetState(s)) => {
                                 ex.interrupted("owner_state_transition", &s);
@@ -304,7 +321,13 @@ pub fn spawn_with(
                             }
                             Some(AgentCommand::Resume) => {}
                             Some(AgentCommand::With(w)) => deferred.push(w),
-                            Some(AgentCommand::Wake { text, event_type }) => timer_wakes.push_back((text, event_type)),
+                            Some(AgentCommand::Wake { text, event_type }) => {
+                                // Latest wins for inbox wakes: one wake covers a burst.
+                                if event_type == "inbox" {
+                                    timer_wakes.retain(|(_, t)| t != "inbox");
+                                }
+                                timer_wakes.push_back((text, event_type));
+                            }
                         },
                     }
                 }

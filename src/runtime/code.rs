@@ -61,7 +61,7 @@ const CODE_ONLY: &[&str] = &[
 pub const PROTECTION_WAIT: Duration = Duration::from_secs(20 * 60);
 
 /// Tools that run code (and so are async in the executor).
-pub const CODE_TOOLS: &[&str] = &["sys_code", "sys_lambda", "sys_fetch"];
+pub const CODE_TOOLS: &[&str] = &["sys_code", "sys_lambda", "sys_fetch", "msg_send", "agent_discover"];
 
 fn err(code: &str, message: impl Into<String>) -> CallError {
     CallError::new(code, message)
@@ -482,6 +482,8 @@ impl Executor {
                 Err(e) => ToolOutput::err(e.message),
             },
             "sys_fetch" => self.sys_fetch(args, Some(cx)).await,
+            "msg_send" => self.msg_send(args).await,
+            "agent_discover" => self.agent_discover(args).await,
             _ => {
                 let full = args.get("_full") == Some(&Value::Bool(true));
                 let mut events: Vec<(&'static str, Value)> = Vec::new();

@@ -146,6 +146,8 @@ pub struct Executor {
     pub(crate) dispatcher: Option<Arc<super::triggers::Dispatcher>>,
     /// Name resolution for `sys_fetch` (replaced in tests).
     pub(crate) resolver: Arc<dyn super::egress::Resolve>,
+    /// The runtime's mesh (messaging), when the agent is in a fleet.
+    pub(crate) mesh: Option<Arc<super::mesh::Mesh>>,
 }
 
 fn iso(ms: i64) -> String {
@@ -201,6 +203,7 @@ impl Executor {
             dispatcher: None,
             in_logs_handler: false,
             resolver: Arc::new(super::egress::SystemResolver),
+            mesh: None,
         })
     }
 
@@ -1199,9 +1202,11 @@ impl Executor {
         let value = self.store.config_value()?;
         let typed = AgentConfig::from_value(&value).unwrap_or_default();
         let (decls, _) = typed.effective_tools();
+        let receive = value["messaging"]["receive"].as_bool().unwrap_or(true);
         let tools: Vec<ToolSpec> = decls
             .iter()
             .filter(|d| d.is_enabled() && d.is_visible())
+            .filter(|d| receive || !MSG_GATED.contains(&d.name.as_str()))
             .filter_map(|d| {
                 let def = tools::def(&d.name)?;
                 Some(ToolSpec {
@@ -1345,7 +1350,8 @@ impl Executor {
         input: &Value,
         source: &str,
     ) -> Result<Gate, StoreError> {
-        let decl = typed.tool(name).filter(|d| d.is_enabled());
+        let receive = cfg["messaging"]["receive"].as_bool().unwrap_or(true);
+        let decl = typed.tool(name).filter(|d| d.is_enabled() && (receive || !MSG_GATED.contains(&name)));
         let Some(decl) = decl else {
             return Ok(Gate::Done(ToolOutput::err(format!(
                 "Tool \"{name}\" is not enabled. Check your agent configuration to enable it."
@@ -1436,6 +1442,8 @@ impl Executor {
                 self.sys_lambda_tool(input).await
             }
             "sys_fetch" => self.sys_fetch(input, None).await,
+            "msg_send" => self.msg_send(input).await,
+            "agent_discover" => self.agent_discover(input).await,
             _ => self.run_tool(name, input, Caller::AGENT),
         }
     }
@@ -1640,6 +1648,9 @@ impl Executor {
         out
     }
 }
+
+/// Tools withheld from the loop while `messaging.receive` is false.
+const MSG_GATED: [&str; 5] = ["msg_send", "agent_discover", "msg_list", "msg_read", "msg_update"];
 
 enum Gate {
     Done(ToolOutput),

@@ -62,6 +62,8 @@ pub struct Fleet {
     /// The live state of each agent, as its `agent.state.changed` events
     /// say (kept by a task following the bus).
     states: Arc<std::sync::Mutex<BTreeMap<String, String>>>,
+    /// Mailboxes of the loaded agents, for messaging and the mesh server.
+    pub mesh: Arc<super::mesh::Mesh>,
 }
 
 impl Fleet {
@@ -83,7 +85,9 @@ impl Fleet {
                 }
             });
         }
+        let mesh = super::mesh::Mesh::new(bus.clone(), states.clone());
         Fleet {
+            mesh,
             bus,
             factory,
             agents: BTreeMap::new(),
@@ -107,6 +111,7 @@ impl Fleet {
     pub async fn unload(&mut self, agent: &str) -> Result<(), String> {
         let id = self.resolve(agent)?;
         let l = self.agents.remove(&id).ok_or_else(|| format!("{agent}: not loaded"))?;
+        self.mesh.unregister(&id);
         drop(l.agent);
         let ex = l.task.await.map_err(|e| format!("{}: {e}", l.path.display()))?;
         ex.store.close().map_err(|e| e.to_string())?;
@@ -181,7 +186,10 @@ impl Fleet {
             None => self.unconfigured.remove(&id),
         };
         let started = Arc::new(std::sync::atomic::AtomicBool::new(started));
+        let did = ex.store.meta_get("adf_did").ok().flatten().map(|m| m.value).unwrap_or_default();
+        ex.set_mesh(self.mesh.clone());
         let (agent, task) = super::agent::spawn_with(ex, owner, super::agent::TIMER_TICK, started.clone());
+        self.mesh.register(&id, &handle, &did, path, agent.weak());
         let info = AgentInfo { id: id.clone(), name: name.clone(), handle: handle.clone(), path: path.to_path_buf() };
         self.agents.insert(id, Loaded { path: path.to_path_buf(), name, handle, agent, task, started });
         Ok(info)
@@ -319,7 +327,8 @@ impl Fleet {
     /// Stop every actor and close every file cleanly.
     pub async fn shutdown(mut self) -> Vec<String> {
         let mut errors = Vec::new();
-        for (_, l) in std::mem::take(&mut self.agents) {
+        for (id, l) in std::mem::take(&mut self.agents) {
+            self.mesh.unregister(&id);
             drop(l.agent);
             match l.task.await {
                 Ok(ex) => {

@@ -10,6 +10,7 @@ pub mod executor;
 pub mod fetch;
 pub mod fleet;
 pub mod inject;
+pub mod mesh;
 pub mod prompt;
 pub mod shell;
 pub mod triggers;

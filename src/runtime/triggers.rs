@@ -383,6 +383,36 @@ impl Dispatcher {
         let key = (d.trigger.clone(), d.index);
         match d.timing {
             Timing::Now => self.fire(&d, vec![d.event.clone()]),
+            // The inbox exception (§5.4): the first message opens the
+            // window, the fire comes at its end, the rest are absorbed.
+            Timing::Interval(ms) if d.trigger == "on_inbox" => {
+                let Ok(mut w) = self.windows.lock() else { return };
+                let win = w.entry(key.clone()).or_default();
+                win.events.push(d.event.clone());
+                if win.open {
+                    return;
+                }
+                win.open = true;
+                win.generation += 1;
+                let generation = win.generation;
+                drop(w);
+                self.later(ms, move |me| {
+                    let events = match me.windows.lock() {
+                        Ok(mut w) => match w.get_mut(&key) {
+                            Some(win) if win.generation == generation => {
+                                win.open = false;
+                                std::mem::take(&mut win.events)
+                            }
+                            _ => return,
+                        },
+                        Err(_) => return,
+                    };
+                    // One wake (or one lambda call with the latest message).
+                    if let Some(last) = events.last() {
+                        me.fire(&d, vec![last.clone()]);
+                    }
+                });
+            }
             Timing::Interval(ms) => {
                 let Ok(mut w) = self.windows.lock() else { return };
                 let win = w.entry(key.clone()).or_default();

@@ -18,6 +18,7 @@ pub mod keyring;
 pub mod lock;
 pub mod logs;
 pub mod loop_rows;
+pub mod messages;
 pub mod meta;
 pub mod mime;
 pub mod schema;

@@ -16,6 +16,57 @@ macro_rules! tool {
 }
 
 static CATALOG: &[ToolDef] = &[
+    tool!("msg_send", "Send a signed message to another agent: by DID or local handle (recipient), by delivery URL (address), or as a reply (parent_id = an inbox message id).", {
+        "type": "object",
+        "properties": {
+            "recipient": {"type": "string", "description": "DID, local handle, or adapter address type:id"},
+            "address": {"type": "string", "description": "Delivery URL (mesh inbox)"},
+            "content": {"type": "string", "minLength": 1},
+            "content_type": {"type": "string"},
+            "subject": {"type": "string"},
+            "thread_id": {"type": "string"},
+            "parent_id": {"type": "string", "description": "Inbox message id being replied to"},
+            "attachments": {"type": "array", "items": {"type": "string"}, "description": "File paths to attach"},
+            "meta": {"type": "object"},
+            "message_meta": {"type": "object"}
+        },
+        "required": ["content"]
+    }),
+    tool!("msg_read", "Read inbox messages (newest first); reading unread messages marks them read.", {
+        "type": "object",
+        "properties": {
+            "status": {"type": "string", "enum": ["unread", "read", "archived"], "default": "unread"},
+            "limit": {"type": "number"},
+            "include_original": {"type": "boolean", "default": false}
+        }
+    }),
+    tool!("msg_list", "Count inbox messages by status.", {"type": "object", "properties": {}}),
+    tool!("msg_update", "Mark inbox messages read or archived, or delete archived ones.", {
+        "type": "object",
+        "properties": {
+            "message_ids": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
+            "status": {"type": "string", "enum": ["read", "archived", "delete"]}
+        },
+        "required": ["message_ids", "status"]
+    }),
+    tool!("msg_delete", "Delete inbox or outbox messages matching a filter.", {
+        "type": "object",
+        "properties": {
+            "source": {"type": "string", "enum": ["inbox", "outbox"]},
+            "filter": {"type": "object"}
+        },
+        "required": ["source", "filter"]
+    }),
+    tool!("agent_discover", "List the agents you can reach (their cards): on this runtime, or also on known hosts.", {
+        "type": "object",
+        "properties": {
+            "scope": {"type": "string", "enum": ["local", "all"], "default": "local"},
+            "visibility": {"type": "array", "items": {"type": "string", "enum": ["directory", "localhost", "lan", "public", "off"]}},
+            "handle": {"type": "string"},
+            "description": {"type": "string"},
+            "include_subdirectories": {"type": "boolean", "default": true}
+        }
+    }),
     tool!("fs_read", "Read a file of your virtual filesystem (optionally a line range of a text file).", {
         "type": "object",
         "properties": {

@@ -6,6 +6,7 @@
 mod catalog;
 mod db;
 mod fs;
+mod msg;
 pub mod schema;
 mod sys;
 mod timers;
@@ -136,6 +137,13 @@ pub fn execute(ctx: &mut Ctx<'_>, name: &str, input: &Value) -> ToolOutput {
         "sys_set_timer" => timers::set(ctx, &clean),
         "sys_list_timers" => timers::list(ctx, &clean),
         "sys_delete_timer" => timers::delete(ctx, &clean),
+        "msg_list" => msg::list(ctx),
+        "msg_read" => msg::read(ctx, &clean),
+        "msg_update" => msg::update(ctx, &clean),
+        "msg_delete" => msg::delete(ctx, &clean),
+        "msg_send" | "agent_discover" => {
+            ToolOutput::err(format!("{name} needs the runtime's messaging; it cannot run here."))
+        }
         "say" => ToolOutput::ok("ok"),
         "respond" => ToolOutput { content: "ok".into(), end_turn: true, ..Default::default() },
         "loop_compact" => ToolOutput {

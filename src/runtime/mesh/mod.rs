@@ -1,0 +1,278 @@
+//! The mesh: how agents reach each other (messaging.md §5–13). One `Mesh`
+//! per runtime holds a mailbox for every loaded agent; a message for one of
+//! them is taken in here (`ingress`) whether it came from a sibling agent
+//! of this fleet or over HTTP (`server`), and the recipient's actor is told
+//! so its `on_inbox` triggers fire. Sending (`msg_send`, `agent_discover`)
+//! lives in `send.rs`; cards in `card.rs`.
+
+pub mod card;
+pub mod ingress;
+pub mod send;
+pub mod server;
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+
+use tokio::sync::mpsc;
+
+use super::agent::AgentCommand;
+use super::bus::Bus;
+use crate::store::Store;
+
+/// Visibility tiers in rank order (messaging.md §8).
+pub fn rank(tier: &str) -> Option<u8> {
+    match tier {
+        "directory" => Some(0),
+        "localhost" => Some(1),
+        "lan" => Some(2),
+        "public" => Some(3),
+        _ => None,
+    }
+}
+
+/// May a requester in `scope` reach an agent of `visibility`?
+pub fn permits(visibility: &str, scope: &str) -> bool {
+    visibility != "off" && matches!((rank(visibility), rank(scope)), (Some(v), Some(s)) if s <= v)
+}
+
+/// The scope of a remote address (`classifyRemote`).
+pub fn classify(ip: Option<IpAddr>) -> &'static str {
+    let ip = match ip {
+        None => return "localhost",
+        Some(IpAddr::V6(v6)) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(v6),
+        },
+        Some(ip) => ip,
+    };
+    match ip {
+        IpAddr::V4(v4) => {
+            let o = v4.octets();
+            if o[0] == 127 {
+                "localhost"
+            } else if o[0] == 10
+                || (o[0] == 172 && (16..32).contains(&o[1]))
+                || (o[0] == 192 && o[1] == 168)
+                || (o[0] == 169 && o[1] == 254)
+                || (o[0] == 100 && (64..128).contains(&o[1]))
+            {
+                "lan"
+            } else {
+                "public"
+            }
+        }
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            if v6.is_loopback() {
+                "localhost"
+            } else if (s[0] & 0xffc0) == 0xfe80 || (s[0] & 0xfe00) == 0xfc00 {
+                "lan"
+            } else {
+                "public"
+            }
+        }
+    }
+}
+
+/// Same-runtime scope: `directory` when the sender's folder is the
+/// recipient's or one of its ancestors, else `localhost`.
+pub fn ancestor_scope(sender_dir: &Path, recipient_dir: &Path) -> &'static str {
+    if recipient_dir.starts_with(sender_dir) { "directory" } else { "localhost" }
+}
+
+/// A loaded agent as the mesh sees it.
+pub struct Mailbox {
+    pub id: String,
+    pub handle: String,
+    pub did: String,
+    pub path: PathBuf,
+    /// The folder of the file (directory scope).
+    pub dir: PathBuf,
+    /// A second connection to the file for ingress (opened on first use).
+    store: Mutex<Option<Store>>,
+    /// The agent's actor, told about new inbox rows.
+    tx: mpsc::WeakUnboundedSender<AgentCommand>,
+}
+
+impl Mailbox {
+    /// Run `f` on the mailbox's connection to the file (blocking).
+    pub fn with_store<T>(&self, f: impl FnOnce(&mut Store) -> T) -> Result<T, String> {
+        let mut guard = self.store.lock().map_err(|_| "mailbox lock poisoned".to_string())?;
+        if guard.is_none() {
+            *guard = Some(Store::sibling(&self.path).map_err(|e| e.to_string())?);
+        }
+        match guard.as_mut() {
+            Some(s) => Ok(f(s)),
+            None => Err("mailbox store unavailable".into()),
+        }
+    }
+
+    pub fn notify(&self, cmd: AgentCommand) {
+        if let Some(tx) = self.tx.upgrade() {
+            let _ = tx.send(cmd);
+        }
+    }
+}
+
+/// The runtime's mesh: mailboxes, the public base URL once the server
+/// listens, known peers, and an HTTP client for delivery.
+pub struct Mesh {
+    boxes: RwLock<BTreeMap<String, Arc<Mailbox>>>,
+    pub runtime_id: String,
+    pub runtime_did: Option<String>,
+    base_url: RwLock<Option<String>>,
+    /// Manually listed peer runtimes (`http://host:port`).
+    peers: RwLock<Vec<String>>,
+    pub http: reqwest::Client,
+    pub bus: Arc<Bus>,
+    started: std::time::Instant,
+    /// Live agent states, as the fleet follows them.
+    states: Arc<Mutex<BTreeMap<String, String>>>,
+}
+
+impl Mesh {
+    pub fn new(bus: Arc<Bus>, states: Arc<Mutex<BTreeMap<String, String>>>) -> Arc<Self> {
+        let inst = crate::identity::install::load(&crate::paths::config_dir()).ok().flatten();
+        let peers = std::env::var("ADF_MESH_PEERS")
+            .map(|s| {
+                s.split(',').map(|p| p.trim().trim_end_matches('/').to_string()).filter(|p| !p.is_empty()).collect()
+            })
+            .unwrap_or_default();
+        crate::providers::install_crypto();
+        let http = reqwest::Client::builder()
+            .timeout(std::time::Duration::from_secs(15))
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap_or_else(|_| crate::providers::http_client());
+        Arc::new(Mesh {
+            boxes: RwLock::new(BTreeMap::new()),
+            runtime_id: inst.as_ref().map(|i| i.runtime_id.clone()).unwrap_or_else(|| crate::store::create::nanoid(12)),
+            runtime_did: inst.map(|i| i.runtime_did.clone()),
+            base_url: RwLock::new(None),
+            peers: RwLock::new(peers),
+            http,
+            bus,
+            started: std::time::Instant::now(),
+            states,
+        })
+    }
+
+    /// Register a loaded agent.
+    pub fn register(
+        &self,
+        id: &str,
+        handle: &str,
+        did: &str,
+        path: &Path,
+        tx: mpsc::WeakUnboundedSender<AgentCommand>,
+    ) {
+        let dir = std::fs::canonicalize(path)
+            .ok()
+            .and_then(|p| p.parent().map(Path::to_path_buf))
+            .unwrap_or_else(|| path.parent().map(Path::to_path_buf).unwrap_or_default());
+        let mb = Mailbox {
+            id: id.to_string(),
+            handle: handle.to_string(),
+            did: did.to_string(),
+            path: path.to_path_buf(),
+            dir,
+            store: Mutex::new(None),
+            tx,
+        };
+        if let Ok(mut b) = self.boxes.write() {
+            b.insert(id.to_string(), Arc::new(mb));
+        }
+    }
+
+    /// Forget an agent (its ingress connection closes).
+    pub fn unregister(&self, id: &str) {
+        let gone = self.boxes.write().ok().and_then(|mut b| b.remove(id));
+        if let Some(mb) = gone
+            && let Ok(mut s) = mb.store.lock()
+            && let Some(store) = s.take()
+        {
+            let _ = store.close();
+        }
+    }
+
+    pub fn mailboxes(&self) -> Vec<Arc<Mailbox>> {
+        self.boxes.read().map(|b| b.values().cloned().collect()).unwrap_or_default()
+    }
+
+    /// A mailbox by agent id, handle or DID.
+    pub fn find(&self, key: &str) -> Option<Arc<Mailbox>> {
+        let b = self.boxes.read().ok()?;
+        b.get(key).or_else(|| b.values().find(|m| m.handle == key || (!m.did.is_empty() && m.did == key))).cloned()
+    }
+
+    pub fn state_of(&self, id: &str) -> String {
+        self.states.lock().ok().and_then(|s| s.get(id).cloned()).unwrap_or_else(|| "idle".into())
+    }
+
+    pub fn base_url(&self) -> Option<String> {
+        self.base_url.read().ok().and_then(|b| b.clone())
+    }
+
+    pub fn set_base_url(&self, url: Option<String>) {
+        if let Ok(mut b) = self.base_url.write() {
+            *b = url;
+        }
+    }
+
+    pub fn peers(&self) -> Vec<String> {
+        self.peers.read().map(|p| p.clone()).unwrap_or_default()
+    }
+
+    pub fn add_peer(&self, url: &str) {
+        if let Ok(mut p) = self.peers.write() {
+            let url = url.trim_end_matches('/').to_string();
+            if !p.contains(&url) {
+                p.push(url);
+            }
+        }
+    }
+
+    pub fn uptime_secs(&self) -> u64 {
+        self.started.elapsed().as_secs()
+    }
+
+    /// The local mailbox an address points at (`<our base>/agents/<h>/inbox`).
+    pub fn local_for_address(&self, address: &str) -> Option<Arc<Mailbox>> {
+        let base = self.base_url()?;
+        let rest = address.strip_prefix(&base)?.strip_prefix("/agents/")?;
+        let handle = rest.strip_suffix("/inbox")?;
+        self.find(handle)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiers_and_scopes() {
+        assert!(permits("localhost", "localhost"));
+        assert!(permits("localhost", "directory"));
+        assert!(!permits("localhost", "lan"), "a LAN origin exceeds a localhost agent");
+        assert!(permits("lan", "lan"));
+        assert!(!permits("lan", "public"));
+        assert!(!permits("off", "directory"));
+        assert!(!permits("directory", "localhost"));
+        let ip = |s: &str| Some(s.parse::<IpAddr>().unwrap());
+        assert_eq!(classify(None), "localhost");
+        assert_eq!(classify(ip("127.0.0.9")), "localhost");
+        assert_eq!(classify(ip("::1")), "localhost");
+        assert_eq!(classify(ip("::ffff:127.0.0.1")), "localhost");
+        assert_eq!(classify(ip("192.168.1.4")), "lan");
+        assert_eq!(classify(ip("100.100.1.1")), "lan");
+        assert_eq!(classify(ip("172.20.0.1")), "lan");
+        assert_eq!(classify(ip("172.32.0.1")), "public");
+        assert_eq!(classify(ip("fe80::1")), "lan");
+        assert_eq!(classify(ip("fd00::1")), "lan");
+        assert_eq!(classify(ip("8.8.8.8")), "public");
+        assert_eq!(ancestor_scope(Path::new("/f"), Path::new("/f/team")), "directory");
+        assert_eq!(ancestor_scope(Path::new("/f/team"), Path::new("/f")), "localhost");
+    }
+}

@@ -1,0 +1,473 @@
+//! Sending (messaging.md §5, tools.md §4): `msg_send` resolves the
+//! recipient (reply by parent, local handle, DID, address), applies the
+//! messaging mode and the sender's lists, reads attachments, builds the ALF
+//! message, signs (and at level 2 encrypts) it, records an outbox row and
+//! delivers it — to a mailbox of this runtime first, else by HTTP POST —
+//! then records the outcome. Also `agent_discover`, and what happens when a
+//! message lands (`message.received`, `on_inbox`).
+
+use std::sync::Arc;
+
+use base64::Engine;
+use serde_json::{Map, Value, json};
+
+use super::ingress::{self, Origin};
+use super::{Mailbox, Mesh, ancestor_scope, card, permits};
+use crate::identity::message::{self, strip_trust};
+use crate::runtime::executor::Executor;
+use crate::runtime::triggers::TriggerEvent;
+use crate::tools::ToolOutput;
+
+const FORM: &str = "application/vnd.adf.form+json";
+
+/// A form's content must be JSON of the form schema (messaging.md §14).
+fn check_form(content: &str) -> Result<(), String> {
+    let v: Value = serde_json::from_str(content).map_err(|e| format!("form content is not JSON: {e}"))?;
+    let id_ok = |s: &Value, max: usize| {
+        s.as_str().is_some_and(|s| {
+            !s.is_empty()
+                && s.len() <= max
+                && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
+        })
+    };
+    if !id_ok(&v["id"], 16) {
+        return Err("form id must be 1–16 characters of [a-z0-9_-]".into());
+    }
+    let qs = v["questions"].as_array().ok_or("form needs questions")?;
+    if qs.is_empty() || qs.len() > 10 {
+        return Err("a form has 1 to 10 questions".into());
+    }
+    for q in qs {
+        let ty = q["type"].as_str().unwrap_or("");
+        if !["choice", "multi", "text"].contains(&ty) {
+            return Err(format!("question type must be choice, multi or text, got \"{ty}\""));
+        }
+        let n = q["options"].as_array().map(Vec::len).unwrap_or(0);
+        if ty != "text" && !(1..=12).contains(&n) {
+            return Err("choice and multi questions have 1 to 12 options".into());
+        }
+    }
+    if !["poll", "compact", "per_question"].contains(&v["render"].as_str().unwrap_or("")) {
+        return Err("form render must be poll, compact or per_question".into());
+    }
+    Ok(())
+}
+
+fn s(v: &Value) -> Option<String> {
+    v.as_str().filter(|s| !s.is_empty()).map(str::to_string)
+}
+
+impl Executor {
+    pub fn set_mesh(&mut self, mesh: Arc<Mesh>) {
+        self.mesh = Some(mesh);
+    }
+
+    /// A row landed in the inbox (from any transport).
+    pub(crate) fn inbox_arrived(&mut self, row: Map<String, Value>) {
+        let meta: Value =
+            row.get("meta").and_then(Value::as_str).and_then(|m| serde_json::from_str(m).ok()).unwrap_or_default();
+        let size = row.get("content").and_then(Value::as_str).map(str::len).unwrap_or(0);
+        self.emit(
+            crate::protocol::kind::MESSAGE_RECEIVED,
+            "system:mesh",
+            json!({"message_id": row.get("message_id"), "inbox_id": row.get("id"), "from": row.get("from"),
+                "sender_alias": row.get("sender_alias"), "content_type": row.get("content_type"), "size": size,
+                "subject": row.get("subject"), "verified": meta["message_verified"], "encrypted": meta["payload_encrypted"]}),
+        );
+        self.trigger(
+            TriggerEvent { ty: "inbox", source: "system:mesh".into(), data: json!({"message": Value::Object(row)}) },
+            false,
+        );
+    }
+
+    /// The agent-scope inbox wake (runtime.md §5.6), or `None` when nothing
+    /// is unread any more (a system lambda already handled it).
+    pub(crate) fn inbox_wake_text(&self) -> Option<String> {
+        let c = self.store.inbox_counts().ok()?;
+        if c["unread"].as_i64().unwrap_or(0) == 0 {
+            return None;
+        }
+        let summary = json!({"unread": c["unread"], "read": c["read"], "unread_by_sender": c["unread_by_sender"]});
+        Some(format!(
+            "[Inbox notification] You have new messages in your inbox.\n{}\nUse msg_read to fetch and process your messages.",
+            serde_json::to_string_pretty(&summary).unwrap_or_default()
+        ))
+    }
+
+    fn handle_and_did(&self) -> (String, String) {
+        let get = |k: &str| self.store.meta_get(k).ok().flatten().map(|m| m.value).unwrap_or_default();
+        (get("adf_handle"), get("adf_did"))
+    }
+
+    /// The `msg_send` tool.
+    pub(crate) async fn msg_send(&mut self, input: &Value) -> ToolOutput {
+        match self.send_inner(input).await {
+            Ok(t) => ToolOutput::ok(t),
+            Err(e) => ToolOutput::err(e),
+        }
+    }
+
+    async fn send_inner(&mut self, input: &Value) -> Result<String, String> {
+        let mesh =
+            self.mesh.clone().ok_or("messaging needs the runtime's mesh (this agent is not loaded in a fleet)")?;
+        let cfg = self.store.config_value().map_err(|e| e.to_string())?;
+        let content = input["content"].as_str().unwrap_or_default().to_string();
+        let content_type = s(&input["content_type"]);
+        if content_type.as_deref() == Some(FORM) {
+            check_form(&content)?;
+        }
+        let mode = cfg["messaging"]["mode"].as_str().unwrap_or("proactive");
+        if mode == "listen_only" {
+            return Err("messaging.mode is listen_only: this agent does not send messages".into());
+        }
+        let mut recipient = s(&input["recipient"]);
+        let mut address = s(&input["address"]);
+        let mut thread = s(&input["thread_id"]);
+        let parent = s(&input["parent_id"]);
+        if let Some(pid) = &parent {
+            let row = self
+                .store
+                .inbox_get(pid)
+                .map_err(|e| e.to_string())?
+                .ok_or(format!("No inbox message with id {pid}"))?;
+            recipient = s(&row["from"]).or_else(|| s(&row["sender_alias"]));
+            address = s(&row["return_path"]).or_else(|| s(&row["reply_to"])).filter(|a| a.starts_with("http"));
+            thread = thread.or_else(|| s(&row["thread_id"])).or_else(|| Some(pid.clone()));
+        } else if mode == "respond_only" {
+            return Err("messaging.mode is respond_only: reply to an inbox message with parent_id".into());
+        }
+        let (handle, did) = self.handle_and_did();
+        let my_dir = std::fs::canonicalize(self.store.path())
+            .ok()
+            .and_then(|p| p.parent().map(std::path::Path::to_path_buf))
+            .unwrap_or_default();
+        let mut local: Option<Arc<Mailbox>> = None;
+        let mut to = recipient.clone().unwrap_or_default();
+        if address.is_none() && parent.is_none() && !to.is_empty() && !to.contains(':') {
+            let mb = mesh.find(&to).ok_or("No agent with matching handle or DID")?;
+            let scope = ancestor_scope(&my_dir, &mb.dir);
+            let vis = mb.with_store(|st| {
+                st.config_value().map(|c| c["messaging"]["visibility"].as_str().unwrap_or("localhost").to_string())
+            })?;
+            let vis = vis.map_err(|e| e.to_string())?;
+            if !permits(&vis, scope) {
+                return Err(if vis == "off" {
+                    "agent not accepting messages".into()
+                } else {
+                    "visibility tier mismatch".into()
+                });
+            }
+            if !mb.did.is_empty() {
+                to = mb.did.clone();
+            }
+            local = Some(mb);
+        } else if to.starts_with("did:") {
+            local = mesh.find(&to);
+        }
+        if local.is_none()
+            && let Some(a) = &address
+        {
+            local = mesh.local_for_address(a);
+        }
+        if local.is_none() && address.is_none() {
+            if to.contains(':') && !to.starts_with("did:") {
+                return Err(format!("no channel adapter is connected for {to}"));
+            }
+            return Err("a mesh recipient needs an address (or a local handle, or parent_id)".into());
+        }
+        if to.is_empty() {
+            to = local.as_ref().map(|m| m.did.clone()).unwrap_or_default();
+        }
+        if to.starts_with("did:") {
+            ingress::lists_admit(&cfg, &to).map_err(|e| format!("refused by this agent's lists: {e}"))?;
+        }
+        // Attachments: inline on the wire, recorded without data.
+        let max = cfg["limits"]["max_file_write_bytes"].as_u64().unwrap_or(5_000_000);
+        let mut wire_att = Vec::new();
+        let mut stored_att = Vec::new();
+        for p in input["attachments"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+            let path = p.as_str().unwrap_or_default();
+            let filename = path.rsplit('/').next().unwrap_or(path).to_string();
+            match self.store.file_read(path) {
+                Ok((entry, _)) if entry.size > max => {
+                    stored_att.push(json!({"filename": filename, "path": path, "skipped": true, "reason": format!("larger than max_file_write_bytes ({max})")}));
+                }
+                Ok((entry, bytes)) => {
+                    let d = json!({"filename": filename, "content_type": entry.mime_type, "transfer": "inline", "size_bytes": bytes.len()});
+                    stored_att.push(d.clone());
+                    let mut w = d;
+                    w["data"] = base64::engine::general_purpose::STANDARD.encode(&bytes).into();
+                    wire_att.push(w);
+                }
+                Err(e) => stored_att
+                    .push(json!({"filename": filename, "path": path, "skipped": true, "reason": e.to_string()})),
+            }
+        }
+        let base = mesh.base_url();
+        let reply_to = s(&cfg["card"]["endpoints"]["inbox"])
+            .or_else(|| s(&cfg["reply_to"]))
+            .or_else(|| base.as_ref().map(|b| format!("{b}/agents/{handle}/inbox")))
+            .unwrap_or_else(|| did.clone());
+        let now = crate::store::now_iso();
+        let id = crate::store::create::nanoid(20);
+        let mut msg_meta = input["message_meta"].clone();
+        strip_trust(&mut msg_meta);
+        let mut meta = msg_meta.as_object().cloned().unwrap_or_default();
+        if let Some(b) = &base {
+            meta.insert("card".into(), format!("{b}/agents/{handle}/card").into());
+        }
+        let mut payload = Map::new();
+        let mut pmeta = input["meta"].clone();
+        strip_trust(&mut pmeta);
+        if pmeta.is_object() {
+            payload.insert("meta".into(), pmeta.clone());
+        }
+        payload.insert("sender_alias".into(), handle.clone().into());
+        if let Some(l) = &local {
+            payload.insert("recipient_alias".into(), l.handle.clone().into());
+        }
+        if let Some(t) = &thread {
+            payload.insert("thread_id".into(), t.clone().into());
+        }
+        payload.insert("parent_id".into(), parent.clone().map(Value::String).unwrap_or(Value::Null));
+        if let Some(sub) = s(&input["subject"]) {
+            payload.insert("subject".into(), sub.into());
+        }
+        payload.insert("content".into(), content.clone().into());
+        if let Some(ct) = &content_type {
+            payload.insert("content_type".into(), ct.clone().into());
+        }
+        payload.insert("attachments".into(), Value::Array(wire_att));
+        payload.insert("sent_at".into(), now.clone().into());
+        let network = cfg["messaging"]["network"].as_str().unwrap_or("devnet").to_string();
+        let mut msg = json!({"version": "1.0", "network": network, "id": id, "timestamp": now, "from": if did.is_empty() { handle.clone() } else { did.clone() },
+            "to": to, "reply_to": reply_to, "meta": Value::Object(meta.clone()), "payload": Value::Object(payload)});
+        let level = cfg["security"]["level"].as_u64().unwrap_or(0).min(3) as u8;
+        let key = self.store.signing_key().map_err(|e| e.to_string())?;
+        // Same-runtime recipients decrypt with their key when it is open;
+        // a locked one is handed the signed plaintext (it never leaves
+        // this process).
+        let encrypt = match &local {
+            Some(mb) => mb.with_store(|st| st.signing_key().ok().flatten().is_some()).unwrap_or(false),
+            None => true,
+        };
+        let original = msg.clone();
+        message::egress(&mut msg, key.as_ref(), level, encrypt).map_err(|r| format!("{} ({})", r.error, r.status))?;
+        // The outbox row, pending until the transport answers.
+        let mut tomb = original;
+        tomb["payload"]["content"] = "[flattened]".into();
+        if !stored_att.is_empty() {
+            tomb["payload"]["attachments"] = "[flattened]".into();
+        }
+        let mut row = Map::new();
+        for (k, v) in [
+            ("message_id", json!(id)),
+            ("from", msg["from"].clone()),
+            ("to", json!(to)),
+            ("address", json!(address.clone().unwrap_or_default())),
+            ("reply_to", json!(reply_to)),
+            ("network", json!(network)),
+            ("thread_id", json!(thread)),
+            ("parent_id", json!(parent)),
+            ("subject", input["subject"].clone()),
+            ("content", json!(content)),
+            ("content_type", json!(content_type.clone().unwrap_or_else(|| "text/plain".into()))),
+            ("meta", if pmeta.is_object() { json!(pmeta.to_string()) } else { Value::Null }),
+            ("sender_alias", json!(handle)),
+            ("recipient_alias", json!(local.as_ref().map(|l| l.handle.clone()))),
+            ("card", meta.get("card").cloned().unwrap_or(Value::Null)),
+            ("return_path", json!(reply_to)),
+            ("created_at", json!(crate::store::now_ms())),
+            ("status", json!("pending")),
+            ("original_message", json!(tomb.to_string())),
+        ] {
+            row.insert(k.into(), v);
+        }
+        if !stored_att.is_empty() {
+            row.insert("attachments".into(), Value::String(Value::Array(stored_att.clone()).to_string()));
+        }
+        let out_id = self.store.outbox_insert(&row).map_err(|e| e.to_string())?;
+        row.insert("id".into(), out_id.clone().into());
+        let outcome: Result<Option<u16>, (Option<u16>, String)> = match local {
+            Some(mb) => {
+                let state = mesh.state_of(&mb.id);
+                let scope = ancestor_scope(&my_dir, &mb.dir);
+                let res = tokio::task::spawn_blocking(move || {
+                    ingress::accept(&state, &mb, msg, Origin { scope, peer: None })
+                })
+                .await;
+                match res {
+                    Ok(Ok(_)) => Ok(None),
+                    Ok(Err((r, _))) => Err((Some(r.status), r.error)),
+                    Err(e) => Err((None, format!("delivery task failed: {e}"))),
+                }
+            }
+            None => {
+                let url = address.clone().unwrap_or_default();
+                match mesh.http.post(&url).json(&msg).send().await {
+                    Ok(resp) if resp.status().is_success() => Ok(Some(resp.status().as_u16())),
+                    Ok(resp) => {
+                        let code = resp.status().as_u16();
+                        let text = resp.text().await.unwrap_or_default();
+                        let why =
+                            serde_json::from_str::<Value>(&text).ok().and_then(|v| s(&v["error"])).unwrap_or(text);
+                        Err((Some(code), why))
+                    }
+                    Err(e) => Err((None, format!("cannot reach {url}: {e}"))),
+                }
+            }
+        };
+        let atts = stored_att.iter().filter(|a| a["skipped"] != true).count();
+        let with = if atts > 0 { format!(" with {atts} attachment(s)") } else { String::new() };
+        match outcome {
+            Ok(code) => {
+                self.store.outbox_finish(&out_id, "delivered", code).map_err(|e| e.to_string())?;
+                row.insert("status".into(), "delivered".into());
+                self.emit(
+                    crate::protocol::kind::MESSAGE_SENT,
+                    "system:mesh",
+                    json!({"message_id": id, "status_code": code, "to": to, "from": handle}),
+                );
+                self.trigger(
+                    TriggerEvent {
+                        ty: "outbox",
+                        source: "system:mesh".into(),
+                        data: json!({"message": Value::Object(row)}),
+                    },
+                    false,
+                );
+                let status = code.map(|c| c.to_string()).unwrap_or_else(|| "delivered".into());
+                Ok(format!("Message sent to {to}. Status: {status}.{with}"))
+            }
+            Err((code, why)) => {
+                self.store.outbox_finish(&out_id, "failed", code).map_err(|e| e.to_string())?;
+                self.emit(
+                    crate::protocol::kind::MESSAGE_DELIVERY_FAILED,
+                    "system:mesh",
+                    json!({"message_id": id, "status_code": code, "to": to, "error": why}),
+                );
+                let _ = self.log("warn", "egress", "delivery_failed", &format!("{to}: {why}"));
+                let code = code.map(|c| format!(" ({c})")).unwrap_or_default();
+                Err(format!("Delivery to {to} failed{code}: {why}"))
+            }
+        }
+    }
+
+    /// The `agent_discover` tool.
+    pub(crate) async fn agent_discover(&mut self, input: &Value) -> ToolOutput {
+        let Some(mesh) = self.mesh.clone() else {
+            return ToolOutput::err("discovery needs the runtime's mesh (this agent is not loaded in a fleet)");
+        };
+        let me = self.agent_id().to_string();
+        let my_dir = std::fs::canonicalize(self.store.path())
+            .ok()
+            .and_then(|p| p.parent().map(std::path::Path::to_path_buf))
+            .unwrap_or_default();
+        let inp = input.clone();
+        let m2 = mesh.clone();
+        let local = tokio::task::spawn_blocking(move || local_cards(&m2, &me, &my_dir, &inp)).await.unwrap_or_default();
+        let mut cards = local;
+        if input["scope"] == "all" {
+            cards.extend(remote_cards(&mesh, input).await);
+        }
+        if cards.is_empty() {
+            return ToolOutput::ok("No other agents are reachable from your current scope.");
+        }
+        ToolOutput::json(&Value::Array(cards))
+    }
+}
+
+fn matches(card: &Value, input: &Value) -> bool {
+    let has = |k: &str| {
+        input[k]
+            .as_str()
+            .is_none_or(|needle| card[k].as_str().unwrap_or("").to_lowercase().contains(&needle.to_lowercase()))
+    };
+    let vis_ok =
+        input["visibility"].as_array().is_none_or(|l| l.iter().any(|v| v.as_str() == card["visibility"].as_str()));
+    has("handle") && has("description") && vis_ok
+}
+
+/// Cards of this runtime's agents reachable from `me`.
+pub fn local_cards(mesh: &Mesh, me: &str, my_dir: &std::path::Path, input: &Value) -> Vec<Value> {
+    let base = mesh.base_url().unwrap_or_else(|| "http://127.0.0.1:7295".into());
+    let subdirs = input["include_subdirectories"].as_bool().unwrap_or(true);
+    let mut out = Vec::new();
+    for mb in mesh.mailboxes() {
+        if mb.id == me {
+            continue;
+        }
+        let Ok(Some((cfg, key, atts))) = mb.with_store(|st| {
+            let cfg = st.config_value().ok()?;
+            Some((cfg, st.signing_key().ok().flatten(), st.attestations().unwrap_or_default()))
+        }) else {
+            continue;
+        };
+        let vis = cfg["messaging"]["visibility"].as_str().unwrap_or("localhost").to_string();
+        if !permits(&vis, ancestor_scope(my_dir, &mb.dir)) {
+            continue;
+        }
+        let in_sub = mb.dir != my_dir && mb.dir.starts_with(my_dir);
+        if in_sub && !subdirs {
+            continue;
+        }
+        let mut c = card::build(&cfg, &mb.did, &mb.handle, &atts, key.as_ref(), &base);
+        c["in_subdirectory"] = in_sub.into();
+        c["visibility"] = vis.into();
+        c["source"] = "local-runtime".into();
+        c["status"] = mesh.state_of(&mb.id).into();
+        if matches(&c, input) {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Cards from the manually listed peer runtimes, decorated.
+async fn remote_cards(mesh: &Mesh, input: &Value) -> Vec<Value> {
+    let mut out = Vec::new();
+    for peer in mesh.peers() {
+        let req = mesh.http.get(format!("{peer}/agents")).timeout(std::time::Duration::from_millis(2500));
+        let Ok(resp) = req.send().await else { continue };
+        let Ok(Value::Array(list)) = resp.json::<Value>().await else { continue };
+        for mut c in list {
+            c["source"] = "manual".into();
+            c["card_verified"] = card::verify(&c).into();
+            let owner = c["attestations"]
+                .as_array()
+                .and_then(|a| {
+                    a.iter().find(|x| {
+                        x["role"] == "owner"
+                            && crate::identity::attest::verify(x, c["did"].as_str(), chrono::Utc::now()).is_ok()
+                    })
+                })
+                .cloned();
+            c["owner_attested"] = owner.is_some().into();
+            if let Some(o) = &owner {
+                c["attested_owner_did"] = o["issuer"].clone();
+            }
+            if c.get("visibility").is_none() {
+                c["visibility"] = "lan".into();
+            }
+            if matches(&c, input) {
+                out.push(c);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forms_are_checked() {
+        let ok = r#"{"id":"f1","questions":[{"id":"q","text":"?","type":"choice","options":[{"id":"a","label":"A"}]}],"render":"poll"}"#;
+        check_form(ok).unwrap();
+        assert!(check_form("not json").is_err());
+        assert!(check_form(&ok.replace("poll", "grid")).is_err());
+        assert!(check_form(&ok.replace("\"f1\"", "\"F1!\"")).is_err());
+        assert!(check_form(&ok.replace(r#","options":[{"id":"a","label":"A"}]"#, "")).is_err());
+    }
+}

@@ -1,0 +1,166 @@
+//! The mesh HTTP server (messaging.md §11): agent-facing, apart from the
+//! owner's control API. `/health`, `/ping`, `/agents` (cards visible from
+//! the requester's scope), `/agents/{handle}/card|health`, and
+//! `POST /agents/{handle}/inbox` (202 `{message_id}` or the refusal's status
+//! and reason). Binds loopback unless an agent is `lan`; probes up to 20
+//! ports when the configured one is taken.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+
+use super::ingress::{self, Origin};
+use super::{Mesh, card, classify};
+
+pub const DEFAULT_PORT: u16 = 7295;
+/// Largest message body (inline attachments included).
+const BODY_LIMIT: usize = 32 * 1024 * 1024;
+
+type S = State<Arc<Mesh>>;
+type Peer = ConnectInfo<SocketAddr>;
+
+fn reply(status: u16, body: Value) -> Response {
+    (StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), Json(body)).into_response()
+}
+
+/// The base URL as the requester addressed us (for card endpoints).
+fn base_for(mesh: &Mesh, headers: &HeaderMap) -> String {
+    match headers.get("host").and_then(|h| h.to_str().ok()) {
+        Some(h) => format!("http://{h}"),
+        None => mesh.base_url().unwrap_or_default(),
+    }
+}
+
+async fn health(State(m): S) -> Json<Value> {
+    let port = m.base_url().and_then(|b| b.rsplit(':').next().and_then(|p| p.parse::<u16>().ok()));
+    Json(json!({"status": "ok", "uptime": m.uptime_secs(), "agents": m.mailboxes().len(), "port": port}))
+}
+
+async fn ping(State(m): S) -> Json<Value> {
+    let mut v = json!({"runtime_id": m.runtime_id, "proto": "alf/0.2"});
+    if let Some(d) = &m.runtime_did {
+        v["runtime_did"] = d.clone().into();
+    }
+    Json(v)
+}
+
+/// A refusal: status and JSON body.
+type Refusal = (u16, Value);
+
+/// The card of one mailbox if visible from `scope`.
+fn card_of(m: &Mesh, handle: &str, scope: &str, base: &str) -> Result<Value, Refusal> {
+    let mb = m.find(handle).ok_or_else(|| (404, json!({"error": "No agent with matching handle or DID"})))?;
+    let got = mb.with_store(|st| -> Result<Value, Refusal> {
+        let cfg = st.config_value().map_err(|e| (500, json!({"error": e.to_string()})))?;
+        ingress::visible(&cfg, scope).map_err(|(r, extra)| (r.status, ingress::body(&r, Some(extra))))?;
+        let key = st.signing_key().ok().flatten();
+        let atts = st.attestations().unwrap_or_default();
+        let mut c = card::build(&cfg, &mb.did, &mb.handle, &atts, key.as_ref(), base);
+        c["visibility"] = cfg["messaging"]["visibility"].clone();
+        Ok(c)
+    });
+    got.map_err(|e| (500, json!({"error": e})))?
+}
+
+async fn agents(State(m): S, ConnectInfo(peer): Peer, headers: HeaderMap) -> Json<Value> {
+    let scope = classify(Some(peer.ip()));
+    let base = base_for(&m, &headers);
+    let m2 = m.clone();
+    let list = tokio::task::spawn_blocking(move || {
+        m2.mailboxes().iter().filter_map(|mb| card_of(&m2, &mb.id, scope, &base).ok()).collect::<Vec<_>>()
+    })
+    .await
+    .unwrap_or_default();
+    Json(Value::Array(list))
+}
+
+async fn agent_card(State(m): S, ConnectInfo(peer): Peer, headers: HeaderMap, Path(handle): Path<String>) -> Response {
+    let scope = classify(Some(peer.ip()));
+    let base = base_for(&m, &headers);
+    match tokio::task::spawn_blocking(move || card_of(&m, &handle, scope, &base)).await {
+        Ok(Ok(c)) => Json(c).into_response(),
+        Ok(Err((s, b))) => reply(s, b),
+        Err(e) => reply(500, json!({"error": e.to_string()})),
+    }
+}
+
+async fn agent_health(
+    State(m): S,
+    ConnectInfo(peer): Peer,
+    headers: HeaderMap,
+    Path(handle): Path<String>,
+) -> Response {
+    let scope = classify(Some(peer.ip()));
+    let base = base_for(&m, &headers);
+    let m2 = m.clone();
+    let h2 = handle.clone();
+    match tokio::task::spawn_blocking(move || card_of(&m2, &h2, scope, &base)).await {
+        Ok(Ok(c)) => {
+            let state = m.find(&handle).map(|mb| m.state_of(&mb.id)).unwrap_or_default();
+            Json(json!({"status": "ok", "handle": c["handle"], "did": c["did"], "state": state})).into_response()
+        }
+        Ok(Err((s, b))) => reply(s, b),
+        Err(e) => reply(500, json!({"error": e.to_string()})),
+    }
+}
+
+async fn inbox(State(m): S, ConnectInfo(peer): Peer, Path(handle): Path<String>, body: axum::body::Bytes) -> Response {
+    let Some(mb) = m.find(&handle) else {
+        return reply(404, json!({"error": "No agent with matching handle or DID"}));
+    };
+    let msg: Value = match serde_json::from_slice(&body) {
+        Ok(v @ Value::Object(_)) => v,
+        _ => return reply(400, json!({"error": "the body is not a JSON object"})),
+    };
+    let origin = Origin { scope: classify(Some(peer.ip())), peer: Some(peer.ip()) };
+    let state = m.state_of(&mb.id);
+    match tokio::task::spawn_blocking(move || ingress::accept(&state, &mb, msg, origin)).await {
+        Ok(Ok(row)) => reply(202, json!({"message_id": row.get("id")})),
+        Ok(Err((r, extra))) => reply(r.status, ingress::body(&r, extra)),
+        Err(e) => reply(500, json!({"error": e.to_string()})),
+    }
+}
+
+pub fn router(mesh: Arc<Mesh>) -> axum::Router {
+    axum::Router::new()
+        .route("/health", get(health))
+        .route("/ping", get(ping))
+        .route("/agents", get(agents))
+        .route("/agents/{handle}/card", get(agent_card))
+        .route("/agents/{handle}/health", get(agent_health))
+        .route("/agents/{handle}/inbox", post(inbox))
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(mesh)
+}
+
+/// Bind `host:port` (or one of the next 19 ports) and serve until the
+/// runtime ends; the mesh learns its base URL.
+pub async fn serve(mesh: Arc<Mesh>, host: &str, port: u16) -> std::io::Result<SocketAddr> {
+    let mut last = None;
+    for p in port..port.saturating_add(20) {
+        match tokio::net::TcpListener::bind((host, p)).await {
+            Ok(l) => {
+                let addr = l.local_addr()?;
+                let shown =
+                    if addr.ip().is_unspecified() { format!("127.0.0.1:{}", addr.port()) } else { addr.to_string() };
+                mesh.set_base_url(Some(format!("http://{shown}")));
+                let app = router(mesh).into_make_service_with_connect_info::<SocketAddr>();
+                tokio::spawn(async move {
+                    let _ = axum::serve(l, app).await;
+                });
+                return Ok(addr);
+            }
+            Err(e) => last = Some(e),
+        }
+        if port == 0 {
+            break;
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no port")))
+}
