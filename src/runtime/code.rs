@@ -60,7 +60,8 @@ const CODE_ONLY: &[&str] = &[
 /// How long unauthorized code waits for the owner on a protection denial.
 pub const PROTECTION_WAIT: Duration = Duration::from_secs(20 * 60);
 
-/// Tools that run code (and so are async in the executor).
+/// Tools the executor runs itself (code, network, messaging): async, their
+/// input checked here against the tool's schema.
 pub const CODE_TOOLS: &[&str] = &["sys_code", "sys_lambda", "sys_fetch", "msg_send", "agent_discover"];
 
 fn err(code: &str, message: impl Into<String>) -> CallError {
@@ -537,6 +538,8 @@ impl Executor {
             }
             "model_invoke" => self.model_invoke(cx, &args).await,
             "task_resolve" => self.task_resolve(cx, &args).await,
+            "identity_status" | "get_identity" | "set_identity" | "attestation_list" | "attestation_add"
+            | "attestation_issue" => self.identity_method(method, &args).map_err(|(c, m)| err(c, m)),
             _ => Err(err("NOT_CONFIGURED", format!("\"{method}\" is not available in this runtime yet"))),
         }
     }

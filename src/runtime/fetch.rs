@@ -190,9 +190,22 @@ impl Executor {
         cfg: &Value,
         point: &str,
         pointer: &str,
-        mut data: Value,
+        data: Value,
         chain: Vec<String>,
     ) -> Result<Value, String> {
+        self.middleware_coded(cfg, point, pointer, data, chain).await.map_err(|(_, r)| r)
+    }
+
+    /// [`Self::middleware`] with the rejection's `code` (an inbox reject
+    /// answers with it as the HTTP status).
+    pub(crate) async fn middleware_coded(
+        &mut self,
+        cfg: &Value,
+        point: &str,
+        pointer: &str,
+        mut data: Value,
+        chain: Vec<String>,
+    ) -> Result<Value, (Option<u16>, String)> {
         let refs: Vec<String> = cfg
             .pointer(pointer)
             .and_then(Value::as_array)
@@ -217,10 +230,11 @@ impl Executor {
             let out = self.lambda(path, func, input, None, chain.clone(), timeout, "middleware", None).await;
             let v = match out {
                 Ok(o) => o.value.unwrap_or(Value::Null),
-                Err(e) => return Err(format!("middleware {r} failed: {}", e.message)),
+                Err(e) => return Err((None, format!("middleware {r} failed: {}", e.message))),
             };
             if let Some(rej) = v.get("reject").filter(|r| !r.is_null()) {
-                return Err(rej["reason"].as_str().unwrap_or("rejected").to_string());
+                let code = rej["code"].as_u64().and_then(|c| u16::try_from(c).ok()).filter(|c| (400..600).contains(c));
+                return Err((code, rej["reason"].as_str().unwrap_or("rejected").to_string()));
             }
             if let Some(d) = v.get("data").filter(|d| !d.is_null()) {
                 data = d.clone();

@@ -166,6 +166,7 @@ impl Fleet {
         let handle = store.meta_get("adf_handle").ok().flatten().map(|m| m.value).unwrap_or_default();
         let name = cfg.get("name").and_then(|v| v.as_str()).unwrap_or("").to_string();
         let owner = waiting_owner();
+        let runner_provider = provider.clone();
         let mut ex = Executor::new(store, provider, self.bus.clone(), owner.clone()).map_err(|e| e.to_string())?;
         ex.recover().map_err(|e| e.to_string())?;
         // Loaded agents mostly wait: keep only what the next turn needs.
@@ -189,7 +190,14 @@ impl Fleet {
         let did = ex.store.meta_get("adf_did").ok().flatten().map(|m| m.value).unwrap_or_default();
         ex.set_mesh(self.mesh.clone());
         let (agent, task) = super::agent::spawn_with(ex, owner, super::agent::TIMER_TICK, started.clone());
-        self.mesh.register(&id, &handle, &did, path, agent.weak());
+        let runner: super::mesh::Runner = {
+            let (path, bus, provider) = (path.to_path_buf(), self.bus.clone(), runner_provider);
+            Box::new(move || {
+                let store = Store::sibling(&path).ok()?;
+                Executor::new(store, provider.clone(), bus.clone(), Arc::new(super::executor::Absent)).ok()
+            })
+        };
+        self.mesh.register(&id, &handle, &did, path, agent.weak(), runner);
         let info = AgentInfo { id: id.clone(), name: name.clone(), handle: handle.clone(), path: path.to_path_buf() };
         self.agents.insert(id, Loaded { path: path.to_path_buf(), name, handle, agent, task, started });
         Ok(info)

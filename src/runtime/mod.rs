@@ -9,6 +9,7 @@ pub mod egress;
 pub mod executor;
 pub mod fetch;
 pub mod fleet;
+pub mod identity_code;
 pub mod inject;
 pub mod mesh;
 pub mod prompt;

@@ -6,6 +6,7 @@
 //! recipient's actor is told. Every refusal carries its HTTP status.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use base64::Engine;
 use serde_json::{Map, Value, json};
@@ -211,14 +212,21 @@ fn flatten(acc: &message::Accepted, original: &Value, return_path: String) -> Ma
     row
 }
 
-/// Take `msg` into `mb`'s inbox. Blocking (SQLite, maybe scrypt-free
-/// crypto): call from a blocking context. Returns the inbox row.
-pub fn accept(
-    state: &str,
-    mb: &Mailbox,
+type Refusal = (Refused, Option<Value>);
+
+fn blocking_failed(e: impl std::fmt::Display) -> Refusal {
+    (refuse(500, format!("ingress task failed: {e}")), None)
+}
+
+/// Take `msg` into `mb`'s inbox: checks and crypto on the mailbox's
+/// connection (off the async runtime), the inbox middleware on a runner of
+/// the recipient, then attachments and the row. Returns the inbox row.
+pub async fn accept(
+    state: String,
+    mb: Arc<Mailbox>,
     msg: Value,
     origin: Origin,
-) -> Result<Map<String, Value>, (Refused, Option<Value>)> {
+) -> Result<Map<String, Value>, Refusal> {
     if state == "off" {
         return Err((refuse(503, "Agent is off"), None));
     }
@@ -235,34 +243,62 @@ pub fn accept(
             None,
         ));
     }
-    let result = mb.with_store(|store| -> Result<Map<String, Value>, (Refused, Option<Value>)> {
-        let cfg = store.config_value().map_err(|e| (refuse(500, e.to_string()), None))?;
-        visible(&cfg, origin.scope).map_err(|(r, extra)| (r, Some(extra)))?;
-        let key = store.signing_key().ok().flatten();
-        let original = msg.clone();
-        let acc = message::ingress(msg, key.as_ref(), Policy::of(&cfg["security"])).map_err(|r| (r, None))?;
-        let from = acc.message["from"].as_str().unwrap_or_default().to_string();
-        let id = acc.message["id"].as_str().unwrap_or_default().to_string();
-        if !id.is_empty() && store.inbox_has(&id, &from).unwrap_or(false) {
-            return Err((refuse(409, format!("message {id} was already received (replay)")), None));
+    let original = msg.clone();
+    let mb1 = mb.clone();
+    let checked = tokio::task::spawn_blocking(move || {
+        mb1.with_store(|store| -> Result<(Value, message::Accepted), Refusal> {
+            let cfg = store.config_value().map_err(|e| (refuse(500, e.to_string()), None))?;
+            visible(&cfg, origin.scope).map_err(|(r, extra)| (r, Some(extra)))?;
+            let key = store.signing_key().ok().flatten();
+            let acc = message::ingress(msg, key.as_ref(), Policy::of(&cfg["security"])).map_err(|r| (r, None))?;
+            let from = acc.message["from"].as_str().unwrap_or_default();
+            let id = acc.message["id"].as_str().unwrap_or_default();
+            if !id.is_empty() && store.inbox_has(id, from).unwrap_or(false) {
+                return Err((refuse(409, format!("message {id} was already received (replay)")), None));
+            }
+            lists_admit(&cfg, from).map_err(|e| (refuse(403, e), None))?;
+            Ok((cfg, acc))
+        })
+    })
+    .await
+    .map_err(blocking_failed)?;
+    let (cfg, mut acc) = checked.map_err(|e| (refuse(500, e), None))??;
+    // Inbox middleware (runtime.md §10): may rewrite or reject.
+    if cfg.pointer("/security/middleware/inbox").and_then(Value::as_array).is_some_and(|a| !a.is_empty()) {
+        let mut runner = (mb.runner)().ok_or_else(|| (refuse(500, "cannot run the inbox middleware"), None))?;
+        let out =
+            runner.middleware_coded(&cfg, "inbox", "/security/middleware/inbox", acc.message.clone(), Vec::new()).await;
+        let _ = runner.store_into().close();
+        match out {
+            Ok(data) if data.is_object() => acc.message = data,
+            Ok(_) => {}
+            Err((code, reason)) => {
+                return Err((refuse(code.unwrap_or(403), format!("rejected by inbox middleware: {reason}")), None));
+            }
         }
-        lists_admit(&cfg, &from).map_err(|e| (refuse(403, e), None))?;
-        let mut acc = acc;
-        let sender = acc.message["payload"]["sender_alias"]
-            .as_str()
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-            .unwrap_or_else(|| from.rsplit(':').next().unwrap_or("sender").chars().take(16).collect());
-        if let Some(list) = acc.message["payload"]["attachments"].as_array_mut() {
-            import_attachments(store, &sender, list);
-        }
-        let rp = return_path(acc.message["reply_to"].as_str().unwrap_or_default(), origin.peer);
-        let mut row = flatten(&acc, &original, rp);
-        let inbox_id = store.inbox_insert(&row).map_err(|e| (refuse(500, e.to_string()), None))?;
-        row.insert("id".into(), inbox_id.into());
-        Ok(row)
-    });
-    let row = result.map_err(|e| (refuse(500, e), None))??;
+    }
+    let mb2 = mb.clone();
+    let stored = tokio::task::spawn_blocking(move || {
+        mb2.with_store(|store| -> Result<Map<String, Value>, Refusal> {
+            let from = acc.message["from"].as_str().unwrap_or_default().to_string();
+            let sender = acc.message["payload"]["sender_alias"]
+                .as_str()
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .unwrap_or_else(|| from.rsplit(':').next().unwrap_or("sender").chars().take(16).collect());
+            if let Some(list) = acc.message["payload"]["attachments"].as_array_mut() {
+                import_attachments(store, &sender, list);
+            }
+            let rp = return_path(acc.message["reply_to"].as_str().unwrap_or_default(), origin.peer);
+            let mut row = flatten(&acc, &original, rp);
+            let inbox_id = store.inbox_insert(&row).map_err(|e| (refuse(500, e.to_string()), None))?;
+            row.insert("id".into(), inbox_id.into());
+            Ok(row)
+        })
+    })
+    .await
+    .map_err(blocking_failed)?;
+    let row = stored.map_err(|e| (refuse(500, e), None))??;
     let told = row.clone();
     mb.notify(AgentCommand::With(OwnerWork(Box::new(move |ex| ex.inbox_arrived(told)))));
     Ok(row)

@@ -94,7 +94,12 @@ pub struct Mailbox {
     store: Mutex<Option<Store>>,
     /// The agent's actor, told about new inbox rows.
     tx: mpsc::WeakUnboundedSender<AgentCommand>,
+    /// A runner executor on a second connection (inbox middleware).
+    pub(crate) runner: Runner,
 }
+
+/// Makes a runner executor for an agent's file.
+pub type Runner = Box<dyn Fn() -> Option<super::executor::Executor> + Send + Sync>;
 
 impl Mailbox {
     /// Run `f` on the mailbox's connection to the file (blocking).
@@ -167,6 +172,7 @@ impl Mesh {
         did: &str,
         path: &Path,
         tx: mpsc::WeakUnboundedSender<AgentCommand>,
+        runner: Runner,
     ) {
         let dir = std::fs::canonicalize(path)
             .ok()
@@ -180,6 +186,7 @@ impl Mesh {
             dir,
             store: Mutex::new(None),
             tx,
+            runner,
         };
         if let Ok(mut b) = self.boxes.write() {
             b.insert(id.to_string(), Arc::new(mb));

@@ -242,6 +242,26 @@ impl Executor {
         let network = cfg["messaging"]["network"].as_str().unwrap_or("devnet").to_string();
         let mut msg = json!({"version": "1.0", "network": network, "id": id, "timestamp": now, "from": if did.is_empty() { handle.clone() } else { did.clone() },
             "to": to, "reply_to": reply_to, "meta": Value::Object(meta.clone()), "payload": Value::Object(payload)});
+        // Outbox middleware (runtime.md §10): before signing; may rewrite the
+        // message and its address, or reject.
+        if cfg.pointer("/security/middleware/outbox").and_then(Value::as_array).is_some_and(|a| !a.is_empty()) {
+            let method = if local.is_some() { "local" } else { "http" };
+            let data =
+                json!({"message": msg, "transport": {"address": address, "method": method}, "agent": {"did": did}});
+            match self.middleware_coded(&cfg, "outbox", "/security/middleware/outbox", data, Vec::new()).await {
+                Ok(d) => {
+                    if d["message"].is_object() {
+                        msg = d["message"].clone();
+                        strip_trust(&mut msg["meta"]);
+                    }
+                    if let Some(a) = d["transport"]["address"].as_str().filter(|a| Some(*a) != address.as_deref()) {
+                        address = Some(a.to_string());
+                        local = mesh.local_for_address(a);
+                    }
+                }
+                Err((_, reason)) => return Err(format!("Rejected by outbox middleware: {reason}")),
+            }
+        }
         let level = cfg["security"]["level"].as_u64().unwrap_or(0).min(3) as u8;
         let key = self.store.signing_key().map_err(|e| e.to_string())?;
         // Same-runtime recipients decrypt with their key when it is open;
@@ -292,14 +312,9 @@ impl Executor {
             Some(mb) => {
                 let state = mesh.state_of(&mb.id);
                 let scope = ancestor_scope(&my_dir, &mb.dir);
-                let res = tokio::task::spawn_blocking(move || {
-                    ingress::accept(&state, &mb, msg, Origin { scope, peer: None })
-                })
-                .await;
-                match res {
-                    Ok(Ok(_)) => Ok(None),
-                    Ok(Err((r, _))) => Err((Some(r.status), r.error)),
-                    Err(e) => Err((None, format!("delivery task failed: {e}"))),
+                match ingress::accept(state, mb, msg, Origin { scope, peer: None }).await {
+                    Ok(_) => Ok(None),
+                    Err((r, _)) => Err((Some(r.status), r.error)),
                 }
             }
             None => {

@@ -120,10 +120,9 @@ async fn inbox(State(m): S, ConnectInfo(peer): Peer, Path(handle): Path<String>,
     };
     let origin = Origin { scope: classify(Some(peer.ip())), peer: Some(peer.ip()) };
     let state = m.state_of(&mb.id);
-    match tokio::task::spawn_blocking(move || ingress::accept(&state, &mb, msg, origin)).await {
-        Ok(Ok(row)) => reply(202, json!({"message_id": row.get("id")})),
-        Ok(Err((r, extra))) => reply(r.status, ingress::body(&r, extra)),
-        Err(e) => reply(500, json!({"error": e.to_string()})),
+    match ingress::accept(state, mb, msg, origin).await {
+        Ok(row) => reply(202, json!({"message_id": row.get("id")})),
+        Err((r, extra)) => reply(r.status, ingress::body(&r, extra)),
     }
 }
 
