@@ -157,6 +157,21 @@ async fn two_daemons_exchange_signed_and_encrypted_messages() {
         &["config", "set", "b.adf", "triggers.on_inbox.targets", r#"[{"scope":"agent","interval_ms":600}]"#],
     ));
     let (a_did, b_did, c_did) = (did_of(&h1, "a"), did_of(&h2, "b"), did_of(&h1, "c"));
+    // a calls its model with its own sealed key, not the environment's.
+    let set = Command::new(env!("CARGO_BIN_EXE_adf"))
+        .args(["credentials", "set", "a.adf", "provider:anthropic:apiKey"])
+        .current_dir(&f1)
+        .env("ADF_HOME", &h1)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(b"sk-agent-a\n")?;
+            c.wait()
+        })
+        .unwrap();
+    assert!(set.success());
     let fake2 = FakeProvider::start(vec![Scripted::sse(anthropic_text(&["noted"], 5, 1))]).await;
     let d2 = start(&h2, &fake2.base_url);
     let to_b = json!({"recipient": b_did, "address": format!("{}/agents/b/inbox", d2.mesh), "content": "hello b", "subject": "hi"});
@@ -169,7 +184,11 @@ async fn two_daemons_exchange_signed_and_encrypted_messages() {
     let d1 = start(&h1, &fake1.base_url);
     let (s, v) = d1.call("POST", "/agents/a/chat", Some(json!({"text": "send them"}))).await;
     assert!(s < 300, "{v}");
-    d1.wait("/agents/a/loop?limit=500", "a's turn ends", |v| v.to_string().contains("done")).await;
+    let a_loop = d1.wait("/agents/a/loop?limit=500", "a's turn ends", |v| v.to_string().contains("done")).await;
+    let keys: Vec<String> =
+        fake1.requests().iter().map(|(h, _)| h["x-api-key"].to_str().unwrap().to_string()).collect();
+    assert!(!keys.is_empty() && keys.iter().all(|k| k == "sk-agent-a"), "{keys:?}");
+    assert!(!a_loop.to_string().contains("sk-agent-a"), "the key never reaches the loop");
 
     // Same fleet: delivered locally, signed and encrypted, stored plain.
     let c_in = d1.inbox("c").await;

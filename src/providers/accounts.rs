@@ -102,6 +102,16 @@ pub struct Resolved {
 /// Resolve a provider id (`anthropic`, `openai`, `openrouter`, `ollama` or
 /// an account id) into a provider.
 pub fn resolve(id: &str, settings: &Settings) -> Result<(Arc<dyn Provider>, Resolved), String> {
+    resolve_keyed(id, settings, None)
+}
+
+/// [`resolve`] with the agent's own key (its `provider:<id>:apiKey`
+/// credential), which wins over the owner's account and the environment.
+fn resolve_keyed(
+    id: &str,
+    settings: &Settings,
+    agent_key: Option<&str>,
+) -> Result<(Arc<dyn Provider>, Resolved), String> {
     if id.is_empty() {
         return Err(format!(
             "no model provider is set: run `adf config set FILE model.provider anthropic` (or openai, openrouter, ollama) \
@@ -135,6 +145,10 @@ pub fn resolve(id: &str, settings: &Settings) -> Result<(Arc<dyn Provider>, Reso
                 settings_path().display()
             ));
         }
+    };
+    let (key, source) = match agent_key {
+        Some(k) => (Some(k.to_string()), Some(format!("agent credential provider:{id}:apiKey"))),
+        None => (key, source),
     };
     let base = base.unwrap_or_else(|| {
         match kind {
@@ -171,11 +185,13 @@ pub fn resolve(id: &str, settings: &Settings) -> Result<(Arc<dyn Provider>, Reso
 /// (or the environment), never from the file.
 pub fn resolve_for(cfg: &serde_json::Value, settings: &Settings) -> Result<(Arc<dyn Provider>, Resolved), String> {
     let id = cfg.pointer("/model/provider").and_then(|v| v.as_str()).unwrap_or("");
+    // Put there in memory by the fleet from the agent's sealed credentials.
+    let agent_key = cfg.pointer(AGENT_KEY_POINTER).and_then(|v| v.as_str());
     let entry = cfg
         .get("providers")
         .and_then(|p| p.as_array())
         .and_then(|list| list.iter().find(|p| p.get("id").and_then(|v| v.as_str()) == Some(id)));
-    let Some(entry) = entry else { return resolve(id, settings) };
+    let Some(entry) = entry else { return resolve_keyed(id, settings, agent_key) };
     let kind = match entry.get("type").and_then(|v| v.as_str()).unwrap_or("openai-compatible") {
         "anthropic" => Kind::Anthropic,
         "openai" => Kind::Openai,
@@ -197,8 +213,12 @@ pub fn resolve_for(cfg: &serde_json::Value, settings: &Settings) -> Result<(Arc<
         api_key_env: key_from.and_then(|a| a.api_key_env),
         default_model: entry.get("defaultModel").and_then(|v| v.as_str()).map(str::to_string),
     });
-    resolve(id, &merged)
+    resolve_keyed(id, &merged, agent_key)
 }
+
+/// Where the fleet puts an agent's own API key in the config copy it hands
+/// the provider factory (in memory only, never written).
+pub const AGENT_KEY_POINTER: &str = "/__credentials/apiKey";
 
 /// `OLLAMA_HOST` may be `host:port` or a URL; its OpenAI API is under `/v1`.
 fn ollama_base(host: &str) -> String {
@@ -229,6 +249,17 @@ mod tests {
         assert!(resolve("", &s).err().unwrap().contains("model.provider"));
         assert!(resolve("nope", &s).err().unwrap().contains("unknown provider"));
         assert_eq!(ollama_base("localhost:11434"), "http://localhost:11434/v1");
+    }
+
+    #[test]
+    fn an_agents_own_key_wins() {
+        let cfg = serde_json::json!({"model": {"provider": "openrouter"}, "__credentials": {"apiKey": "sk-agent"}});
+        let (_, r) = resolve_for(&cfg, &Settings::default()).ok().unwrap();
+        assert_eq!(r.key_source.as_deref(), Some("agent credential provider:openrouter:apiKey"));
+        let bare = serde_json::json!({"model": {"provider": "openrouter"}});
+        if std::env::var_os("OPENROUTER_API_KEY").is_none() {
+            assert!(resolve_for(&bare, &Settings::default()).is_err(), "no key anywhere else");
+        }
     }
 
     #[test]

@@ -156,7 +156,18 @@ impl Fleet {
             store.unlock(&inst).map_err(|e| e.to_string())?;
         }
         let cfg = store.config_value().map_err(|e| e.to_string())?;
-        let (provider, why) = match (self.factory)(&cfg) {
+        // The agent's own provider key, from its sealed credentials, rides
+        // in a copy of the config that only the factory sees.
+        let pid = cfg.pointer("/model/provider").and_then(|v| v.as_str()).unwrap_or("").to_string();
+        let mut for_factory = std::borrow::Cow::Borrowed(&cfg);
+        if !pid.is_empty()
+            && let Ok(Some(k)) = store.secret_get(&format!("provider:{pid}:apiKey"))
+        {
+            let mut c = cfg.clone();
+            c["__credentials"] = serde_json::json!({"apiKey": String::from_utf8_lossy(&k)});
+            for_factory = std::borrow::Cow::Owned(c);
+        }
+        let (provider, why) = match (self.factory)(&for_factory) {
             Ok(p) => (p, None),
             Err(e) if self.lenient => {
                 (Arc::new(crate::providers::Unconfigured { why: e.clone() }) as Arc<dyn Provider>, Some(e))

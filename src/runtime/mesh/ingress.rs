@@ -330,6 +330,36 @@ mod tests {
         assert!(lists_admit(&cfg(json!([]), json!(["did:key:zB"])), "telegram:1").is_err());
     }
 
+    /// Point 45: trust stamps are the runtime's, `owner` only when the
+    /// message signature verified, reserved aliases dropped.
+    #[test]
+    fn the_inbox_row_keeps_only_what_was_verified() {
+        let msg = json!({"id": "m1", "from": "did:key:zA", "to": "did:key:zB", "reply_to": "http://x/inbox",
+            "meta": {"owner": "did:key:zOwner", "card": "http://x/card"},
+            "payload": {"meta": {"message_verified": true, "k": 1}, "sender_alias": "Owner", "content": {"a": 1},
+                "attachments": [], "sent_at": "2026-12-01T00:00:00.000Z"}});
+        let acc = |verified| message::Accepted {
+            message: msg.clone(),
+            message_verified: verified,
+            payload_verified: false,
+            payload_encrypted: false,
+        };
+        let row = flatten(&acc(false), &msg, "http://x/inbox".into());
+        assert!(row.get("owner").is_none(), "an unverified owner claim is dropped");
+        assert_eq!(row["sender_alias"], Value::Null, "owner/system/user aliases are dropped");
+        let meta: Value = serde_json::from_str(row["meta"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            meta,
+            json!({"k": 1, "message_verified": false, "payload_verified": false, "payload_encrypted": false})
+        );
+        assert_eq!(row["content"], r#"{"a":1}"#, "object content is stored as JSON text");
+        assert_eq!(row["sent_at"], 1_796_083_200_000i64);
+        let tomb: Value = serde_json::from_str(row["original_message"].as_str().unwrap()).unwrap();
+        assert_eq!(tomb["payload"]["content"], "[flattened]");
+        let row = flatten(&acc(true), &msg, "http://x/inbox".into());
+        assert_eq!(row["owner"], "did:key:zOwner");
+    }
+
     #[test]
     fn names_are_one_safe_segment() {
         assert_eq!(safe_name("../../etc/passwd"), "_.._etc_passwd");
