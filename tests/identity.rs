@@ -223,3 +223,15 @@ fn attestations_issue_add_verify() {
     let roles: Vec<&str> = list.as_array().unwrap().iter().map(|a| a["role"].as_str().unwrap()).collect();
     assert_eq!(roles, ["owner", "operator", "reviewer"]);
 }
+
+#[test]
+fn bench_crypto_runs_and_reports_each_figure() {
+    let dir = tmp();
+    let v = json(&run(&dir.path().join("h"), dir.path(), &["bench", "crypto", "--iterations", "10", "--json"], ""));
+    for k in
+        ["sign_p50_us", "verify_p50_us", "seal_p50_us", "open_p50_us", "slot_unwrap_p50_us", "runtime_stall_max_ms"]
+    {
+        assert!(v[k].as_f64().is_some_and(|x| x >= 0.0), "{k}: {v}");
+    }
+    assert_eq!(v["password_unlock_ms"].as_array().unwrap().len(), 3);
+}

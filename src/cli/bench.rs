@@ -25,6 +25,9 @@ pub enum Suite {
     Daemon,
     /// Agent code: cold lambda start, warm call, sys_code, 1 000 timers.
     Lambda,
+    /// Identity and messaging: sign, verify, seal, open a message; unwrap an
+    /// envelope slot; unlock with a password (scrypt 2^17) off the runtime.
+    Crypto,
 }
 
 #[derive(Debug, Serialize)]
@@ -56,7 +59,31 @@ pub fn run(out: &Out, suite: Suite, iterations: usize) -> anyhow::Result<()> {
         Suite::Tui => tui(out),
         Suite::Daemon => daemon(out),
         Suite::Lambda => lambda(out),
+        Suite::Crypto => crypto(out, iterations),
     }
+}
+
+fn crypto(out: &Out, iterations: usize) -> anyhow::Result<()> {
+    let r = crate::identity::bench::run(iterations)?;
+    if out.json {
+        return out.json(&r);
+    }
+    let pair = |a: f64, b: f64| format!("{a:.0} / {b:.0} µs");
+    let unlocks: Vec<String> = r.password_unlock_ms.iter().map(|m| format!("{m:.0}")).collect();
+    let rows = vec![
+        vec!["sign a message (level 1) p50 / p99".into(), pair(r.sign_p50_us, r.sign_p99_us), String::new()],
+        vec!["verify a message p50 / p99".into(), pair(r.verify_p50_us, r.verify_p99_us), String::new()],
+        vec!["seal a message (level 2) p50 / p99".into(), pair(r.seal_p50_us, r.seal_p99_us), String::new()],
+        vec!["open a sealed message p50 / p99".into(), pair(r.open_p50_us, r.open_p99_us), String::new()],
+        vec!["unwrap an envelope slot p50".into(), format!("{:.0} µs", r.slot_unwrap_p50_us), String::new()],
+        vec!["password unlock (scrypt 2^17)".into(), format!("{} ms", unlocks.join(", ")), "about 350 ms".into()],
+        vec![
+            "async runtime stall during unlocks".into(),
+            format!("{:.1} ms worst tick lateness", r.runtime_stall_max_ms),
+            "no stall (unlock runs off the runtime)".into(),
+        ],
+    ];
+    out.table(&["measure", "result", "target"], &rows)
 }
 
 fn lambda(out: &Out) -> anyhow::Result<()> {

@@ -5,6 +5,7 @@
 
 pub mod alf;
 pub mod attest;
+pub mod bench;
 pub mod canonical;
 pub mod envelope;
 pub mod install;
