@@ -398,3 +398,109 @@ async fn an_edit_that_raced_the_agent_asks_which_to_keep() {
     let acts = keys(&mut a, "m");
     assert_eq!(acts, vec![Action::WriteFile { agent: id, path: "mind.md".into(), content: "mine".into() }]);
 }
+
+#[tokio::test]
+async fn snapshot_of_an_inbox_and_who_talks_to_whom() {
+    let dir = tmp();
+    let infos = fleet(dir.path()).await;
+    let base = 1_764_547_200_000;
+    {
+        let scribe = infos.iter().find(|i| i.name == "scribe").unwrap();
+        let mut s = Store::open(&scribe.path).unwrap();
+        let row = |from: &str,
+                   alias: &str,
+                   subject: Option<&str>,
+                   content: &str,
+                   status: &str,
+                   meta: serde_json::Value,
+                   at: i64| {
+            let mut m = serde_json::Map::new();
+            for (k, v) in [
+                ("from", json!(from)),
+                ("sender_alias", json!(alias)),
+                ("subject", json!(subject)),
+                ("content", json!(content)),
+                ("status", json!(status)),
+                ("meta", json!(meta.to_string())),
+                ("received_at", json!(at)),
+                ("source", json!("mesh")),
+            ] {
+                m.insert(k.into(), v);
+            }
+            m
+        };
+        let signed_enc = json!({"message_verified": true, "payload_encrypted": true});
+        s.inbox_insert(&row(
+            "did:key:z6MkhRPMqo95WVj533Sia67NMwvcbXQqFgNH8MA4NPzX5TNz",
+            "research",
+            Some("today's tickets"),
+            "12 tickets, 3 urgent.\nThe summary is in notes/today.md.",
+            "read",
+            signed_enc.clone(),
+            base,
+        ))
+        .unwrap();
+        s.inbox_insert(&row(
+            "did:key:z6MkiycNTBxMZjKxxHhcYykirqjnfvhQc16LjYFHZe2YxJTB",
+            "deployer",
+            None,
+            "Deploy finished: v2.3 is live.",
+            "unread",
+            signed_enc,
+            base + 60_000,
+        ))
+        .unwrap();
+        s.inbox_insert(&row(
+            "did:key:z6MkwZ2gf8ZUbVeJSKxJZYTr98cBN1eGdvHBiZx1bXYxXJqY",
+            "",
+            Some("hello"),
+            "Unsigned hello from a stranger.",
+            "unread",
+            json!({"message_verified": false}),
+            base + 120_000,
+        ))
+        .unwrap();
+        s.close().unwrap();
+    }
+    let mut a = app();
+    a.set_agents(infos, dir.path());
+    a.sel = a.agents.iter().position(|x| x.info.name == "scribe").unwrap();
+    a.now_ms = base + 180_000;
+    assert_eq!(a.agents[a.sel].unread, 2, "the tree's badge counts unread messages");
+    // `I` opens the inbox, newest first; j moves to the next message.
+    a.focus = Focus::Fleet;
+    keys(&mut a, "I");
+    assert_eq!(a.main, MainView::Inbox);
+    assert_eq!(a.inbox.rows.len(), 3);
+    keys(&mut a, "j");
+    both("inbox", &a);
+    // Message events read as who talks to whom.
+    for (i, (ty, agent, p)) in [
+        ("message.sent", "deployer", json!({"to": "did:key:z6MkiycN", "to_alias": "scribe", "message_id": "m1"})),
+        (
+            "message.received",
+            "scribe",
+            json!({"from": "did:key:z6MkiycNTBxMZjKxxHhcYykirqjnfvhQc16LjYFHZe2YxJTB",
+            "sender_alias": "deployer", "verified": true, "encrypted": true, "subject": "deploy"}),
+        ),
+        (
+            "message.delivery_failed",
+            "research",
+            json!({"to": "did:key:z6MkwZ2gf8ZUbVeJSKxJZYTr98cBN1eGdvHBiZx1bXYxXJqY",
+            "error": "visibility tier mismatch"}),
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let e = event(&a, ty, agent, base + i as i64 * 1000, p);
+        a.on_event(&e);
+    }
+    a.run("chat");
+    a.focus = Focus::Events;
+    let screen = render(&a, 120, 40);
+    assert!(screen.contains("deployer → scribe  delivered"), "{screen}");
+    assert!(screen.contains("deployer → scribe  (signed, encrypted)  \"deploy\""), "{screen}");
+    assert!(screen.contains("research → z6MkwZ2g…XJqY  failed: visibility tier mismatch"), "{screen}");
+    both("events_messages", &a);
+}

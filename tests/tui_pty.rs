@@ -420,3 +420,67 @@ async fn a_failing_timer_lambda_shows_on_the_agent() {
     assert!(fake.requests().is_empty(), "no model call");
     tui.quit();
 }
+
+/// One agent messages another from a chat in the real app: the events
+/// pane says who wrote to whom, the tree badges the unread message, and
+/// the recipient's inbox view shows it signed and encrypted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_between_agents_in_the_app() {
+    let dir = tmp();
+    let home = home_with_agent(dir.path());
+    let agents = home.join("data/agents");
+    ok(&adf_home(&home, &agents, &["new", "b.adf", "--provider", "anthropic", "--model", "test-model"]));
+    for f in ["a.adf", "b.adf"] {
+        ok(&adf_home(&home, &agents, &["config", "set", f, "security.level", "2"]));
+    }
+    ok(&adf_home(&home, &agents, &["config", "set", "b.adf", "triggers.on_inbox.enabled", "false"]));
+    let fake = FakeProvider::start(vec![
+        Scripted::sse(anthropic_tool(
+            "t1",
+            "msg_send",
+            r#"{"recipient":"b","content":"hello from a","subject":"greeting"}"#,
+        )),
+        Scripted::sse(anthropic_text(&["Sent."], 5, 2)),
+    ])
+    .await;
+    let base = fake.base_url.clone();
+    let phrase = json(&adf_home(&home, &agents, &["identity", "show", "--phrase", "--yes", "--json"]));
+    let words = phrase["phrase"].as_str().unwrap().to_string();
+    // Showing it on the command line does not count as the app's first run.
+    std::fs::write(
+        home.join("config/identity.json"),
+        std::fs::read_to_string(home.join("config/identity.json"))
+            .unwrap()
+            .replace("\"phrase_shown\": true", "\"phrase_shown\": false"),
+    )
+    .unwrap();
+    let home2 = home.clone();
+    tokio::task::spawn_blocking(move || {
+        let home = home2;
+        let mut t = Tui::start(&home, &base, None, 120, 40);
+        t.wait_for("adf › a › main");
+        // First run: the owner's recovery phrase, once.
+        let first = t.wait_for("Recovery phrase, shown");
+        for w in words.split(' ') {
+            assert!(first.contains(w), "{w} missing:\n{first}");
+        }
+        t.send("i");
+        t.send("tell b hello");
+        t.send("\r");
+        t.wait_for("Sent.");
+        let screen = t.wait_for("a → b  (signed, encrypted)");
+        assert!(screen.contains("✉1"), "b's unread badge:\n{screen}");
+        t.send("\x1b"); // leave the composer
+        t.send("\x1b"); // to the fleet tree
+        t.send("j");
+        t.send("I");
+        let screen = t.wait_for("b · inbox (1 unread)");
+        assert!(screen.contains("greeting"), "{screen}");
+        t.wait_for("signature verified · was encrypted to");
+        t.quit();
+    })
+    .await
+    .unwrap();
+    let saved = std::fs::read_to_string(home.join("config/identity.json")).unwrap();
+    assert!(saved.contains("\"phrase_shown\": true"), "shown once: {saved}");
+}

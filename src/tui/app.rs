@@ -64,6 +64,7 @@ pub enum MainView {
     Chat,
     Files,
     Approvals,
+    Inbox,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -153,6 +154,13 @@ pub struct ChatState {
     pub unseen: bool,
 }
 
+/// The selected agent's inbox as the inbox view shows it.
+#[derive(Debug, Default)]
+pub struct InboxState {
+    pub rows: Vec<Value>,
+    pub sel: usize,
+}
+
 #[derive(Debug, Default)]
 pub struct FilesState {
     pub entries: Vec<FileEntry>,
@@ -167,6 +175,7 @@ pub struct App {
     pub overlay: Overlay,
     pub chats: HashMap<String, ChatState>,
     pub files: FilesState,
+    pub inbox: InboxState,
     pub events: VecDeque<Envelope>,
     pub events_follow: bool,
     pub events_sel: usize,
@@ -203,6 +212,7 @@ impl App {
             overlay: Overlay::None,
             chats: HashMap::new(),
             files: FilesState::default(),
+            inbox: InboxState::default(),
             events: VecDeque::new(),
             events_follow: true,
             events_sel: 0,
@@ -352,6 +362,12 @@ impl App {
         self.pending = out;
     }
 
+    pub fn refresh_inbox(&mut self) {
+        let Some(id) = self.selected_id() else { return };
+        self.inbox.rows = self.source.inbox(&id);
+        self.inbox.sel = self.inbox.sel.min(self.inbox.rows.len().saturating_sub(1));
+    }
+
     pub fn refresh_files(&mut self) {
         let Some(id) = self.selected_id() else { return };
         self.files.entries = self.source.files(&id);
@@ -421,6 +437,12 @@ impl App {
                     }
                 }
                 "file.written" | "file.deleted" if self.sel == i => self.refresh_files(),
+                "message.received" => {
+                    self.refresh_agent(i);
+                    if self.sel == i && self.main == MainView::Inbox {
+                        self.refresh_inbox();
+                    }
+                }
                 "lambda.failed" => {
                     let at = format!(
                         "{}:{}",
@@ -807,6 +829,13 @@ impl App {
                 self.refresh_files();
                 Vec::new()
             }
+            "inbox" => {
+                self.main = MainView::Inbox;
+                self.focus = Focus::Main;
+                self.inbox.sel = 0;
+                self.refresh_inbox();
+                Vec::new()
+            }
             "events" => {
                 self.show_events = !self.show_events;
                 if self.show_events {
@@ -954,6 +983,7 @@ impl App {
             }
             (Focus::Main, MainView::Files) => self.files.sel = step(self.files.sel, self.files.entries.len()),
             (Focus::Main, MainView::Approvals) => self.files.sel = step(self.files.sel, self.pending.len()),
+            (Focus::Main, MainView::Inbox) => self.inbox.sel = step(self.inbox.sel, self.inbox.rows.len()),
             (Focus::Main, MainView::Chat) => {
                 let Some(id) = self.selected_id() else { return };
                 let (theme, glyphs) = (&self.theme, &self.glyphs);

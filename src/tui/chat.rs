@@ -232,6 +232,8 @@ pub struct Glyphs {
     pub here: &'static str,
     pub branch: &'static str,
     pub last: &'static str,
+    /// A message whose signature verified.
+    pub signed: &'static str,
 }
 
 pub const UTF8: Glyphs = Glyphs {
@@ -244,6 +246,7 @@ pub const UTF8: Glyphs = Glyphs {
     here: "◀",
     branch: "├",
     last: "└",
+    signed: "✓",
 };
 
 pub const ASCII: Glyphs = Glyphs {
@@ -256,6 +259,7 @@ pub const ASCII: Glyphs = Glyphs {
     here: "<",
     branch: "|",
     last: "`",
+    signed: "v",
 };
 
 /// Lay out one block at `width`. `expanded` opens a tool card.

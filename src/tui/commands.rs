@@ -29,6 +29,7 @@ pub const ALL: &[CommandDef] = &[
     c("approvals", &["attention", "waiting"], "Everything waiting for you across the fleet, oldest first"),
     c("events", &["log"], "Show or hide the events pane"),
     c("files", &["fs"], "Browse the selected agent's files"),
+    c("inbox", &["messages", "mail"], "The selected agent's inbox: who wrote, verified and encrypted marks"),
     c("chat", &[], "Show the selected agent's chat"),
     c("new_agent", &["new"], "Create a new agent in the fleet folder"),
     c("start", &[], "Start the selected agent (lift a suspension)"),

@@ -113,9 +113,18 @@ pub fn run_with(opts: Options, factory: ProviderFactory) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let main = async move {
         let mut problems = Vec::new();
+        let mut first_phrase: Option<(String, String)> = None;
         let mut backend = match attach {
             Some(url) => Backend::Remote(crate::client::Client::new(&url)),
             None => {
+                // The owner identity, made on first run; its phrase is shown
+                // once, in the app (`adf identity show --phrase` again).
+                let config = crate::paths::config_dir();
+                let (inst, _) = crate::identity::install::load_or_create(&config).map_err(anyhow::Error::msg)?;
+                if let Some(o) = inst.owner.as_ref().filter(|_| !inst.phrase_shown) {
+                    first_phrase = Some((inst.owner_did.clone(), o.phrase.clone()));
+                    crate::identity::install::mark_shown(&config).map_err(anyhow::Error::msg)?;
+                }
                 let (mut files, _) = crate::cli::ensure_fleet(&dir)?;
                 files.extend(opts.files.iter().cloned());
                 let mut fleet = Fleet::new(Bus::new(), factory).stream_deltas(true).lenient(true);
@@ -124,6 +133,14 @@ pub fn run_with(opts: Options, factory: ProviderFactory) -> anyhow::Result<()> {
                         problems.push(e);
                     }
                 }
+                // Agents of other runtimes reach this fleet's agents here;
+                // a taken port range only means no inbound mesh.
+                let _ = crate::runtime::mesh::server::serve(
+                    fleet.mesh.clone(),
+                    "127.0.0.1",
+                    crate::runtime::mesh::server::DEFAULT_PORT,
+                )
+                .await;
                 Backend::Local(fleet)
             }
         };
@@ -135,6 +152,12 @@ pub fn run_with(opts: Options, factory: ProviderFactory) -> anyhow::Result<()> {
         }
         app.provider_hint = provider_hint(backend.unconfigured().await);
         app.set_agents(infos, &root);
+        if let (Some((did, phrase)), Some(id)) = (first_phrase, app.agents.get(app.sel).map(|a| a.info.id.clone())) {
+            app.chats.entry(id).or_default().blocks.push(chat::Block::Notice(format!(
+                "Your owner identity was created ({did}). Recovery phrase, shown this once — write it down \
+                 (`adf identity show --phrase` shows it again): {phrase}"
+            )));
+        }
         if let Some(p) = problems.first() {
             app.status = Some(format!("not loaded: {p}"));
         }

@@ -26,6 +26,8 @@ pub trait Source: Send {
     fn file_stat(&self, id: &str, path: &str) -> Option<FileEntry>;
     /// A file's text, or `None` when it is missing or not text.
     fn file_text(&self, id: &str, path: &str) -> Option<String>;
+    /// Inbox rows, newest first (at most 200).
+    fn inbox(&self, id: &str) -> Vec<Value>;
 }
 
 /// The agents' files, read directly.
@@ -64,6 +66,10 @@ impl Source for Local {
     }
     fn file_text(&self, id: &str, path: &str) -> Option<String> {
         self.readers.get(id)?.file_read_text(path).ok()
+    }
+    fn inbox(&self, id: &str) -> Vec<Value> {
+        let rows = self.readers.get(id).and_then(|s| s.inbox_list(None, Some(200)).ok()).unwrap_or_default();
+        rows.into_iter().map(Value::Object).collect()
     }
 }
 
@@ -157,6 +163,13 @@ impl Source for Remote {
     }
     fn file_stat(&self, id: &str, path: &str) -> Option<FileEntry> {
         self.files(id).into_iter().find(|f| f.path == path)
+    }
+    fn inbox(&self, id: &str) -> Vec<Value> {
+        let mut rows =
+            self.get(&["agents", id, "inbox"], &[]).and_then(|v| v["messages"].as_array().cloned()).unwrap_or_default();
+        rows.reverse();
+        rows.truncate(200);
+        rows
     }
     fn file_text(&self, id: &str, path: &str) -> Option<String> {
         let v = self.get(&["agents", id, "files", "content"], &[("path", path)])?;

@@ -341,7 +341,7 @@ impl Executor {
                 self.emit(
                     crate::protocol::kind::MESSAGE_SENT,
                     "system:mesh",
-                    json!({"message_id": id, "status_code": code, "to": to, "from": handle}),
+                    json!({"message_id": id, "status_code": code, "to": to, "to_alias": row.get("recipient_alias"), "from": handle}),
                 );
                 self.trigger(
                     TriggerEvent {
@@ -359,7 +359,7 @@ impl Executor {
                 self.emit(
                     crate::protocol::kind::MESSAGE_DELIVERY_FAILED,
                     "system:mesh",
-                    json!({"message_id": id, "status_code": code, "to": to, "error": why}),
+                    json!({"message_id": id, "status_code": code, "to": to, "to_alias": row.get("recipient_alias"), "error": why}),
                 );
                 let _ = self.log("warn", "egress", "delivery_failed", &format!("{to}: {why}"));
                 let code = code.map(|c| format!(" ({c})")).unwrap_or_default();
