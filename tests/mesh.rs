@@ -37,6 +37,10 @@ impl Drop for Daemon {
 }
 
 fn start(home: &Path, base: &str) -> Daemon {
+    start_with(home, base, &[])
+}
+
+fn start_with(home: &Path, base: &str, env: &[(&str, &str)]) -> Daemon {
     let info = home.join("data/agents/.daemon.json");
     let _ = std::fs::remove_file(&info);
     let child = Command::new(env!("CARGO_BIN_EXE_adf"))
@@ -45,6 +49,7 @@ fn start(home: &Path, base: &str) -> Daemon {
         .env("ANTHROPIC_API_KEY", "sk-test")
         .env("ANTHROPIC_BASE_URL", base)
         .env_remove("ADF_DAEMON_TOKEN")
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -178,10 +183,12 @@ async fn two_daemons_exchange_signed_and_encrypted_messages() {
     let fake1 = FakeProvider::start(vec![
         Scripted::sse(anthropic_tool("t1", "msg_send", &json!({"recipient": "c", "content": "hello c"}).to_string())),
         Scripted::sse(anthropic_tool("t2", "msg_send", &to_b.to_string())),
+        Scripted::sse(anthropic_tool("t3", "agent_discover", r#"{"scope":"all"}"#)),
         Scripted::sse(anthropic_text(&["done"], 5, 1)),
     ])
     .await;
-    let d1 = start(&h1, &fake1.base_url);
+    // Daemon 1 knows daemon 2 as a manually listed peer.
+    let d1 = start_with(&h1, &fake1.base_url, &[("ADF_MESH_PEERS", &d2.mesh)]);
     let (s, v) = d1.call("POST", "/agents/a/chat", Some(json!({"text": "send them"}))).await;
     assert!(s < 300, "{v}");
     let a_loop = d1.wait("/agents/a/loop?limit=500", "a's turn ends", |v| v.to_string().contains("done")).await;
@@ -189,6 +196,24 @@ async fn two_daemons_exchange_signed_and_encrypted_messages() {
         fake1.requests().iter().map(|(h, _)| h["x-api-key"].to_str().unwrap().to_string()).collect();
     assert!(!keys.is_empty() && keys.iter().all(|k| k == "sk-agent-a"), "{keys:?}");
     assert!(!a_loop.to_string().contains("sk-agent-a"), "the key never reaches the loop");
+    // agent_discover(all): c on this runtime, b from the listed peer with a
+    // verified card.
+    let found = a_loop["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r["content"].as_array().cloned().unwrap_or_default())
+        .find(|b| b["tool_use_id"] == "t3")
+        .expect("the discover result");
+    let cards: Value = serde_json::from_str(found["content"].as_str().unwrap()).unwrap();
+    let by = |h: &str| {
+        cards.as_array().unwrap().iter().find(|c| c["handle"] == h).cloned().unwrap_or_else(|| panic!("{h} in {cards}"))
+    };
+    assert_eq!(by("c")["source"], "local-runtime");
+    assert_eq!(by("b")["source"], "manual");
+    assert_eq!(by("b")["card_verified"], true);
+    assert_eq!(by("b")["did"], b_did.as_str());
+    assert_eq!(by("b")["owner_attested"], false, "owner attestations are published only when the card says so");
 
     // Same fleet: delivered locally, signed and encrypted, stored plain.
     let c_in = d1.inbox("c").await;

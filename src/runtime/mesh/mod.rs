@@ -140,11 +140,20 @@ pub struct Mesh {
 impl Mesh {
     pub fn new(bus: Arc<Bus>, states: Arc<Mutex<BTreeMap<String, String>>>) -> Arc<Self> {
         let inst = crate::identity::install::load(&crate::paths::config_dir()).ok().flatten();
-        let peers = std::env::var("ADF_MESH_PEERS")
-            .map(|s| {
-                s.split(',').map(|p| p.trim().trim_end_matches('/').to_string()).filter(|p| !p.is_empty()).collect()
-            })
-            .unwrap_or_default();
+        // Manually listed peer runtimes: `meshPeers` in settings.json and
+        // `ADF_MESH_PEERS` (comma-separated `http://host:port`).
+        let mut peers: Vec<String> = crate::providers::accounts::load()
+            .ok()
+            .and_then(|s| s.extra.get("meshPeers").and_then(|v| v.as_array()).cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|v| v.as_str().map(|p| p.trim().trim_end_matches('/').to_string()))
+            .collect();
+        if let Ok(env) = std::env::var("ADF_MESH_PEERS") {
+            peers.extend(env.split(',').map(|p| p.trim().trim_end_matches('/').to_string()));
+        }
+        peers.retain(|p| !p.is_empty());
+        peers.dedup();
         crate::providers::install_crypto();
         let http = reqwest::Client::builder()
             .timeout(std::time::Duration::from_secs(15))
