@@ -484,3 +484,33 @@ async fn a_message_between_agents_in_the_app() {
     let saved = std::fs::read_to_string(home.join("config/identity.json")).unwrap();
     assert!(saved.contains("\"phrase_shown\": true"), "shown once: {saved}");
 }
+
+/// A file sealed to someone else (the reference's fresh.adf) says so in
+/// the app, and `:claim` re-keys it to this owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_file_offers_to_be_claimed() {
+    let dir = tmp();
+    let home = home_with_agent(dir.path());
+    let agents = home.join("data/agents");
+    fixture_copy(&agents, "fresh.adf");
+    let old = json(&adf_home(&home, &agents, &["inspect", "fresh.adf", "--json"]))["did"].as_str().unwrap().to_string();
+    let fake = FakeProvider::start(vec![]).await;
+    let base = fake.base_url.clone();
+    let home2 = home.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut t = Tui::start(&home2, &base, None, 120, 40);
+        t.wait_for("adf › a › main");
+        t.send("j");
+        t.wait_for("sealed to another owner");
+        t.send(":claim\r");
+        t.wait_for("claimed: the agent's new DID is did:key:z6Mk");
+        t.quit();
+    })
+    .await
+    .unwrap();
+    let v = json(&adf_home(&home, &agents, &["inspect", "fresh.adf", "--json"]));
+    assert_ne!(v["did"].as_str().unwrap(), old);
+    assert_eq!(v["envelopes"][0]["state"], "unlocked");
+    let history = v["meta"].as_array().unwrap().iter().find(|m| m["key"] == "adf_did_history").unwrap().clone();
+    assert!(history["value"].as_str().unwrap().contains(&old));
+}

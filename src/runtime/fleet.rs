@@ -64,6 +64,8 @@ pub struct Fleet {
     states: Arc<std::sync::Mutex<BTreeMap<String, String>>>,
     /// Mailboxes of the loaded agents, for messaging and the mesh server.
     pub mesh: Arc<super::mesh::Mesh>,
+    /// Agents whose identity is sealed to another owner (claimable).
+    foreign: std::collections::BTreeSet<String>,
 }
 
 impl Fleet {
@@ -88,6 +90,7 @@ impl Fleet {
         let mesh = super::mesh::Mesh::new(bus.clone(), states.clone());
         Fleet {
             mesh,
+            foreign: Default::default(),
             bus,
             factory,
             agents: BTreeMap::new(),
@@ -124,6 +127,29 @@ impl Fleet {
         Ok(())
     }
 
+    /// Loaded agents whose identity belongs to another owner.
+    pub fn foreign(&self) -> &std::collections::BTreeSet<String> {
+        &self.foreign
+    }
+
+    /// Re-key a foreign agent to this install's owner (a new DID, the old
+    /// one kept in its history); runs on the agent's actor.
+    pub async fn claim(&mut self, agent: &str) -> Result<String, String> {
+        let id = self.resolve(agent)?;
+        let inst = crate::identity::install::current()?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let work = super::agent::OwnerWork(Box::new(move |ex: &mut Executor| {
+            let _ = tx.send(ex.store.claim(&inst).map_err(|e| e.to_string()));
+        }));
+        self.send(&id, AgentCommand::With(work))?;
+        let did = rx.await.map_err(|_| "the agent stopped before the claim ran".to_string())??;
+        if let Some(mb) = self.mesh.find(&id) {
+            mb.set_did(&did);
+        }
+        self.foreign.remove(&id);
+        Ok(did)
+    }
+
     /// Publish `turn.delta` events for every agent loaded from now on.
     pub fn stream_deltas(mut self, on: bool) -> Self {
         self.stream_deltas = on;
@@ -155,6 +181,9 @@ impl Fleet {
         if let Ok(Some(inst)) = crate::identity::install::load(&crate::paths::config_dir()) {
             store.unlock(&inst).map_err(|e| e.to_string())?;
         }
+        let foreign = store
+            .envelope(crate::identity::envelope::IDENTITY)
+            .is_ok_and(|e| e.state == crate::store::keyring::EnvState::Foreign);
         let cfg = store.config_value().map_err(|e| e.to_string())?;
         // The agent's own provider key, from its sealed credentials, rides
         // in a copy of the config that only the factory sees.
@@ -209,6 +238,9 @@ impl Fleet {
             })
         };
         self.mesh.register(&id, &handle, &did, path, agent.weak(), runner);
+        if foreign {
+            self.foreign.insert(id.clone());
+        }
         let info = AgentInfo { id: id.clone(), name: name.clone(), handle: handle.clone(), path: path.to_path_buf() };
         self.agents.insert(id, Loaded { path: path.to_path_buf(), name, handle, agent, task, started });
         Ok(info)

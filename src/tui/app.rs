@@ -39,6 +39,10 @@ pub enum Action {
     ComposeInEditor,
     /// Create a new agent in the fleet folder.
     NewAgent,
+    /// Re-key the agent's file to this owner.
+    Claim {
+        agent: String,
+    },
     Bell {
         agent: String,
         what: String,
@@ -285,6 +289,18 @@ impl App {
 
     fn selected_id(&self) -> Option<String> {
         self.selected().map(|a| a.info.id.clone())
+    }
+
+    /// Say in these agents' chats that their identity belongs to another
+    /// owner, and how to claim them.
+    pub fn mark_foreign(&mut self, ids: &[String]) {
+        for id in ids {
+            self.chats.entry(id.clone()).or_default().blocks.push(Block::Notice(
+                "This file's identity is sealed to another owner: it cannot sign or open messages here. \
+                 :claim gives it a new identity owned by you (the old DID stays in its history)."
+                    .into(),
+            ));
+        }
     }
 
     /// Re-read one agent's summary and new loop rows.
@@ -913,6 +929,13 @@ impl App {
             }
             "emergency_stop" => vec![Action::Run(Command::EmergencyStop)],
             "new_agent" => vec![Action::NewAgent],
+            "claim" => match self.selected_id() {
+                Some(agent) => vec![Action::Claim { agent }],
+                None => {
+                    self.status = Some("no agent selected".into());
+                    Vec::new()
+                }
+            },
             "approve_once" | "approve_always" => match self.first_pending() {
                 Some(p) => {
                     self.pending.retain(|x| x.task_id != p.task_id);

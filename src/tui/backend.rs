@@ -85,6 +85,24 @@ impl Backend {
         }
     }
 
+    /// Agents whose identity belongs to another owner (local fleets).
+    pub fn foreign(&self) -> Vec<String> {
+        match self {
+            Backend::Local(f) => f.foreign().iter().cloned().collect(),
+            Backend::Remote(_) => Vec::new(),
+        }
+    }
+
+    /// Claim a foreign agent: its new DID.
+    pub async fn claim(&mut self, agent: &str) -> anyhow::Result<String> {
+        match self {
+            Backend::Local(f) => f.claim(agent).await.map_err(anyhow::Error::msg),
+            Backend::Remote(_) => {
+                anyhow::bail!("claim it on the daemon's machine: `adf claim PATH` (then reload it)")
+            }
+        }
+    }
+
     /// Agents loaded without a working provider, in words.
     pub async fn unconfigured(&self) -> Option<String> {
         match self {

@@ -152,6 +152,7 @@ pub fn run_with(opts: Options, factory: ProviderFactory) -> anyhow::Result<()> {
         }
         app.provider_hint = provider_hint(backend.unconfigured().await);
         app.set_agents(infos, &root);
+        app.mark_foreign(&backend.foreign());
         if let (Some((did, phrase)), Some(id)) = (first_phrase, app.agents.get(app.sel).map(|a| a.info.id.clone())) {
             app.chats.entry(id).or_default().blocks.push(chat::Block::Notice(format!(
                 "Your owner identity was created ({did}). Recovery phrase, shown this once — write it down \
@@ -375,6 +376,10 @@ async fn perform(
                 ratatui_textarea::TextArea::from(text.trim_end().lines().map(str::to_string).collect::<Vec<_>>());
             app.focus = app::Focus::Composer;
         }
+        Action::Claim { agent } => match backend.claim(&agent).await {
+            Ok(did) => app.status = Some(format!("claimed: the agent's new DID is {did}")),
+            Err(e) => app.status = Some(format!("not claimed: {e}")),
+        },
         Action::NewAgent => {
             let mut n = 1;
             let path = loop {

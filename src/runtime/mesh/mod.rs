@@ -86,7 +86,8 @@ pub fn ancestor_scope(sender_dir: &Path, recipient_dir: &Path) -> &'static str {
 pub struct Mailbox {
     pub id: String,
     pub handle: String,
-    pub did: String,
+    /// The agent's DID (changes when the file is claimed).
+    did: RwLock<String>,
     pub path: PathBuf,
     /// The folder of the file (directory scope).
     pub dir: PathBuf,
@@ -102,6 +103,16 @@ pub struct Mailbox {
 pub type Runner = Box<dyn Fn() -> Option<super::executor::Executor> + Send + Sync>;
 
 impl Mailbox {
+    pub fn did(&self) -> String {
+        self.did.read().map(|d| d.clone()).unwrap_or_default()
+    }
+
+    pub fn set_did(&self, did: &str) {
+        if let Ok(mut d) = self.did.write() {
+            *d = did.to_string();
+        }
+    }
+
     /// Run `f` on the mailbox's connection to the file (blocking).
     pub fn with_store<T>(&self, f: impl FnOnce(&mut Store) -> T) -> Result<T, String> {
         let mut guard = self.store.lock().map_err(|_| "mailbox lock poisoned".to_string())?;
@@ -190,7 +201,7 @@ impl Mesh {
         let mb = Mailbox {
             id: id.to_string(),
             handle: handle.to_string(),
-            did: did.to_string(),
+            did: RwLock::new(did.to_string()),
             path: path.to_path_buf(),
             dir,
             store: Mutex::new(None),
@@ -220,7 +231,7 @@ impl Mesh {
     /// A mailbox by agent id, handle or DID.
     pub fn find(&self, key: &str) -> Option<Arc<Mailbox>> {
         let b = self.boxes.read().ok()?;
-        b.get(key).or_else(|| b.values().find(|m| m.handle == key || (!m.did.is_empty() && m.did == key))).cloned()
+        b.get(key).or_else(|| b.values().find(|m| m.handle == key || (!key.is_empty() && m.did() == key))).cloned()
     }
 
     pub fn state_of(&self, id: &str) -> String {

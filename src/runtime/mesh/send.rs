@@ -157,8 +157,8 @@ impl Executor {
                     "visibility tier mismatch".into()
                 });
             }
-            if !mb.did.is_empty() {
-                to = mb.did.clone();
+            if !mb.did().is_empty() {
+                to = mb.did();
             }
             local = Some(mb);
         } else if to.starts_with("did:") {
@@ -176,7 +176,7 @@ impl Executor {
             return Err("a mesh recipient needs an address (or a local handle, or parent_id)".into());
         }
         if to.is_empty() {
-            to = local.as_ref().map(|m| m.did.clone()).unwrap_or_default();
+            to = local.as_ref().map(|m| m.did()).unwrap_or_default();
         }
         if to.starts_with("did:") {
             ingress::lists_admit(&cfg, &to).map_err(|e| format!("refused by this agent's lists: {e}"))?;
@@ -426,7 +426,7 @@ pub fn local_cards(mesh: &Mesh, me: &str, my_dir: &std::path::Path, input: &Valu
         if in_sub && !subdirs {
             continue;
         }
-        let mut c = card::build(&cfg, &mb.did, &mb.handle, &atts, key.as_ref(), &base);
+        let mut c = card::build(&cfg, &mb.did(), &mb.handle, &atts, key.as_ref(), &base);
         c["in_subdirectory"] = in_sub.into();
         c["visibility"] = vis.into();
         c["source"] = "local-runtime".into();

@@ -61,7 +61,7 @@ fn card_of(m: &Mesh, handle: &str, scope: &str, base: &str) -> Result<Value, Ref
         ingress::visible(&cfg, scope).map_err(|(r, extra)| (r.status, ingress::body(&r, Some(extra))))?;
         let key = st.signing_key().ok().flatten();
         let atts = st.attestations().unwrap_or_default();
-        let mut c = card::build(&cfg, &mb.did, &mb.handle, &atts, key.as_ref(), base);
+        let mut c = card::build(&cfg, &mb.did(), &mb.handle, &atts, key.as_ref(), base);
         c["visibility"] = cfg["messaging"]["visibility"].clone();
         Ok(c)
     });
