@@ -402,3 +402,29 @@ async fn blocked_senders_visibility_tiers_and_off_agents_are_refused() {
     assert_eq!(s, 403);
     assert_eq!(fleet.shutdown().await, Vec::<String>::new());
 }
+
+/// Two runtimes with LAN agents find each other by mDNS (on this machine's
+/// multicast interface) and forget each other when one says goodbye.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lan_runtimes_find_each_other_by_mdns() {
+    use adf::runtime::mesh::{Mesh, mdns};
+    let m1 = Mesh::with_runtime(adf::runtime::bus::Bus::new(), Default::default(), ("mdnsone".into(), None));
+    let m2 = Mesh::with_runtime(adf::runtime::bus::Bus::new(), Default::default(), ("mdnstwo".into(), None));
+    assert_ne!(m1.runtime_id, m2.runtime_id);
+    let d1 = mdns::start(m1.clone(), 17_301).expect("mDNS on this machine");
+    let d2 = mdns::start(m2.clone(), 17_302).expect("mDNS on this machine");
+    let found = |m: &Mesh, port: u16| m.peers().iter().any(|(u, s)| u.ends_with(&format!(":{port}")) && *s == "mdns");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !(found(&m1, 17_302) && found(&m2, 17_301)) {
+        assert!(Instant::now() < deadline, "not found: {:?} / {:?}", m1.peers(), m2.peers());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!found(&m1, 17_301), "a runtime never lists itself");
+    drop(d2);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while found(&m1, 17_302) {
+        assert!(Instant::now() < deadline, "the goodbye was not heard: {:?}", m1.peers());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(d1);
+}

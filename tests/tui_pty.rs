@@ -514,3 +514,55 @@ async fn a_foreign_file_offers_to_be_claimed() {
     let history = v["meta"].as_array().unwrap().iter().find(|m| m["key"] == "adf_did_history").unwrap().clone();
     assert!(history["value"].as_str().unwrap().contains(&old));
 }
+
+/// A shared file's credentials open in the app with their password: the
+/// scrypt work runs off the app's thread and the install adopts them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlock_a_shared_files_credentials_in_the_app() {
+    let dir = tmp();
+    let sender = dir.path().join("sender");
+    std::fs::create_dir_all(&sender).unwrap();
+    ok(&adf_home(&sender, dir.path(), &["new", "shared.adf"]));
+    let put = |args: &[&str], input: &str| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_adf"))
+            .args(args)
+            .current_dir(dir.path())
+            .env("ADF_HOME", &sender)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        c.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        assert!(c.wait().unwrap().success());
+    };
+    put(&["credentials", "set", "shared.adf", "svc:token"], "tok-123\n");
+    put(&["password", "set", "shared.adf"], "open sesame\n");
+    let home = home_with_agent(dir.path());
+    let agents = home.join("data/agents");
+    std::fs::copy(dir.path().join("shared.adf"), agents.join("shared.adf")).unwrap();
+    let ls = json(&adf_home(&home, &agents, &["credentials", "ls", "shared.adf", "--json"]));
+    assert_eq!(ls["states"]["credentials"], "locked");
+    let fake = FakeProvider::start(vec![]).await;
+    let base = fake.base_url.clone();
+    let home2 = home.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut t = Tui::start(&home2, &base, None, 120, 40);
+        t.wait_for("adf › a › main");
+        t.send("j");
+        t.wait_for("adf › shared › main");
+        t.send(":unlock\r");
+        t.wait_for("Unlock shared's credentials");
+        t.send("wrong one\r");
+        t.wait_for("not unlocked: wrong password");
+        t.send(":unlock\r");
+        t.send("open sesame\r");
+        t.wait_for("credentials unlocked");
+        assert!(!t.screen().contains("open sesame"), "the password is never shown");
+        t.quit();
+    })
+    .await
+    .unwrap();
+    let ls = json(&adf_home(&home, &agents, &["credentials", "ls", "shared.adf", "--json"]));
+    assert_eq!(ls["states"]["credentials"], "unlocked", "this install adopted the credentials");
+}

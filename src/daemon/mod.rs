@@ -304,11 +304,21 @@ pub async fn serve_with(
     }
     let report = json!({"scanned": files.len(), "started": started, "skipped": skipped, "failed": failed});
     // The mesh binds beyond loopback only when an agent asks for the LAN.
+    let mut discovery = None;
     let mesh_url = match opts.mesh_port {
         Some(p) => {
             let host = if lan { "0.0.0.0" } else { "127.0.0.1" };
             match crate::runtime::mesh::server::serve(fleet.mesh.clone(), host, p).await {
-                Ok(_) => fleet.mesh.base_url(),
+                Ok(addr) => {
+                    // LAN agents are announced, and other runtimes found, by mDNS.
+                    if lan {
+                        match crate::runtime::mesh::mdns::start(fleet.mesh.clone(), addr.port()) {
+                            Ok(d) => discovery = Some(d),
+                            Err(e) => eprintln!("adf daemon: no LAN discovery: {e}"),
+                        }
+                    }
+                    fleet.mesh.base_url()
+                }
                 Err(e) => {
                     eprintln!("adf daemon: mesh server not started ({host}:{p} and the next 19 ports: {e})");
                     None
@@ -363,6 +373,8 @@ pub async fn serve_with(
         let _ = closing_tx.send(true);
     };
     let served = axum::serve(listener, app).with_graceful_shutdown(stop).await;
+    // Goodbye to the LAN before the agents go.
+    drop(discovery);
     let _ = std::fs::remove_file(info_path(&fleet_dir));
     let fleet = Arc::try_unwrap(shared)
         .map(|s| s.fleet.into_inner())

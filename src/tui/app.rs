@@ -43,6 +43,11 @@ pub enum Action {
     Claim {
         agent: String,
     },
+    /// Open the agent's credentials with a password (off the UI thread).
+    Unlock {
+        agent: String,
+        password: String,
+    },
     Bell {
         agent: String,
         what: String,
@@ -88,6 +93,11 @@ pub enum Overlay {
     },
     /// One event in full.
     Event(Box<Envelope>),
+    /// The password that opens an agent's credentials (shown masked).
+    Unlock {
+        agent: String,
+        password: String,
+    },
     /// Connect a provider: pick one, type its key (shown masked).
     Connect {
         provider: usize,
@@ -737,6 +747,27 @@ impl App {
                 self.overlay = Overlay::None;
                 Vec::new()
             }
+            Overlay::Unlock { agent, password } => match ev.code {
+                KeyCode::Esc => {
+                    self.overlay = Overlay::None;
+                    Vec::new()
+                }
+                KeyCode::Backspace => {
+                    password.pop();
+                    Vec::new()
+                }
+                KeyCode::Enter if !password.is_empty() => {
+                    let a = Action::Unlock { agent: agent.clone(), password: std::mem::take(password) };
+                    self.overlay = Overlay::None;
+                    self.status = Some("unlocking…".into());
+                    vec![a]
+                }
+                KeyCode::Char(c) if !ctrl => {
+                    password.push(c);
+                    Vec::new()
+                }
+                _ => Vec::new(),
+            },
             Overlay::Connect { provider, key } => match ev.code {
                 KeyCode::Esc => {
                     self.overlay = Overlay::None;
@@ -929,6 +960,16 @@ impl App {
             }
             "emergency_stop" => vec![Action::Run(Command::EmergencyStop)],
             "new_agent" => vec![Action::NewAgent],
+            "unlock" => match self.selected_id() {
+                Some(agent) => {
+                    self.overlay = Overlay::Unlock { agent, password: String::new() };
+                    Vec::new()
+                }
+                None => {
+                    self.status = Some("no agent selected".into());
+                    Vec::new()
+                }
+            },
             "claim" => match self.selected_id() {
                 Some(agent) => vec![Action::Claim { agent }],
                 None => {

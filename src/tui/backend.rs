@@ -93,6 +93,35 @@ impl Backend {
         }
     }
 
+    /// Open an agent's credentials with a password: scrypt on a blocking
+    /// thread over a second connection to the file, so neither the app nor
+    /// the agent waits; the opened key is shared with the agent's own
+    /// connection.
+    pub async fn unlock(&mut self, agent: &str, password: String) -> anyhow::Result<()> {
+        match self {
+            Backend::Local(f) => {
+                let id = f.resolve(agent).map_err(anyhow::Error::msg)?;
+                let path = f
+                    .list()
+                    .into_iter()
+                    .find(|a| a.id == id)
+                    .map(|a| a.path)
+                    .ok_or_else(|| anyhow::anyhow!("{agent}: not loaded"))?;
+                let inst = crate::identity::install::current().map_err(anyhow::Error::msg)?;
+                let opened = tokio::task::spawn_blocking(move || -> anyhow::Result<bool> {
+                    let mut s = crate::store::Store::sibling(&path)?;
+                    let ok = s.unlock_password(&password, &inst)?;
+                    s.close()?;
+                    Ok(ok)
+                })
+                .await??;
+                anyhow::ensure!(opened, "wrong password");
+                Ok(())
+            }
+            Backend::Remote(_) => anyhow::bail!("unlock it on the daemon's machine: `adf unlock PATH`"),
+        }
+    }
+
     /// Claim a foreign agent: its new DID.
     pub async fn claim(&mut self, agent: &str) -> anyhow::Result<String> {
         match self {

@@ -32,6 +32,7 @@ pub const ALL: &[CommandDef] = &[
     c("inbox", &["messages", "mail"], "The selected agent's inbox: who wrote, verified and encrypted marks"),
     c("chat", &[], "Show the selected agent's chat"),
     c("new_agent", &["new"], "Create a new agent in the fleet folder"),
+    c("unlock", &[], "Open the selected agent's credentials with their password"),
     c("claim", &[], "Re-key the selected agent (owned by someone else) to you: a new DID"),
     c("start", &[], "Start the selected agent (lift a suspension)"),
     c("stop", &["off"], "Turn the selected agent off"),

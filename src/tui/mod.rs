@@ -376,6 +376,10 @@ async fn perform(
                 ratatui_textarea::TextArea::from(text.trim_end().lines().map(str::to_string).collect::<Vec<_>>());
             app.focus = app::Focus::Composer;
         }
+        Action::Unlock { agent, password } => match backend.unlock(&agent, password).await {
+            Ok(()) => app.status = Some("credentials unlocked".into()),
+            Err(e) => app.status = Some(format!("not unlocked: {e}")),
+        },
         Action::Claim { agent } => match backend.claim(&agent).await {
             Ok(did) => app.status = Some(format!("claimed: the agent's new DID is {did}")),
             Err(e) => app.status = Some(format!("not claimed: {e}")),

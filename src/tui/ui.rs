@@ -780,6 +780,21 @@ fn draw_overlay(f: &mut Frame, app: &App, area: Rect) {
                 super::highlight::text("json", &body, inner.height as usize).into_iter().map(Line::from).collect();
             f.render_widget(Paragraph::new(lines), inner);
         }
+        Overlay::Unlock { agent, password } => {
+            let r = centered(area, 70, 7);
+            f.render_widget(Clear, r);
+            let name = app.agents.iter().find(|a| &a.info.id == agent).map(|a| a.info.name.clone()).unwrap_or_default();
+            let block = pane(app, format!("Unlock {name}'s credentials (enter · esc)"), true);
+            let inner = block.inner(r);
+            f.render_widget(block, r);
+            let masked = "•".repeat(password.chars().count().min(48));
+            let lines = vec![
+                Line::from(vec![Span::raw("password: "), Span::raw(masked), Span::raw("▏")]),
+                Line::default(),
+                Line::styled("checked off the app's thread (scrypt, about a third of a second)", app.theme.get("dim")),
+            ];
+            f.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), inner);
+        }
         Overlay::Connect { provider, key } => {
             let r = centered(area, 70, 8);
             f.render_widget(Clear, r);

@@ -7,6 +7,7 @@
 
 pub mod card;
 pub mod ingress;
+pub mod mdns;
 pub mod send;
 pub mod server;
 
@@ -139,8 +140,9 @@ pub struct Mesh {
     pub runtime_id: String,
     pub runtime_did: Option<String>,
     base_url: RwLock<Option<String>>,
-    /// Manually listed peer runtimes (`http://host:port`).
-    peers: RwLock<Vec<String>>,
+    /// Peer runtimes (`http://host:port`) and where they came from
+    /// (`manual`, `mdns`).
+    peers: RwLock<Vec<(String, &'static str)>>,
     pub http: reqwest::Client,
     pub bus: Arc<Bus>,
     started: std::time::Instant,
@@ -149,8 +151,23 @@ pub struct Mesh {
 }
 
 impl Mesh {
+    /// The mesh of this install's runtime (its id and DID from the
+    /// install's identity, a fresh id when there is none).
     pub fn new(bus: Arc<Bus>, states: Arc<Mutex<BTreeMap<String, String>>>) -> Arc<Self> {
         let inst = crate::identity::install::load(&crate::paths::config_dir()).ok().flatten();
+        let runtime = match inst {
+            Some(i) => (i.runtime_id.clone(), Some(i.runtime_did.clone())),
+            None => (crate::store::create::nanoid(12), None),
+        };
+        Self::with_runtime(bus, states, runtime)
+    }
+
+    /// A mesh for a given runtime `(id, DID)`.
+    pub fn with_runtime(
+        bus: Arc<Bus>,
+        states: Arc<Mutex<BTreeMap<String, String>>>,
+        runtime: (String, Option<String>),
+    ) -> Arc<Self> {
         // Manually listed peer runtimes: `meshPeers` in settings.json and
         // `ADF_MESH_PEERS` (comma-separated `http://host:port`).
         let mut peers: Vec<String> = crate::providers::accounts::load()
@@ -165,6 +182,7 @@ impl Mesh {
         }
         peers.retain(|p| !p.is_empty());
         peers.dedup();
+        let peers = peers.into_iter().map(|p| (p, "manual")).collect();
         crate::providers::install_crypto();
         let http = reqwest::Client::builder()
             .timeout(std::time::Duration::from_secs(15))
@@ -173,8 +191,8 @@ impl Mesh {
             .unwrap_or_else(|_| crate::providers::http_client());
         Arc::new(Mesh {
             boxes: RwLock::new(BTreeMap::new()),
-            runtime_id: inst.as_ref().map(|i| i.runtime_id.clone()).unwrap_or_else(|| crate::store::create::nanoid(12)),
-            runtime_did: inst.map(|i| i.runtime_did.clone()),
+            runtime_id: runtime.0,
+            runtime_did: runtime.1,
             base_url: RwLock::new(None),
             peers: RwLock::new(peers),
             http,
@@ -248,16 +266,24 @@ impl Mesh {
         }
     }
 
-    pub fn peers(&self) -> Vec<String> {
+    pub fn peers(&self) -> Vec<(String, &'static str)> {
         self.peers.read().map(|p| p.clone()).unwrap_or_default()
     }
 
-    pub fn add_peer(&self, url: &str) {
+    /// Add a peer runtime found by `source` (the first source wins).
+    pub fn add_peer(&self, url: &str, source: &'static str) {
         if let Ok(mut p) = self.peers.write() {
             let url = url.trim_end_matches('/').to_string();
-            if !p.contains(&url) {
-                p.push(url);
+            if !p.iter().any(|(u, _)| *u == url) {
+                p.push((url, source));
             }
+        }
+    }
+
+    /// Forget a peer that `source` found (it went away).
+    pub fn remove_peer(&self, url: &str, source: &'static str) {
+        if let Ok(mut p) = self.peers.write() {
+            p.retain(|(u, s)| !(u == url && *s == source));
         }
     }
 

@@ -441,12 +441,12 @@ pub fn local_cards(mesh: &Mesh, me: &str, my_dir: &std::path::Path, input: &Valu
 /// Cards from the manually listed peer runtimes, decorated.
 async fn remote_cards(mesh: &Mesh, input: &Value) -> Vec<Value> {
     let mut out = Vec::new();
-    for peer in mesh.peers() {
+    for (peer, source) in mesh.peers() {
         let req = mesh.http.get(format!("{peer}/agents")).timeout(std::time::Duration::from_millis(2500));
         let Ok(resp) = req.send().await else { continue };
         let Ok(Value::Array(list)) = resp.json::<Value>().await else { continue };
         for mut c in list {
-            c["source"] = "manual".into();
+            c["source"] = source.into();
             c["card_verified"] = card::verify(&c).into();
             let owner = c["attestations"]
                 .as_array()
