@@ -12,6 +12,7 @@ pub mod bench;
 pub mod chat;
 pub mod commands;
 pub mod highlight;
+pub mod inbox;
 pub mod keys;
 pub mod source;
 pub mod theme;

@@ -3,9 +3,9 @@
 //! owner's slot — which adds a runtime slot so the phrase is needed once
 //! per machine — then a password), credentials sealed under the
 //! credentials envelope, the signing key under the identity envelope,
-//! password slots, provisioning a new identity, claiming a foreign file,
-//! and converting the legacy whole-file password format. DEKs live in this
-//! process's memory only, per file, shared by every connection to it.
+//! password slots; provisioning, claiming and the legacy conversion are in
+//! `lifecycle.rs`. DEKs live in this process's memory only, per file,
+//! shared by every connection to it.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -16,11 +16,9 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 use serde_json::Value;
 
+use super::Store;
 use super::error::{Ctx, Result, StoreError};
-use super::identity::{AgentKeys, PURPOSE_PRIVATE, PURPOSE_PUBLIC};
-use super::meta::MetaProtection;
-use super::{Store, now_iso};
-use crate::identity::attest;
+use super::identity::PURPOSE_PRIVATE;
 use crate::identity::envelope::{self, CREDENTIALS, Dek, Descriptor, IDENTITY, Slot};
 use crate::identity::install::Install;
 use crate::identity::seal;
@@ -74,6 +72,10 @@ struct Deks {
     legacy: Option<Dek>,
 }
 
+mod lifecycle;
+
+pub(crate) use lifecycle::{insert_attestation, provision};
+
 static KEYRINGS: Mutex<Option<HashMap<PathBuf, Deks>>> = Mutex::new(None);
 
 fn key_of(path: &Path) -> PathBuf {
@@ -85,7 +87,7 @@ fn deks(path: &Path) -> Deks {
     KEYRINGS.lock().ok().and_then(|m| m.as_ref().and_then(|m| m.get(&key).copied())).unwrap_or_default()
 }
 
-fn set_dek(path: &Path, name: &str, dek: Option<Dek>) {
+pub(super) fn set_dek(path: &Path, name: &str, dek: Option<Dek>) {
     let key = key_of(path);
     if let Ok(mut m) = KEYRINGS.lock() {
         let e = m.get_or_insert_with(HashMap::new).entry(key).or_default();
@@ -113,7 +115,7 @@ pub fn code_forbidden(purpose: &str) -> bool {
     ["crypto:signing:", "crypto:envelope:", "crypto:kdf:"].iter().any(|p| purpose.starts_with(p))
 }
 
-fn descriptor_in(conn: &Connection, name: &str) -> rusqlite::Result<Option<Descriptor>> {
+pub(super) fn descriptor_in(conn: &Connection, name: &str) -> rusqlite::Result<Option<Descriptor>> {
     let v: Option<Vec<u8>> = conn
         .query_row("SELECT value FROM adf_identity WHERE purpose = ?1", [format!("crypto:envelope:{name}")], |r| {
             r.get(0)
@@ -122,7 +124,13 @@ fn descriptor_in(conn: &Connection, name: &str) -> rusqlite::Result<Option<Descr
     Ok(v.and_then(|b| Descriptor::parse(&b).ok()))
 }
 
-fn put_row(conn: &Connection, purpose: &str, value: &[u8], algo: &str, code_access: bool) -> rusqlite::Result<()> {
+pub(super) fn put_row(
+    conn: &Connection,
+    purpose: &str,
+    value: &[u8],
+    algo: &str,
+    code_access: bool,
+) -> rusqlite::Result<()> {
     conn.execute(
         "INSERT INTO adf_identity(purpose, value, encryption_algo, salt, kdf_params, code_access)
          VALUES (?1, ?2, ?3, NULL, NULL, ?4)
@@ -133,12 +141,12 @@ fn put_row(conn: &Connection, purpose: &str, value: &[u8], algo: &str, code_acce
     Ok(())
 }
 
-fn put_descriptor(conn: &Connection, name: &str, d: &Descriptor) -> rusqlite::Result<()> {
+pub(super) fn put_descriptor(conn: &Connection, name: &str, d: &Descriptor) -> rusqlite::Result<()> {
     put_row(conn, &format!("crypto:envelope:{name}"), &d.to_bytes(), "plain", false)
 }
 
 /// A descriptor for a fresh DEK, wrapped to the owner and this install.
-fn new_descriptor(inst: &Install, name: &str, dek: &Dek) -> std::result::Result<Descriptor, String> {
+pub(super) fn new_descriptor(inst: &Install, name: &str, dek: &Dek) -> std::result::Result<Descriptor, String> {
     let owner = envelope::wrap_key(dek, name, &inst.owner_enc_public, &inst.owner_did).map_err(|e| e.to_string())?;
     let runtime =
         envelope::wrap_key(dek, name, &inst.runtime_enc_public(), &inst.runtime_did).map_err(|e| e.to_string())?;
@@ -155,83 +163,6 @@ fn adopt(d: &mut Descriptor, inst: &Install, name: &str, dek: &Dek) -> std::resu
     });
     d.slots.extend(fresh.slots);
     Ok(())
-}
-
-/// Insert an attestation; `owner` / `operator` replace their role.
-pub(crate) fn insert_attestation(conn: &Connection, att: &Value) -> rusqlite::Result<()> {
-    let role = att["role"].as_str().unwrap_or_default();
-    if attest::CURRENT_STATE.contains(&role) {
-        conn.execute("DELETE FROM adf_attestations WHERE role = ?1", [role])?;
-    }
-    conn.execute(
-        "INSERT INTO adf_attestations(issuer, subject, role, issued_at, expires_at, scope, signature, raw_json)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        params![
-            att["issuer"].as_str(),
-            att["subject"].as_str(),
-            role,
-            att["issued_at"].as_str(),
-            att["expires_at"].as_str(),
-            att["scope"].as_str(),
-            att["signature"].as_str(),
-            att.to_string()
-        ],
-    )?;
-    Ok(())
-}
-
-/// The owner and operator attestations for `did`.
-fn stamp_attestations(conn: &Connection, inst: &Install, did: &str, now: &str) -> rusqlite::Result<()> {
-    let claim = |issuer: &'static str| attest::Claim {
-        issuer: if issuer == "owner" { &inst.owner_did } else { &inst.runtime_did },
-        subject: did,
-        role: issuer_role(issuer),
-        issued_at: now,
-        expires_at: None,
-        scope: None,
-    };
-    if let Some(owner) = &inst.owner {
-        insert_attestation(conn, &attest::issue(&owner.signing, &claim("owner")))?;
-    }
-    insert_attestation(conn, &attest::issue(&inst.runtime_signing, &claim("runtime")))
-}
-
-fn issuer_role(issuer: &str) -> &'static str {
-    if issuer == "owner" { "owner" } else { "operator" }
-}
-
-/// Seal a new identity (and, unless `credentials` is kept, a new
-/// credentials envelope) into the file, stamp the meta and attestations.
-/// Runs inside the caller's transaction.
-pub(crate) fn provision(
-    conn: &Connection,
-    path: &Path,
-    inst: &Install,
-    keys: &AgentKeys,
-    now: &str,
-    new_credentials: bool,
-) -> std::result::Result<(Dek, Option<Dek>), StoreError> {
-    let id_dek: Dek = rand::random();
-    let d = new_descriptor(inst, IDENTITY, &id_dek).map_err(StoreError::Invalid)?;
-    let cred = if new_credentials {
-        let dek: Dek = rand::random();
-        let d = new_descriptor(inst, CREDENTIALS, &dek).map_err(StoreError::Invalid)?;
-        put_descriptor(conn, CREDENTIALS, &d).at(path)?;
-        Some(dek)
-    } else {
-        None
-    };
-    let run = || -> rusqlite::Result<()> {
-        put_descriptor(conn, IDENTITY, &d)?;
-        put_row(conn, PURPOSE_PRIVATE, &seal::seal(&id_dek, &keys.private_der), "env:identity", false)?;
-        put_row(conn, PURPOSE_PUBLIC, &keys.public_der, "plain", false)?;
-        Store::meta_put_system(conn, "adf_did", &keys.did, MetaProtection::Readonly)?;
-        Store::meta_put_system(conn, "adf_owner_did", &inst.owner_did, MetaProtection::Readonly)?;
-        Store::meta_put_system(conn, "adf_runtime_did", &inst.runtime_did, MetaProtection::Readonly)?;
-        stamp_attestations(conn, inst, &keys.did, now)
-    };
-    run().at(path)?;
-    Ok((id_dek, cred))
 }
 
 impl Store {
@@ -547,159 +478,4 @@ impl Store {
             Ok(true)
         })
     }
-
-    /// Re-key a foreign file to this owner (identity.md §8 "Claim"): a new
-    /// DID (the old one goes to `adf_did_history`), a `clone` attestation,
-    /// credentials kept only when a password can still open them.
-    pub fn claim(&mut self, inst: &Install) -> Result<String> {
-        self.unlock(inst)?;
-        let id = self.envelope(IDENTITY)?;
-        if id.state == EnvState::Unlocked || (id.state == EnvState::Absent && self.signing_key()?.is_some()) {
-            return Err(StoreError::Invalid(format!(
-                "{}: this file's identity already opens for you; nothing to claim",
-                self.path().display()
-            )));
-        }
-        let cred = self.envelope(CREDENTIALS)?;
-        let keep_credentials = match cred.state {
-            EnvState::Unlocked => true,
-            EnvState::Locked => cred.sealed_rows > 0,
-            EnvState::Foreign | EnvState::Absent => false,
-        };
-        let old = self.meta_get("adf_did")?.map(|m| m.value).unwrap_or_default();
-        let keys = AgentKeys::generate().map_err(StoreError::Invalid)?;
-        let now = now_iso();
-        let path = self.path().to_path_buf();
-        let (id_dek, cred_dek) = self.write(|tx| {
-            let run = || -> rusqlite::Result<()> {
-                tx.execute(
-                    "DELETE FROM adf_identity WHERE purpose IN (?1, ?2, 'crypto:envelope:identity')",
-                    [PURPOSE_PRIVATE, PURPOSE_PUBLIC],
-                )?;
-                if !keep_credentials {
-                    tx.execute(
-                        "DELETE FROM adf_identity WHERE purpose = 'crypto:envelope:credentials'
-                           OR encryption_algo = 'env:credentials'",
-                        [],
-                    )?;
-                }
-                push_history(tx, &old)
-            };
-            run().at(&path)?;
-            let deks = provision(tx, &path, inst, &keys, &now, !keep_credentials)?;
-            if let Some(owner) = &inst.owner {
-                let clone = attest::issue(
-                    &owner.signing,
-                    &attest::Claim {
-                        issuer: &inst.owner_did,
-                        subject: &keys.did,
-                        role: "clone",
-                        issued_at: &now,
-                        expires_at: None,
-                        scope: Some(&old).filter(|o| !o.is_empty()).map(String::as_str),
-                    },
-                );
-                insert_attestation(tx, &clone).at(&path)?;
-            }
-            Ok(deks)
-        })?;
-        Store::remember_deks(&path, id_dek, cred_dek);
-        Ok(keys.did)
-    }
-
-    /// Read a legacy whole-file-password file with `password`, reseal
-    /// everything into envelopes (owner + runtime slots, and the same
-    /// password on the credentials envelope) and drop `crypto:kdf:*`.
-    fn convert_legacy(&mut self, password: &str, inst: &Install) -> Result<bool> {
-        let salt_hex: Vec<u8> = self
-            .conn()
-            .query_row("SELECT value FROM adf_identity WHERE purpose = 'crypto:kdf:salt'", [], |r| r.get(0))
-            .optional()
-            .at(self.path())?
-            .ok_or_else(|| {
-                StoreError::Invalid(format!("{}: legacy file without crypto:kdf:salt", self.path().display()))
-            })?;
-        let salt = hex_decode(std::str::from_utf8(&salt_hex).unwrap_or("").trim())
-            .ok_or_else(|| StoreError::Invalid(format!("{}: crypto:kdf:salt is not hex", self.path().display())))?;
-        let mut key = [0u8; 32];
-        pbkdf2::pbkdf2_hmac::<sha2::Sha512>(password.as_bytes(), &salt, 100_000, &mut key);
-        let rows: Vec<LegacyRow> = {
-            let mut st = self
-                .conn()
-                .prepare("SELECT purpose, value, salt, coalesce(encryption_algo, 'plain') FROM adf_identity")
-                .at(self.path())?;
-            let it = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))).at(self.path())?;
-            it.collect::<rusqlite::Result<Vec<_>>>().at(self.path())?
-        };
-        let mut plain = Vec::new();
-        for (purpose, value, iv, algo) in rows {
-            if algo != "aes-256-gcm" {
-                continue;
-            }
-            let iv = iv.unwrap_or_default();
-            match seal::decrypt(&key, &iv, &value) {
-                Ok(p) => plain.push((purpose, p)),
-                Err(_) => return Ok(false),
-            }
-        }
-        if plain.is_empty() {
-            return Ok(false);
-        }
-        let id_dek: Dek = rand::random();
-        let cred_dek: Dek = rand::random();
-        let id_d = new_descriptor(inst, IDENTITY, &id_dek).map_err(StoreError::Invalid)?;
-        let mut cred_d = new_descriptor(inst, CREDENTIALS, &cred_dek).map_err(StoreError::Invalid)?;
-        cred_d.put(
-            envelope::password_slot(&cred_dek, password, envelope::PASSWORD_LOG_N)
-                .map_err(|e| StoreError::Invalid(e.to_string()))?,
-        );
-        let path = self.path().to_path_buf();
-        self.write(|tx| {
-            let run = || -> rusqlite::Result<()> {
-                put_descriptor(tx, IDENTITY, &id_d)?;
-                put_descriptor(tx, CREDENTIALS, &cred_d)?;
-                for (purpose, p) in &plain {
-                    let (v, algo) = match envelope_of(purpose) {
-                        Some(IDENTITY) => (seal::seal(&id_dek, p), "env:identity"),
-                        Some(_) => (seal::seal(&cred_dek, p), "env:credentials"),
-                        None => (p.clone(), "plain"),
-                    };
-                    tx.execute(
-                        "UPDATE adf_identity SET value = ?2, encryption_algo = ?3, salt = NULL, kdf_params = NULL
-                         WHERE purpose = ?1",
-                        params![purpose, v, algo],
-                    )?;
-                }
-                tx.execute("DELETE FROM adf_identity WHERE purpose LIKE 'crypto:kdf:%'", [])?;
-                Ok(())
-            };
-            run().at(&path)
-        })?;
-        Store::remember_deks(&path, id_dek, Some(cred_dek));
-        Ok(true)
-    }
-}
-
-/// A legacy row: purpose, value, IV (the `salt` column), algorithm.
-type LegacyRow = (String, Vec<u8>, Option<Vec<u8>>, String);
-
-fn push_history(conn: &Connection, did: &str) -> rusqlite::Result<()> {
-    if did.is_empty() {
-        return Ok(());
-    }
-    let cur: Option<String> =
-        conn.query_row("SELECT value FROM adf_meta WHERE key = 'adf_did_history'", [], |r| r.get(0)).optional()?;
-    let mut list: Vec<String> = cur.and_then(|s| serde_json::from_str(&s).ok()).unwrap_or_default();
-    if !list.iter().any(|d| d == did) {
-        list.push(did.to_string());
-    }
-    let text = serde_json::to_string(&list).unwrap_or_else(|_| "[]".into());
-    Store::meta_put_system(conn, "adf_did_history", &text, MetaProtection::Readonly)
-}
-
-fn hex_decode(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
 }
