@@ -297,6 +297,8 @@ async fn two_daemons_exchange_signed_and_encrypted_messages() {
     assert!(v["error"].as_str().unwrap().contains("signature"));
     let to_c = message_from(&tester, &c_did, "not for b", 2);
     assert_eq!(d2.post_mesh("b", &to_c).await.0, 403, "encrypted to another agent");
+    let (s, v) = d2.post_mesh("b", &message_from(&tester, &c_did, "signed for c", 1)).await;
+    assert_eq!((s, v["error"].as_str()), (403, Some("message is addressed to another agent")));
     assert_eq!(d2.post_mesh("nobody", &m).await.0, 404);
     let resp = d2.http.post(format!("{}/agents/b/inbox", d2.mesh)).body("not json").send().await.unwrap();
     assert_eq!(resp.status().as_u16(), 400);

@@ -251,6 +251,13 @@ pub async fn accept(
             visible(&cfg, origin.scope).map_err(|(r, extra)| (r, Some(extra)))?;
             let key = store.signing_key().ok().flatten();
             let acc = message::ingress(msg, key.as_ref(), Policy::of(&cfg["security"])).map_err(|r| (r, None))?;
+            // A message signed for another agent is not this one's to take
+            // (replaying it elsewhere would otherwise work).
+            let to = acc.message["to"].as_str().unwrap_or_default();
+            let mine = mb1.did();
+            if to.starts_with("did:") && !mine.is_empty() && to != mine {
+                return Err((refuse(403, "message is addressed to another agent"), None));
+            }
             let from = acc.message["from"].as_str().unwrap_or_default();
             let id = acc.message["id"].as_str().unwrap_or_default();
             if !id.is_empty() && store.inbox_has(id, from).unwrap_or(false) {
