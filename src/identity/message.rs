@@ -278,6 +278,19 @@ mod tests {
     }
 
     #[test]
+    fn level_0_sends_unsigned_and_receivers_decide() {
+        let (_, ad) = keys(1);
+        let mut m = message(&ad, "did:key:zB");
+        egress(&mut m, None, 0, true).unwrap();
+        assert!(m.get("signature").is_none() && m["payload"].get("signature").is_none());
+        assert_eq!(m["payload"]["content"], "hello");
+        let ok = ingress(m.clone(), None, Policy::default()).unwrap();
+        assert_eq!(ok.message["meta"]["message_verified"], false);
+        let strict = Policy { require_signature: true, allow_unsigned: false, require_payload_signature: false };
+        assert_eq!(ingress(m, None, strict).unwrap_err().status, 403);
+    }
+
+    #[test]
     fn signature_policy() {
         let (a, ad) = keys(1);
         let strict = Policy { require_signature: true, allow_unsigned: false, require_payload_signature: true };
