@@ -72,6 +72,18 @@ impl Daemon {
         (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
     }
 
+    /// Stop the daemon and return what it said on stderr.
+    fn stop_stderr(&mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let mut s = String::new();
+        use std::io::Read;
+        if let Some(mut e) = self.child.stderr.take() {
+            let _ = e.read_to_string(&mut s);
+        }
+        s
+    }
+
     async fn get(&self, path: &str) -> Value {
         let (s, v) = self.call("GET", path, None).await;
         assert_eq!(s, 200, "GET {path}: {v}");
@@ -536,4 +548,13 @@ async fn unreviewed_files_wait_for_a_review() {
     assert!(out.contains("tools") && out.contains("reviewed: the daemon will start this agent"), "{out}");
     let d = start(&home, "http://127.0.0.1:9", &[]);
     assert_eq!(started(&d.get("/agents").await, "fresh-headless.adf"), true);
+    drop(d);
+    // A file sealed to another owner loads (without its keys), and the
+    // daemon says how to make it yours.
+    fixture_copy(&agents, "fresh.adf");
+    let mut d = start(&home, "http://127.0.0.1:9", &[]);
+    assert_eq!(d.get("/agents").await.as_array().unwrap().len(), 3);
+    let err = d.stop_stderr();
+    assert!(err.contains("fresh.adf belongs to another owner") && err.contains("`adf claim "), "{err}");
+    assert!(!err.contains("mine.adf belongs") && !err.contains("headless.adf belongs"), "{err}");
 }

@@ -100,6 +100,26 @@ impl Daemon {
         }
     }
 
+    /// The body of a GET as text, whatever its shape (for absence checks).
+    async fn text(&self, path: &str) -> String {
+        let r = self.http.get(format!("{}{path}", self.url)).bearer_auth(&self.token).send().await.unwrap();
+        assert!(r.status().is_success(), "GET {path}: {}", r.status());
+        r.text().await.unwrap()
+    }
+
+    /// Everything the event ring replays right now, as text.
+    async fn events_text(&self) -> String {
+        let mut r =
+            self.http.get(format!("{}/events?since=0", self.url)).bearer_auth(&self.token).send().await.unwrap();
+        let mut text = String::new();
+        // The replay arrives at once; then the stream idles on live events.
+        while let Ok(Ok(Some(chunk))) = tokio::time::timeout(Duration::from_millis(500), r.chunk()).await {
+            text.push_str(&String::from_utf8_lossy(&chunk));
+        }
+        assert!(text.contains("agent.loaded"), "the ring replayed: {text}");
+        text
+    }
+
     async fn inbox(&self, agent: &str) -> Vec<Value> {
         self.get(&format!("/agents/{agent}/inbox")).await["messages"].as_array().unwrap().clone()
     }
@@ -196,6 +216,30 @@ async fn two_daemons_exchange_signed_and_encrypted_messages() {
         fake1.requests().iter().map(|(h, _)| h["x-api-key"].to_str().unwrap().to_string()).collect();
     assert!(!keys.is_empty() && keys.iter().all(|k| k == "sk-agent-a"), "{keys:?}");
     assert!(!a_loop.to_string().contains("sk-agent-a"), "the key never reaches the loop");
+    // Nor the model (request bodies), the logs, the events or any answer of
+    // the API; the file holds it sealed only.
+    assert!(fake1.requests().iter().all(|(_, body)| !body.to_string().contains("sk-agent-a")));
+    for path in [
+        "/agents",
+        "/agents/a",
+        "/agents/a/config",
+        "/agents/a/meta",
+        "/agents/a/tables",
+        "/agents/a/chat",
+        "/agents/a/outbox",
+        "/runtime",
+        "/runtime/providers",
+        "/diagnostics",
+    ] {
+        assert!(!d1.text(path).await.contains("sk-agent-a"), "{path} shows the key");
+    }
+    assert!(!d1.events_text().await.contains("sk-agent-a"), "an event shows the key");
+    // The file and its WAL (loop, logs, audit, identity rows) hold it
+    // sealed only.
+    for f in ["a.adf", "a.adf-wal"] {
+        let bytes = std::fs::read(f1.join(f)).unwrap_or_default();
+        assert!(!bytes.windows(10).any(|w| w == b"sk-agent-a"), "{f} holds the key in the clear");
+    }
     // agent_discover(all): c on this runtime, b from the listed peer with a
     // verified card.
     let found = a_loop["entries"]

@@ -293,7 +293,18 @@ pub async fn serve_with(
         if reason == Some("unreviewed") {
             eprintln!("adf daemon: loaded, not started (unreviewed): review it with `adf review {}`", f.display());
         }
-        match fleet.load_with(f, reason.is_none()) {
+        let loaded = fleet.load_with(f, reason.is_none());
+        if let Ok(i) = &loaded
+            && fleet.foreign().contains(&i.id)
+        {
+            eprintln!(
+                "adf daemon: {} belongs to another owner (its keys and credentials stay sealed): \
+                 `adf claim {}` re-keys it to you",
+                f.display(),
+                f.display()
+            );
+        }
+        match loaded {
             Ok(i) if reason.is_none() => started.push(json!({"id": i.id, "filePath": f})),
             Ok(i) => skipped.push(json!({"id": i.id, "filePath": f, "reason": reason})),
             Err(e) => {
