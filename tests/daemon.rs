@@ -30,6 +30,9 @@ impl Drop for Daemon {
 
 fn start(home: &Path, base: &str, extra: &[&str]) -> Daemon {
     let fleet = home.join("data/agents");
+    // A daemon killed by an earlier step leaves its discovery file behind:
+    // wait for this one's, not that.
+    let _ = std::fs::remove_file(fleet.join(".daemon.json"));
     let child = Command::new(env!("CARGO_BIN_EXE_adf"))
         .args(["daemon", "--port", "0"])
         .args(extra)

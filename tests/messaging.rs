@@ -13,6 +13,7 @@ use adf::runtime::bus::{Bus, Filter, Item};
 use adf::runtime::fleet::{Fleet, ProviderFactory};
 use adf::store::files::WriteOptions;
 use adf::store::{Caller, NewAgent, Store};
+use base64::Engine;
 use common::*;
 use serde_json::{Value, json};
 
@@ -84,7 +85,9 @@ fn rows(path: &std::path::Path, sql: &str) -> Vec<Value> {
 async fn tools_middleware_and_outbox_outcomes_in_one_fleet() {
     let dir = tmp();
     let d = dir.path();
-    let a = create(d, "a", &[]);
+    // a archives what it sends, b what it accepts (both spellings of the
+    // audit switch).
+    let a = create(d, "a", &[("audit.outbox", json!(true))]);
     // b uppercases what arrives and refuses anything mentioning "spam".
     let b = create(
         d,
@@ -92,6 +95,7 @@ async fn tools_middleware_and_outbox_outcomes_in_one_fleet() {
         &[
             ("security.middleware", json!({"inbox": [{"lambda": "mw.js:inbox"}]})),
             ("triggers.on_inbox.enabled", json!(false)),
+            ("context.audit.inbox", json!(true)),
         ],
     );
     {
@@ -152,6 +156,27 @@ async fn tools_middleware_and_outbox_outcomes_in_one_fleet() {
     let s = Store::open_read_only(&b).unwrap();
     assert_eq!(s.file_read_text("imported/a/report.txt").unwrap(), "quarterly numbers");
     drop(s);
+    // Audit (format.md §3.8): every send of a archived whole, attachment
+    // data inline although the payload travelled encrypted; b archived the
+    // one message it accepted, as its middleware left it, before the
+    // attachment was imported. The refused one left no inbox trace.
+    let inline = base64::engine::general_purpose::STANDARD.encode("quarterly numbers");
+    let sent = audits(&a);
+    assert_eq!(sent.iter().map(|(s, _, _)| s.as_str()).collect::<Vec<_>>(), ["outbox_message"; 3]);
+    let ids: Vec<Value> = rows(&a, "SELECT message_id FROM adf_outbox ORDER BY created_at")
+        .into_iter()
+        .map(|r| r["message_id"].clone())
+        .collect();
+    assert_eq!(sent.iter().map(|(_, r, _)| json!(r)).collect::<Vec<_>>(), ids);
+    let first = &sent[0].2;
+    assert_eq!(first["payload"]["content_type"], "application/x-adf-encrypted");
+    assert!(first["signature"].as_str().unwrap().starts_with("ed25519:"));
+    assert_eq!(first["payload"]["attachments"][0]["data"], inline.as_str());
+    let got = audits(&b);
+    assert_eq!(got.len(), 1);
+    assert_eq!((got[0].0.as_str(), json!(got[0].1)), ("inbox_message", inbox[0]["message_id"].clone()));
+    assert_eq!(got[0].2["payload"]["content"], "HELLO B");
+    assert_eq!(got[0].2["payload"]["attachments"][0]["data"], inline.as_str());
 
     // b reads, archives, deletes; code reaches the same tools.
     let code = "const n = await adf.msg_list({});\n\
@@ -177,7 +202,21 @@ async fn tools_middleware_and_outbox_outcomes_in_one_fleet() {
     assert_eq!(v["del"]["results"][1]["success"], false);
     assert_eq!(v["found"], json!(["a"]));
     assert!(rows(&b, "SELECT id FROM adf_inbox").is_empty());
+    assert_eq!(audits(&b).len(), 1, "deleting a message writes no audit row");
     assert_eq!(fleet.shutdown().await, Vec::<String>::new());
+}
+
+/// The agent's message audit rows: (source, ref, decoded message).
+fn audits(path: &std::path::Path) -> Vec<(String, String, Value)> {
+    let c = rusqlite::Connection::open(path).unwrap();
+    let mut q = c.prepare("SELECT source, ref, data FROM adf_audit WHERE source LIKE '%_message' ORDER BY id").unwrap();
+    q.query_map([], |r| {
+        let blob: Vec<u8> = r.get(2)?;
+        Ok((r.get(0)?, r.get(1)?, adf::store::audit::decode(&blob).unwrap()))
+    })
+    .unwrap()
+    .map(|r| r.unwrap())
+    .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,6 +9,13 @@ use serde_json::{Map, Value, json};
 use super::Store;
 use super::error::{Ctx, Result, StoreError};
 
+/// Which way a message went, for its audit row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    Inbox,
+    Outbox,
+}
+
 pub const INBOX_COLUMNS: [&str; 24] = [
     "id",
     "message_id",
@@ -140,6 +147,28 @@ impl Store {
     /// Insert an outbox row; returns its id.
     pub fn outbox_insert(&mut self, row: &Map<String, Value>) -> Result<String> {
         self.insert_row("adf_outbox", &OUTBOX_COLUMNS, row)
+    }
+
+    /// Archive one whole message (`inbox_message` at arrival, before its
+    /// attachments are imported; `outbox_message` at send) when the agent's
+    /// `audit.inbox` / `audit.outbox` is on (format.md §3.8). Returns
+    /// whether a row was written.
+    pub fn audit_message(&mut self, direction: Direction, message: &Value) -> Result<bool> {
+        let what = match direction {
+            Direction::Inbox => "inbox",
+            Direction::Outbox => "outbox",
+        };
+        if !self.config_value().is_ok_and(|c| super::config::audit_enabled(&c, what)) {
+            return Ok(false);
+        }
+        let id = message["id"].as_str().unwrap_or_default().to_string();
+        let json = serde_json::to_vec(message).unwrap_or_default();
+        let file = self.path().to_path_buf();
+        self.write(|tx| {
+            let source = format!("{what}_message");
+            super::audit::append_json(tx, &source, super::audit::Address::Ref(&id), 1, &json).at(&file)
+        })?;
+        Ok(true)
     }
 
     /// An outbox row reached its outcome (`delivered` or `failed`).

@@ -15,6 +15,7 @@ use super::{Mailbox, permits};
 use crate::identity::message::{self, Policy, Refused, strip_trust};
 use crate::runtime::agent::{AgentCommand, OwnerWork};
 use crate::store::files::WriteOptions;
+use crate::store::messages::Direction;
 use crate::store::{Caller, Store};
 
 /// Where a message came from.
@@ -293,6 +294,12 @@ pub async fn accept(
                 .filter(|s| !s.is_empty())
                 .map(str::to_string)
                 .unwrap_or_else(|| from.rsplit(':').next().unwrap_or("sender").chars().take(16).collect());
+            // The whole message, inline attachment data included, is
+            // archived first when inbox audit is on (best-effort, as in
+            // the reference: a failed archive does not refuse the message).
+            if let Err(e) = store.audit_message(Direction::Inbox, &acc.message) {
+                let _ = store.log("warn", "mesh", "audit_failed", &format!("inbox audit row not written: {e}"));
+            }
             if let Some(list) = acc.message["payload"]["attachments"].as_array_mut() {
                 import_attachments(store, &sender, list);
             }

@@ -16,6 +16,7 @@ use super::{Mailbox, Mesh, ancestor_scope, card, permits};
 use crate::identity::message::{self, strip_trust};
 use crate::runtime::executor::Executor;
 use crate::runtime::triggers::TriggerEvent;
+use crate::store::messages::Direction;
 use crate::tools::ToolOutput;
 
 const FORM: &str = "application/vnd.adf.form+json";
@@ -272,6 +273,7 @@ impl Executor {
             None => true,
         };
         let original = msg.clone();
+        let wire_att_audit = original["payload"]["attachments"].as_array().cloned().unwrap_or_default();
         message::egress(&mut msg, key.as_ref(), level, encrypt).map_err(|r| format!("{} ({})", r.error, r.status))?;
         // The outbox row, pending until the transport answers.
         let mut tomb = original;
@@ -305,6 +307,15 @@ impl Executor {
         }
         if !stored_att.is_empty() {
             row.insert("attachments".into(), Value::String(Value::Array(stored_att.clone()).to_string()));
+        }
+        // Outbox audit: the message as sent, with its attachments' data
+        // inline even when the payload travels encrypted.
+        let mut audited = msg.clone();
+        if !wire_att_audit.is_empty() && audited["payload"].is_object() {
+            audited["payload"]["attachments"] = Value::Array(wire_att_audit);
+        }
+        if let Err(e) = self.store.audit_message(Direction::Outbox, &audited) {
+            let _ = self.store.log("warn", "mesh", "audit_failed", &format!("outbox audit row not written: {e}"));
         }
         let out_id = self.store.outbox_insert(&row).map_err(|e| e.to_string())?;
         row.insert("id".into(), out_id.clone().into());
