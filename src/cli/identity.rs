@@ -65,11 +65,16 @@ pub enum AttestCmd {
     Ls { path: std::path::PathBuf },
     /// Sign an attestation with the agent's key (printed, not stored).
     Issue {
+        /// The issuing agent's file (its key signs).
         path: std::path::PathBuf,
+        /// The DID the attestation is about.
         #[arg(long)]
         subject: String,
+        /// What the issuer vouches for (e.g. `member`, `reviewer`; `owner`,
+        /// `operator`, `runtime`, `clone` and `rotation` are reserved).
         #[arg(long)]
         role: String,
+        /// What the role applies to (a DID, a group, a resource).
         #[arg(long)]
         scope: Option<String>,
         /// ISO-8601 expiry.

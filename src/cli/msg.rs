@@ -27,7 +27,8 @@ pub fn verify(out: &Out, file: &Path) -> anyhow::Result<u8> {
         Check::Malformed => "malformed",
         Check::Encrypted => "encrypted (checked after decryption)",
     };
-    out.line(format!("from: {} ({})", v.from, if v.sender_did { "did:key, Ed25519" } else { "not a did:key" }))?;
+    let from = if v.from.is_empty() { "(missing)" } else { &v.from };
+    out.line(format!("from: {from} ({})", if v.sender_did { "did:key, Ed25519" } else { "not a did:key" }))?;
     out.line(format!("message signature: {}", word(&v.message_signature)))?;
     out.line(format!("payload signature: {}", word(&v.payload_signature)))?;
     out.line(if v.ok() { "verified" } else { "NOT verified" })?;

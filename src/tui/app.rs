@@ -1190,6 +1190,7 @@ impl App {
             Focus::Main if self.main == MainView::Files => {
                 &["down", "edit_file", "edit_mind", "back", "palette", "quit"]
             }
+            Focus::Main if self.main == MainView::Inbox => &["down", "back", "command_line", "palette", "help", "quit"],
             _ => &[
                 "down",
                 "open",
