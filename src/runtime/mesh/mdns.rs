@@ -6,6 +6,7 @@
 //! agent asks `agent_discover` for `all`). Where multicast is unavailable
 //! the daemon says so once and goes on without it.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use mdns_sd::{ServiceDaemon, ServiceEvent, ServiceInfo};
@@ -22,8 +23,10 @@ pub struct Discovery {
 
 impl Drop for Discovery {
     fn drop(&mut self) {
+        // Wait for the goodbye to be on the wire before the daemon stops
+        // (a busy machine can take well over 100 ms to schedule it).
         if let Ok(rx) = self.daemon.unregister(&self.fullname) {
-            let _ = rx.recv_timeout(std::time::Duration::from_millis(100));
+            let _ = rx.recv_timeout(std::time::Duration::from_secs(2));
         }
         let _ = self.daemon.shutdown();
     }
@@ -36,6 +39,18 @@ pub fn peer_url(own_runtime: &str, runtime_id: Option<&str>, v4: &[std::net::Ipv
     }
     let ip = v4.iter().find(|a| !a.is_loopback()).or(v4.first())?;
     Some(format!("http://{ip}:{port}"))
+}
+
+/// A service resolved to `url`. It resolves again as its addresses arrive
+/// (loopback first, the LAN address later): the mesh keeps one peer per
+/// service, the latest, so its goodbye removes all of it.
+fn resolved(mesh: &Mesh, known: &mut HashMap<String, String>, fullname: &str, url: String) {
+    mesh.add_peer(&url, "mdns");
+    if let Some(old) = known.insert(fullname.to_string(), url.clone())
+        && old != url
+    {
+        mesh.remove_peer(&old, "mdns");
+    }
 }
 
 /// Announce this runtime and browse for others. `Err` says why mDNS is
@@ -64,15 +79,14 @@ pub fn start(mesh: Arc<Mesh>, port: u16) -> Result<Discovery, String> {
     std::thread::Builder::new()
         .name("adf-mdns".into())
         .spawn(move || {
-            let mut known: std::collections::HashMap<String, String> = Default::default();
+            let mut known: HashMap<String, String> = Default::default();
             while let Ok(ev) = rx.recv() {
                 let Some(mesh) = weak.upgrade() else { break };
                 match ev {
                     ServiceEvent::ServiceResolved(r) => {
                         let v4: Vec<_> = r.get_addresses_v4().into_iter().collect();
                         if let Some(url) = peer_url(&own, r.get_property_val_str("runtime_id"), &v4, r.port) {
-                            mesh.add_peer(&url, "mdns");
-                            known.insert(r.fullname.clone(), url);
+                            resolved(&mesh, &mut known, &r.fullname, url);
                         }
                     }
                     ServiceEvent::ServiceRemoved(_, fullname) => {
@@ -91,6 +105,16 @@ pub fn start(mesh: Arc<Mesh>, port: u16) -> Result<Discovery, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_service_that_resolves_again_stays_one_peer() {
+        let mesh = Mesh::with_runtime(crate::runtime::bus::Bus::new(), Default::default(), ("me".into(), None));
+        let mut known = HashMap::new();
+        resolved(&mesh, &mut known, "adf-you._adf-runtime._tcp.local.", "http://127.0.0.1:7295".into());
+        resolved(&mesh, &mut known, "adf-you._adf-runtime._tcp.local.", "http://192.168.1.7:7295".into());
+        resolved(&mesh, &mut known, "adf-you._adf-runtime._tcp.local.", "http://192.168.1.7:7295".into());
+        assert_eq!(mesh.peers(), vec![("http://192.168.1.7:7295".to_string(), "mdns")]);
+    }
 
     #[test]
     fn peers_skip_this_runtime_and_prefer_a_routable_address() {
