@@ -149,26 +149,29 @@ impl Store {
         self.insert_row("adf_outbox", &OUTBOX_COLUMNS, row)
     }
 
-    /// Archive one whole message (`inbox_message` at arrival, before its
-    /// attachments are imported; `outbox_message` at send) when the agent's
-    /// `audit.inbox` / `audit.outbox` is on (format.md §3.8). Returns
-    /// whether a row was written.
-    pub fn audit_message(&mut self, direction: Direction, message: &Value) -> Result<bool> {
+    /// Whether the agent archives messages going this way (`audit.inbox` /
+    /// `audit.outbox`, format.md §3.8): callers check before building the
+    /// archived form, which can carry whole attachments.
+    pub fn audit_on(&self, direction: Direction) -> bool {
         let what = match direction {
             Direction::Inbox => "inbox",
             Direction::Outbox => "outbox",
         };
-        if !self.config_value().is_ok_and(|c| super::config::audit_enabled(&c, what)) {
-            return Ok(false);
-        }
-        let id = message["id"].as_str().unwrap_or_default().to_string();
+        self.config_value().is_ok_and(|c| super::config::audit_enabled(&c, what))
+    }
+
+    /// Archive one whole message: `inbox_message` at arrival, before its
+    /// attachments are imported; `outbox_message` at send.
+    pub fn audit_message(&mut self, direction: Direction, message: &Value) -> Result<()> {
+        let source = match direction {
+            Direction::Inbox => "inbox_message",
+            Direction::Outbox => "outbox_message",
+        };
+        let id = message["id"].as_str().unwrap_or_default();
         let json = serde_json::to_vec(message).unwrap_or_default();
         let file = self.path().to_path_buf();
-        self.write(|tx| {
-            let source = format!("{what}_message");
-            super::audit::append_json(tx, &source, super::audit::Address::Ref(&id), 1, &json).at(&file)
-        })?;
-        Ok(true)
+        self.write(|tx| super::audit::append_json(tx, source, super::audit::Address::Ref(id), 1, &json).at(&file))?;
+        Ok(())
     }
 
     /// An outbox row reached its outcome (`delivered` or `failed`).

@@ -297,7 +297,9 @@ pub async fn accept(
             // The whole message, inline attachment data included, is
             // archived first when inbox audit is on (best-effort, as in
             // the reference: a failed archive does not refuse the message).
-            if let Err(e) = store.audit_message(Direction::Inbox, &acc.message) {
+            if store.audit_on(Direction::Inbox)
+                && let Err(e) = store.audit_message(Direction::Inbox, &acc.message)
+            {
                 let _ = store.log("warn", "mesh", "audit_failed", &format!("inbox audit row not written: {e}"));
             }
             if let Some(list) = acc.message["payload"]["attachments"].as_array_mut() {

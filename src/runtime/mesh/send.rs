@@ -273,14 +273,17 @@ impl Executor {
             None => true,
         };
         let original = msg.clone();
-        let wire_att_audit = original["payload"]["attachments"].as_array().cloned().unwrap_or_default();
         message::egress(&mut msg, key.as_ref(), level, encrypt).map_err(|r| format!("{} ({})", r.error, r.status))?;
         // The outbox row, pending until the transport answers.
         let mut tomb = original;
         tomb["payload"]["content"] = "[flattened]".into();
-        if !stored_att.is_empty() {
-            tomb["payload"]["attachments"] = "[flattened]".into();
-        }
+        // The wire attachments (inline data) leave the tombstone; the
+        // outbox audit may still want them.
+        let sent_att = if stored_att.is_empty() {
+            Value::Null
+        } else {
+            std::mem::replace(&mut tomb["payload"]["attachments"], "[flattened]".into())
+        };
         let mut row = Map::new();
         for (k, v) in [
             ("message_id", json!(id)),
@@ -310,12 +313,14 @@ impl Executor {
         }
         // Outbox audit: the message as sent, with its attachments' data
         // inline even when the payload travels encrypted.
-        let mut audited = msg.clone();
-        if !wire_att_audit.is_empty() && audited["payload"].is_object() {
-            audited["payload"]["attachments"] = Value::Array(wire_att_audit);
-        }
-        if let Err(e) = self.store.audit_message(Direction::Outbox, &audited) {
-            let _ = self.store.log("warn", "mesh", "audit_failed", &format!("outbox audit row not written: {e}"));
+        if self.store.audit_on(Direction::Outbox) {
+            let mut audited = msg.clone();
+            if sent_att.as_array().is_some_and(|a| !a.is_empty()) && audited["payload"].is_object() {
+                audited["payload"]["attachments"] = sent_att;
+            }
+            if let Err(e) = self.store.audit_message(Direction::Outbox, &audited) {
+                let _ = self.store.log("warn", "mesh", "audit_failed", &format!("outbox audit row not written: {e}"));
+            }
         }
         let out_id = self.store.outbox_insert(&row).map_err(|e| e.to_string())?;
         row.insert("id".into(), out_id.clone().into());
