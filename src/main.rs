@@ -23,7 +23,10 @@ fn main() -> ExitCode {
         let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
         eprintln!("adf: internal error{at}: {msg}. This is a bug; please report it.");
     }));
-    let cli = adf::cli::Cli::parse();
+    let cli = match adf::cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
     match adf::cli::run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
@@ -38,4 +41,26 @@ fn main() -> ExitCode {
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().filter_map(|c| c.downcast_ref::<std::io::Error>()).any(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+}
+
+/// Help and version print as clap writes them; a usage error is at most two
+/// lines: what is wrong, and the usage of the command it concerns.
+fn usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        let _ = e.print();
+        return ExitCode::from(if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand { 2 } else { 0 });
+    }
+    let text = e.render().to_string();
+    let mut lines = text.lines().map(str::trim_end).filter(|l| !l.is_empty());
+    let what = lines.next().unwrap_or("error: invalid arguments").trim_start_matches("error: ");
+    let usage = lines.find(|l| l.starts_with("Usage:")).map(|u| u.trim_start_matches("Usage: ").to_string());
+    eprintln!("adf: {what}");
+    if let Some(u) = usage {
+        eprintln!("usage: {u} (see --help)");
+    }
+    ExitCode::from(2)
 }

@@ -424,3 +424,74 @@ async fn a_paused_turn_is_approved_or_denied_later_from_the_cli() {
     );
     assert_eq!(ok(&adf(dir.path(), &["config", "get", "a.adf", "description"], None)).trim(), "first");
 }
+
+/// Kill `adf chat` while a tool of the turn runs (a `sys_code` busy loop),
+/// then chat again: the history the provider gets must satisfy its rules
+/// (the strict fake answers 400 otherwise), the call answered before the
+/// recovery notice, results first.
+async fn killed_in_a_tool_then_valid(provider: &str) {
+    let dir = tmp();
+    let code = r#"{"code":"const t = Date.now(); while (Date.now() - t < 60000) {}","timeout":120000}"#;
+    let first = if provider == "anthropic" {
+        anthropic_tool("toolu_slow", "sys_code", code)
+    } else {
+        openai_tool("call_slow", "sys_code", code)
+    };
+    let fake = FakeProvider::start(vec![Scripted::sse(first)]).await;
+    let a = new_agent(dir.path(), provider);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_adf"))
+        .args(["chat", "a.adf", "run the slow job"])
+        .current_dir(dir.path())
+        .env("ADF_HOME", dir.path().join(".adf-home"))
+        .env("ANTHROPIC_API_KEY", "k")
+        .env("ANTHROPIC_BASE_URL", &fake.base_url)
+        .env("OPENAI_API_KEY", "k")
+        .env("OPENAI_BASE_URL", format!("{}/v1", fake.base_url))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // The assistant row with the call is in the loop: the tool is running.
+    let mut called = false;
+    for _ in 0..400 {
+        if rows(&a).iter().any(|r| r.0 == "assistant") {
+            called = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert!(called, "the model's call reached the loop");
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let reply = if provider == "anthropic" { anthropic_text(&["Back."], 1, 1) } else { openai_text(&["Back."], 1, 1) };
+    fake.push(Scripted::sse(reply));
+    let out = run(dir.path(), &fake.base_url, &["chat", "a.adf", "did it finish?"]).await;
+    let (_, body) = fake.requests().last().cloned().unwrap();
+    let violation = if provider == "anthropic" {
+        common::provider_rules::anthropic_violation(&body)
+    } else {
+        common::provider_rules::openai_violation(&body)
+    };
+    assert_eq!(violation, None, "{body:#}");
+    ok(&out);
+    let r = rows(&a);
+    // call, its placeholder result, then the notice and the new message.
+    let roles: Vec<&str> = r.iter().map(|x| x.0.as_str()).collect();
+    assert_eq!(roles[..3], ["user", "assistant", "user"], "{r:?}");
+    assert_eq!(r[2].1[0]["type"], "tool_result", "{r:?}");
+    assert!(r[2].1[0]["content"].as_str().unwrap().contains("interrupted"), "{r:?}");
+    assert!(r[3].1[0]["text"].as_str().unwrap().starts_with("[System] The previous run"), "{r:?}");
+    assert_eq!(r.last().unwrap().1[0]["text"], "Back.");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn killed_in_a_tool_the_next_anthropic_turn_is_valid() {
+    killed_in_a_tool_then_valid("anthropic").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn killed_in_a_tool_the_next_openai_turn_is_valid() {
+    killed_in_a_tool_then_valid("openai").await;
+}

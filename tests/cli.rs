@@ -260,9 +260,9 @@ fn config_commands() {
     );
     fails_unchanged(dir.path(), &a, &["config", "set", "a.adf", "limits", "{broken"], &["not valid JSON"]);
     fails_unchanged(dir.path(), &a, &["config", "get", "a.adf", "model.nothing"], &["config has no \"model.nothing\""]);
-    // The already-invalid instructions field does not block other writes.
+    // A new agent's config is valid (empty instructions, as the reference's).
     let issues = json(&adf(dir.path(), &["config", "check", "a.adf", "--json"], None));
-    assert!(issues.as_array().unwrap().iter().any(|i| i["path"] == "instructions"));
+    assert_eq!(issues, serde_json::json!([]));
     ok(&adf(dir.path(), &["config", "set", "a.adf", "description", "still editable"], None));
 }
 
@@ -326,13 +326,13 @@ fn inspect_survives_a_damaged_config() {
     let a = agent(dir.path());
     rusqlite::Connection::open(&a).unwrap().execute("UPDATE adf_config SET config_json = '{not json'", []).unwrap();
     let r = json(&adf(dir.path(), &["inspect", "a.adf", "--json"], None));
-    assert!(r["warnings"][0].as_str().unwrap().contains("adf_config is not valid JSON"), "{r}");
+    assert!(r["warnings"][0].as_str().unwrap().contains("adf_config row 1 (config_json) is not valid JSON"), "{r}");
     assert_eq!(r["files"].as_array().unwrap().len(), 4);
     fails_unchanged(
         dir.path(),
         &a,
         &["config", "set", "a.adf", "name", "x"],
-        &["a.adf", "adf_config is not valid JSON"],
+        &["a.adf", "(config_json) is not valid JSON"],
     );
 }
 

@@ -456,6 +456,7 @@ async fn the_cli_against_a_live_daemon() {
         Scripted::sse(anthropic_text(&["Hi ", "from the CLI."], 3, 2)),
         Scripted::sse(anthropic_tool("toolu_9", "sys_update_config", r#"{"path":"description","value":"from cli"}"#)),
         Scripted::sse(anthropic_text(&["Done."], 3, 2)),
+        Scripted::sse(anthropic_text(&["Later."], 3, 2)),
     ])
     .await;
     let d = start(&home, &fake.base_url, &[]);
@@ -467,8 +468,9 @@ async fn the_cli_against_a_live_daemon() {
         let v: Value = serde_json::from_str(&cli_ok(&home, &["agents", "--json"])).unwrap();
         assert_eq!(v.as_array().unwrap().len(), 3);
         assert!(cli_ok(&home, &["status", "a"]).contains("runtimeState: idle"));
-        let turn = cli_ok(&home, &["chat", "a", "hello", "there"]);
-        assert!(turn.trim().starts_with("turn_"), "{turn}");
+        // The reply streams to stdout as in-process `adf chat` does.
+        let reply = cli_ok(&home, &["chat", "a", "hello", "there"]);
+        assert_eq!(reply.trim(), "Hi from the CLI.");
         let deadline = Instant::now() + Duration::from_secs(20);
         while !cli_ok(&home, &["usage", "a"]).contains("m ") {
             assert!(Instant::now() < deadline);
@@ -478,8 +480,10 @@ async fn the_cli_against_a_live_daemon() {
         assert!(cli_ok(&home, &["file", "a", "mind.md"]).starts_with("# Mind"));
         let cfg: Value = serde_json::from_str(&cli_ok(&home, &["config", "a"])).unwrap();
         assert_eq!(cfg["name"], "a");
-        // An approval answered from the CLI.
-        cli_ok(&home, &["chat", "a", "change", "it"]);
+        // An approval answered from the CLI: the chat says what waits, exit 3.
+        let out = cli(&home, &["chat", "a", "change", "it"]);
+        assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("waits for you on task"));
         let task = loop {
             let v: Value = serde_json::from_str(&cli_ok(&home, &["tasks", "a", "--json"])).unwrap();
             let pending = v["tasks"].as_array().unwrap().iter().find(|t| t["status"] == "pending_approval").cloned();
@@ -495,6 +499,18 @@ async fn the_cli_against_a_live_daemon() {
         assert_eq!(out.status.code(), Some(1));
         assert!(String::from_utf8_lossy(&out.stderr).contains("not pending"), "resolved already");
         assert!(cli_ok(&home, &["asks", "a"]).starts_with("REQUEST"));
+        // --no-wait answers with the id the turn's events carry.
+        let turn = cli_ok(&home, &["chat", "a", "later", "--no-wait"]);
+        assert!(turn.trim().starts_with("turn_"), "{turn}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let v: Value = serde_json::from_str(&cli_ok(&home, &["usage", "a", "--json"])).unwrap();
+            if v["byModel"]["m"]["calls"].as_u64() >= Some(4) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{v}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
         for args in [&["inbox", "a"][..], &["outbox", "a"], &["timers", "a"], &["runtime"], &["providers"], &["usage"]]
         {
             cli_ok(&home, args);

@@ -16,7 +16,7 @@ fn raw(path: &std::path::Path) -> rusqlite::Connection {
 }
 
 #[test]
-fn a_damaged_file_is_repaired_and_the_original_kept() {
+fn a_damaged_file_is_refused_then_repaired_with_the_original_kept() {
     let dir = tmp();
     let path = dir.path().join("a.adf");
     let (mut s, _) = Store::create(&path, &NewAgent::default()).unwrap();
@@ -33,12 +33,20 @@ fn a_damaged_file_is_repaired_and_the_original_kept() {
         .unwrap();
     c.execute("DELETE FROM adf_meta WHERE key = 'adf_clean_close'", []).unwrap();
     drop(c);
+    // Opening finds the damage and refuses, changing nothing; the repair
+    // is the owner's explicit step and keeps the original.
+    let before = std::fs::read(&path).unwrap();
+    let e = Store::open(&path).unwrap_err().to_string();
+    assert!(e.contains("integrity_check found") && e.contains("adf repair"), "{e}");
+    assert!(std::fs::read(&path).unwrap() == before);
+    let report = adf::store::repair::repair(&path).unwrap();
+    assert_eq!(report.method, "vacuum");
+    assert!(report.complete(), "{report:?}");
     let s = Store::open(&path).unwrap();
     assert_eq!(s.integrity_check(), IntegrityCheck::Full);
-    assert!(s.warnings().iter().any(|w| w.contains("repaired")), "{:?}", s.warnings());
     assert_eq!(s.db_query("SELECT count(*) AS n FROM local_big", &[], false).unwrap().rows[0]["n"], 300);
     s.close().unwrap();
-    assert!(dir.path().join("a.adf.corrupt").exists());
+    assert!(std::fs::read(dir.path().join("a.adf.corrupt")).unwrap() == before);
     let ok: String = raw(&path).query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
     assert_eq!(ok, "ok");
 }

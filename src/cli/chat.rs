@@ -39,6 +39,37 @@ fn prompt(text: String) -> BoxFuture<'static, Option<String>> {
     })
 }
 
+/// One key from the terminal, without waiting for enter (raw mode for the
+/// one read). Enter alone is skipped; ctrl-c or end of input is `None`.
+fn key(text: String) -> BoxFuture<'static, Option<char>> {
+    Box::pin(async move {
+        tokio::task::spawn_blocking(move || {
+            use std::io::Read;
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "{text}");
+            let _ = err.flush();
+            let raw = crossterm::terminal::enable_raw_mode().is_ok();
+            let mut byte = [0u8; 1];
+            let got = loop {
+                match std::io::stdin().lock().read(&mut byte) {
+                    Ok(1) if matches!(byte[0], b'\r' | b'\n') => continue,
+                    Ok(1) if byte[0] == 3 || byte[0] == 4 => break None,
+                    Ok(1) => break Some(byte[0] as char),
+                    _ => break None,
+                }
+            };
+            if raw {
+                let _ = crossterm::terminal::disable_raw_mode();
+            }
+            let _ = writeln!(err, "{}", got.map(String::from).unwrap_or_default());
+            got
+        })
+        .await
+        .ok()
+        .flatten()
+    })
+}
+
 impl Owner for Terminal {
     fn approve<'a>(&'a self, req: &'a ApprovalRequest) -> BoxFuture<'a, Decision> {
         Box::pin(async move {
@@ -53,11 +84,11 @@ impl Owner for Terminal {
                 serde_json::to_string(&req.input).unwrap_or_default()
             );
             loop {
-                match prompt(text.clone()).await.as_deref().map(str::trim) {
+                match key(text.clone()).await {
                     None => return Decision::Defer,
-                    Some("a") => return Decision::Approve { always: false },
-                    Some("A") => return Decision::Approve { always: true },
-                    Some("r") => {
+                    Some('a') => return Decision::Approve { always: false },
+                    Some('A') => return Decision::Approve { always: true },
+                    Some('r') => {
                         let feedback = prompt("  feedback for the model (optional): ".into())
                             .await
                             .filter(|f| !f.trim().is_empty());
@@ -70,7 +101,16 @@ impl Owner for Terminal {
     }
 
     fn answer<'a>(&'a self, _task: &'a str, question: &'a str) -> BoxFuture<'a, Option<String>> {
-        prompt(format!("\n? {question}\n> "))
+        Box::pin(async move {
+            let mut text = format!("\n? {question}\n> ");
+            loop {
+                match prompt(std::mem::replace(&mut text, "> ".into())).await {
+                    // An empty line is no answer (often the enter after a key).
+                    Some(a) if a.trim().is_empty() => continue,
+                    other => return other,
+                }
+            }
+        })
     }
 }
 
@@ -91,12 +131,19 @@ pub fn run(out: &Out, path: &Path, message: &str, loop_name: &str) -> anyhow::Re
 
 /// Run one piece of work on an agent file in-process, streaming as `chat`.
 pub fn drive(out: &Out, path: &Path, work: Work<'_>) -> anyhow::Result<u8> {
-    let store = open(path)?;
+    let mut store = open(path)?;
+    for w in store.warnings() {
+        eprintln!("adf: warning: {w}");
+    }
+    // The same resolution as the daemon's: the agent's own sealed key
+    // (opened by this install) first, its providers[] entry, the accounts.
+    if let Ok(Some(inst)) = crate::identity::install::load(&crate::paths::config_dir()) {
+        store.unlock(&inst).map_err(|e| at(path, e))?;
+    }
     let cfg = store.config_value().map_err(|e| at(path, e))?;
-    let provider_id = cfg.pointer("/model/provider").and_then(|v| v.as_str()).unwrap_or("");
     let settings = accounts::load().map_err(|e| anyhow::anyhow!(e))?;
-    let (provider, _) =
-        accounts::resolve(provider_id, &settings).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let (provider, _) = accounts::resolve_for(&crate::runtime::fleet::config_for_factory(&store, &cfg), &settings)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     if cfg.pointer("/model/model_id").and_then(|v| v.as_str()).unwrap_or("").is_empty() {
         anyhow::bail!(
             "{}: no model is set: run `adf config set {} model.model_id MODEL`",
@@ -141,28 +188,58 @@ pub fn drive(out: &Out, path: &Path, work: Work<'_>) -> anyhow::Result<u8> {
             let _ = writeln!(std::io::stderr().lock(), "  ✗ {r}");
         }
     };
+    let mut signaled: Option<&'static str> = None;
     let end = rt.block_on(async {
         ex.recover()?;
-        let turn = async {
-            match work {
-                Work::Chat(message) => ex.chat(message).await,
-                Work::Resolve { task_id, decision } => ex.resume_paused(task_id, decision).await,
+        // A hangup (the SSH connection dropped), a kill or ctrl-c ends the
+        // turn cleanly: checkpointed as interrupted, the file closed with
+        // its marker, no sidecar left.
+        let mut stop = Stops::new();
+        let end = {
+            let turn = async {
+                match work {
+                    Work::Chat(message) => ex.chat(message).await,
+                    Work::Resolve { task_id, decision } => ex.resume_paused(task_id, decision).await,
+                }
+            };
+            tokio::pin!(turn);
+            loop {
+                tokio::select! {
+                    biased;
+                    sig = stop.next() => {
+                        signaled = Some(sig);
+                        break None;
+                    }
+                    end = &mut turn => {
+                        while let Some(item) = sub.try_next() {
+                            print(item);
+                        }
+                        break Some(end);
+                    }
+                    Some(item) = sub.next() => print(item),
+                }
             }
         };
-        tokio::pin!(turn);
-        loop {
-            tokio::select! {
-                biased;
-                end = &mut turn => {
-                    while let Some(item) = sub.try_next() {
-                        print(item);
-                    }
-                    break end;
-                }
-                Some(item) = sub.next() => print(item),
+        match end {
+            Some(end) => end,
+            None => {
+                ex.interrupted(&format!("signal_{}", signaled.unwrap_or("")), "idle");
+                Ok(TurnEnd::State { state: "idle".into() })
             }
         }
     });
+    if let Some(sig) = signaled {
+        // A prompt may still be reading the terminal: do not wait for it.
+        rt.shutdown_background();
+        let store = ex.store;
+        super::output::close(store)?;
+        eprintln!("\nadf: {}: {sig}: the turn was interrupted and the file closed cleanly", path.display());
+        return Ok(match sig {
+            "SIGINT" => 130,
+            "SIGHUP" => 129,
+            _ => 143,
+        });
+    }
     let store = ex.store;
     let end = end.map_err(|e| at(path, e));
     super::output::close(store)?;
@@ -185,5 +262,46 @@ pub fn drive(out: &Out, path: &Path, work: Work<'_>) -> anyhow::Result<u8> {
             Ok(EXIT_AWAITING_OWNER)
         }
         TurnEnd::Failed { error, state } => anyhow::bail!("{}: {error} (agent is now {state})", path.display()),
+    }
+}
+
+/// SIGINT, SIGTERM and SIGHUP as one stream of names.
+pub struct Stops {
+    int: Option<tokio::signal::unix::Signal>,
+    term: Option<tokio::signal::unix::Signal>,
+    hup: Option<tokio::signal::unix::Signal>,
+}
+
+impl Stops {
+    pub fn new() -> Stops {
+        use tokio::signal::unix::{SignalKind, signal};
+        Stops {
+            int: signal(SignalKind::interrupt()).ok(),
+            term: signal(SignalKind::terminate()).ok(),
+            hup: signal(SignalKind::hangup()).ok(),
+        }
+    }
+
+    /// The next of the three to arrive.
+    pub async fn next(&mut self) -> &'static str {
+        async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
+            match s {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        }
+        tokio::select! {
+            _ = recv(&mut self.int) => "SIGINT",
+            _ = recv(&mut self.term) => "SIGTERM",
+            _ = recv(&mut self.hup) => "SIGHUP",
+        }
+    }
+}
+
+impl Default for Stops {
+    fn default() -> Self {
+        Stops::new()
     }
 }

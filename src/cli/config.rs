@@ -51,7 +51,11 @@ pub fn run(out: &Out, cmd: ConfigCmd) -> anyhow::Result<()> {
             let store = open_for_read(&path)?;
             let cfg = store.config_value().map_err(|e| at(&path, e))?;
             close(store)?;
-            let issues = validate(&cfg);
+            let mut issues = validate(&cfg);
+            let settings = crate::providers::accounts::load().map_err(|e| anyhow::anyhow!(e))?;
+            if let Some(why) = crate::providers::accounts::unknown_provider(&cfg, &settings) {
+                issues.push(crate::store::config::Issue { path: "model.provider".into(), message: why });
+            }
             if out.json {
                 return out.json(&issues);
             }

@@ -53,9 +53,19 @@ pub fn run(out: &Out, cmd: FilesCmd) -> anyhow::Result<()> {
                 Some(local) => {
                     let mut f =
                         std::fs::File::open(local).with_context(|| format!("{}: cannot read", local.display()))?;
-                    let len = f.metadata().with_context(|| format!("{}: cannot stat", local.display()))?.len();
-                    store = open(&path)?;
-                    store.file_write_stream(Caller::Owner, &file, &mut f, len, &opts).map_err(|e| at(&path, e))?
+                    let meta = f.metadata().with_context(|| format!("{}: cannot stat", local.display()))?;
+                    if meta.is_file() {
+                        store = open(&path)?;
+                        store
+                            .file_write_stream(Caller::Owner, &file, &mut f, meta.len(), &opts)
+                            .map_err(|e| at(&path, e))?
+                    } else {
+                        // A pipe, FIFO or device (`<(cmd)`): no length until it ends.
+                        let mut buf = Vec::new();
+                        f.read_to_end(&mut buf).with_context(|| format!("{}: cannot read", local.display()))?;
+                        store = open(&path)?;
+                        store.file_write(Caller::Owner, &file, &buf, &opts).map_err(|e| at(&path, e))?
+                    }
                 }
                 None => {
                     let mut buf = Vec::new();

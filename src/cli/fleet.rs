@@ -188,8 +188,7 @@ pub fn agents(out: &Out) -> anyhow::Result<()> {
             }
         })
         .collect();
-    out.line(format!("fleet: {}", dir.display()))?;
-    out.table(&["FILE", "NAME", "HANDLE", "STATE", "MODEL"], &table)?;
-    out.line("")?;
-    out.line("The terminal app is not built yet; see `adf --help` for the file commands.")
+    let n = table.len();
+    out.line(format!("fleet: {} ({n} agent{})", dir.display(), if n == 1 { "" } else { "s" }))?;
+    out.table(&["FILE", "NAME", "HANDLE", "STATE", "MODEL"], &table)
 }

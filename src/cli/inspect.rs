@@ -50,6 +50,12 @@ fn report(store: &Store) -> crate::store::Result<Report> {
     let meta = store.meta_list()?;
     let get = |k: &str| meta.iter().find(|m| m.key == k).map(|m| m.value.clone());
     let mut warnings = store.warnings().to_vec();
+    if get("adf_clean_close").is_none() && crate::store::current_holder(store.path()).is_none() {
+        warnings.push(format!(
+            "not closed cleanly: the next open runs integrity_check (`adf repair --check {}` runs it now)",
+            store.path().display()
+        ));
+    }
     // A damaged config does not hide the rest of the file.
     let cfg = store.config_value().unwrap_or_else(|e| {
         warnings.push(e.to_string());
@@ -145,7 +151,10 @@ pub fn run(out: &Out, path: &Path) -> anyhow::Result<()> {
         return out.json(&r);
     }
     let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
-    out.line(format!("{}{}", r.path, if r.read_only { "  (read-only: held by another process)" } else { "" }))?;
+    let held = crate::store::current_holder(path)
+        .map(|h| format!("  (held by adf pid {} on {}, since {})", h.pid, h.host, h.since))
+        .unwrap_or_default();
+    out.line(format!("{}{held}", r.path))?;
     out.line(format!("  name      {}", opt(&r.name)))?;
     out.line(format!("  handle    {}", opt(&r.handle)))?;
     out.line(format!("  did       {}", opt(&r.did)))?;

@@ -13,6 +13,7 @@ mod meta;
 mod msg;
 mod output;
 mod remote;
+mod repair;
 mod scenario;
 mod sql;
 mod usage;
@@ -79,6 +80,16 @@ pub enum Command {
     },
     /// Summarise an agent file: versions, identity, meta, config, files, tables.
     Inspect { path: PathBuf },
+    /// Check a damaged agent file and repair it: the original is kept under
+    /// a new name (`FILE.corrupt`, never overwritten) and the report says
+    /// what each table held before and after. Exit 1 if anything was lost.
+    Repair {
+        path: PathBuf,
+        /// Only list every problem integrity_check finds; change nothing
+        /// (exit 1 when there are any).
+        #[arg(long)]
+        check: bool,
+    },
     /// The agent's files (virtual filesystem).
     #[command(subcommand)]
     Files(FilesCmd),
@@ -240,6 +251,10 @@ pub enum Command {
         /// The loop to talk to.
         #[arg(long = "loop", default_value = "main")]
         loop_name: String,
+        /// Through the daemon: print the turn's id and return at once
+        /// instead of streaming the reply.
+        #[arg(long)]
+        no_wait: bool,
     },
 }
 
@@ -336,15 +351,26 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
     let url = cli.url.as_deref();
     // An agent named on the command line (not a file): for the daemon.
     let arg = |p: &PathBuf| p.display().to_string();
+    // A path that names a file which is not there is a typo, not an agent
+    // of the daemon: say so instead of "no daemon answers".
+    let missing = |p: &PathBuf| -> anyhow::Result<()> {
+        let looks_like_file = p.extension().is_some_and(|e| e == "adf") || p.components().count() > 1;
+        if looks_like_file && !p.exists() {
+            anyhow::bail!("{}: no such file", p.display());
+        }
+        Ok(())
+    };
     match &cli.command {
-        Some(Command::Chat { path, message, loop_name }) => {
+        Some(Command::Chat { path, message, loop_name, no_wait }) => {
             let text = message.join(" ");
+            missing(path)?;
             if !path.is_file() {
-                return remote::run(&out, url, remote::Remote::Chat(arg(path), text));
+                return remote::run(&out, url, remote::Remote::Chat(arg(path), text, !no_wait));
             }
             return chat::run(&out, path, &text, loop_name);
         }
         Some(Command::Approve { path, task_id, always }) => {
+            missing(path)?;
             if !path.is_file() {
                 return remote::run(&out, url, remote::Remote::Approve(arg(path), task_id.clone(), *always));
             }
@@ -353,6 +379,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         Some(Command::Deny { path, task_id, reason }) => {
             let reason = (!reason.is_empty()).then(|| reason.join(" "));
+            missing(path)?;
             if !path.is_file() {
                 return remote::run(&out, url, remote::Remote::Deny(arg(path), task_id.clone(), reason));
             }
@@ -435,6 +462,9 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
     }
     if let Some(Command::Msg { cmd: MsgCmd::Verify { file } }) = &cli.command {
         return msg::verify(&out, file);
+    }
+    if let Some(Command::Repair { path, check }) = &cli.command {
+        return repair::run(&out, path, *check);
     }
     if let Some(Command::Attest(cmd)) = cli.command.clone() {
         return identity::attest(&out, cmd);

@@ -78,29 +78,29 @@ pub fn open(path: &Path) -> anyhow::Result<Store> {
     Store::open(path).map_err(|e| at(path, e))
 }
 
-/// Open for reading: as the writer when free, read-only when another
-/// process holds the file.
+/// Open for reading, beside a writer if one holds the file.
 pub fn open_for_read(path: &Path) -> anyhow::Result<Store> {
-    match Store::open(path) {
-        Ok(s) => Ok(s),
-        Err(StoreError::Held { .. }) => Store::open_read_only(path).map_err(|e| at(path, e)),
-        // A folder we cannot write to cannot hold the lock file: read instead.
-        Err(StoreError::Io { source, .. })
-            if matches!(
-                source.kind(),
-                std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
-            ) =>
-        {
-            Store::open_read_only(path).map_err(|e| at(path, e))
-        }
-        Err(e) => Err(at(path, e)),
-    }
+    // Never the writer's open: reading takes no lock, removes no marker,
+    // migrates and repairs nothing, and leaves no sidecar behind.
+    Store::open_read_only(path).map_err(|e| at(path, e))
 }
 
-/// Close and report a failure to close.
+/// Close the file. What the command did is committed by now, so a failure
+/// here (a full disk refusing the clean-close marker) is a warning that
+/// says so, not a failure of the command.
 pub fn close(store: Store) -> anyhow::Result<()> {
     let path = store.path().to_path_buf();
-    store.close().map_err(|e| at(&path, e))
+    if let Err(e) = store.close() {
+        eprintln!(
+            "adf: warning: {}: the change was saved, but the file could not be closed cleanly ({}); the next open checks it",
+            path.display(),
+            match &e {
+                StoreError::DiskFull { .. } => "no space left on the device".to_string(),
+                other => other.to_string(),
+            }
+        );
+    }
+    Ok(())
 }
 
 /// Human-readable byte size.

@@ -32,7 +32,8 @@ pub enum Remote {
     Asks(String),
     Answer(String, String, String),
     Events(Option<String>),
-    Chat(String, String),
+    /// Agent, message, and whether to follow the turn to its end.
+    Chat(String, String, bool),
 }
 
 fn s(v: &Value) -> String {
@@ -78,13 +79,15 @@ fn messages(out: &Out, v: &Value) -> anyhow::Result<()> {
     )
 }
 
-/// `adf events [A]`: follow the stream, one line per event (the frame's
-/// data with `--json`), until interrupted.
-async fn follow(out: &Out, c: &Client, agent: Option<String>) -> anyhow::Result<u8> {
-    use futures_util::StreamExt;
+/// Open the event stream (from `since`, for one agent id when given).
+async fn open_stream(c: &Client, agent: Option<&str>, since: Option<u64>) -> anyhow::Result<reqwest::Response> {
+    let since = since.map(|s| s.to_string());
     let mut q: Vec<(&str, &str)> = Vec::new();
-    if let Some(a) = &agent {
+    if let Some(a) = agent {
         q.push(("agentId", a));
+    }
+    if let Some(s) = &since {
+        q.push(("since", s));
     }
     let url = c.url(&["events"], &q)?;
     let resp = c
@@ -96,27 +99,158 @@ async fn follow(out: &Out, c: &Client, agent: Option<String>) -> anyhow::Result<
         let v: Value = resp.json().await.unwrap_or(Value::Null);
         anyhow::bail!("{}", v["error"].as_str().unwrap_or("the event stream was refused"));
     }
-    let mut stream = resp.bytes_stream();
-    let mut buf = String::new();
-    while let Some(chunk) = stream.next().await {
-        buf.push_str(&String::from_utf8_lossy(&chunk?));
-        while let Some(end) = buf.find("\n\n") {
-            let frame: String = buf.drain(..end + 2).collect();
-            let Some(data) = frame.lines().find_map(|l| l.strip_prefix("data: ")) else { continue };
-            let v: Value = serde_json::from_str(data).unwrap_or(Value::Null);
-            if out.json {
-                out.line(data)?;
-            } else if let Some(e) = v.get("event") {
-                let t = chrono::DateTime::from_timestamp_millis(e["timestamp"].as_i64().unwrap_or(0))
-                    .map(|d| d.format("%H:%M:%S%.3f").to_string())
-                    .unwrap_or_default();
-                out.line(format!("{t}  {:<22} {:<14} {}", s(&e["event_type"]), s(&e["agent_id"]), e["payload"]))?;
-            } else {
-                out.line(format!("gap: {data}"))?;
+    Ok(resp)
+}
+
+/// The `data:` of each SSE frame of a response, as it arrives.
+struct Frames {
+    stream: std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<axum::body::Bytes>> + Send>>,
+    buf: String,
+}
+
+impl Frames {
+    fn new(resp: reqwest::Response) -> Frames {
+        Frames { stream: Box::pin(resp.bytes_stream()), buf: String::new() }
+    }
+
+    async fn next(&mut self) -> anyhow::Result<Option<String>> {
+        use futures_util::StreamExt;
+        loop {
+            if let Some(end) = self.buf.find("\n\n") {
+                let frame: String = self.buf.drain(..end + 2).collect();
+                match frame.lines().find_map(|l| l.strip_prefix("data: ")) {
+                    Some(d) => return Ok(Some(d.to_string())),
+                    None => continue,
+                }
+            }
+            match self.stream.next().await {
+                Some(chunk) => self.buf.push_str(&String::from_utf8_lossy(&chunk?)),
+                None => return Ok(None),
             }
         }
     }
+}
+
+/// Agent names by id, for lines people read.
+async fn names(c: &Client) -> std::collections::HashMap<String, String> {
+    let v = c.get(&["agents"]).await.unwrap_or(Value::Null);
+    v.as_array()
+        .map(|a| a.iter().filter_map(|x| Some((x["id"].as_str()?.to_string(), s(&x["name"])))).collect())
+        .unwrap_or_default()
+}
+
+/// `adf events [A]`: follow the stream, one line per event (the frame's
+/// data with `--json`), until interrupted.
+async fn follow(out: &Out, c: &Client, agent: Option<String>) -> anyhow::Result<u8> {
+    let mut names = names(c).await;
+    let mut frames = Frames::new(open_stream(c, agent.as_deref(), None).await?);
+    while let Some(data) = frames.next().await? {
+        let v: Value = serde_json::from_str(&data).unwrap_or(Value::Null);
+        if out.json {
+            out.line(&data)?;
+        } else if let Some(e) = v.get("event") {
+            let t = chrono::DateTime::from_timestamp_millis(e["timestamp"].as_i64().unwrap_or(0))
+                .map(|d| d.format("%H:%M:%S%.3f").to_string())
+                .unwrap_or_default();
+            let id = s(&e["agent_id"]);
+            if e["event_type"] == "agent.loaded" || (!names.contains_key(&id) && id != "-") {
+                names = self::names(c).await;
+            }
+            let who = match names.get(&id) {
+                Some(n) => format!("{n} ({id})"),
+                None => id,
+            };
+            out.line(format!("{t}  {:<22} {:<26} {}", s(&e["event_type"]), who, e["payload"]))?;
+        } else {
+            out.line(format!("gap: {data}"))?;
+        }
+    }
     Ok(0)
+}
+
+/// `adf chat NAME MESSAGE` through the daemon: the turn's reply streams to
+/// stdout as the model writes it (tool calls on stderr; every event as a
+/// JSON line with `--json`), as the in-process `adf chat` does. The stream
+/// is opened before the message is sent, from the daemon's current cursor,
+/// and the turn is told apart by the id this client chose for it.
+async fn chat(out: &Out, c: &Client, agent: &str, text: &str, wait: bool) -> anyhow::Result<u8> {
+    use std::io::Write;
+    let status = c.get(&at(agent, &["status"])).await?;
+    let id = status["agentId"].as_str().or(status["id"].as_str()).unwrap_or(agent).to_string();
+    let name = status["name"].as_str().filter(|n| !n.is_empty()).unwrap_or(agent).to_string();
+    if status["state"] == "off" {
+        anyhow::bail!("{name} is off; start it with `adf start {name}`");
+    }
+    let turn = format!("turn_{}", crate::store::create::nanoid(12));
+    if !wait {
+        let v = c.post(&at(&id, &["chat"]), &json!({"text": text, "turnId": turn})).await?;
+        return if out.json { out.json(&v).map(|()| 0) } else { out.line(s(&v["turnId"])).map(|()| 0) };
+    }
+    let cursor = c.get(&["runtime"]).await?["eventCursor"].as_u64();
+    let mut frames = Frames::new(open_stream(c, Some(&id), cursor).await?);
+    c.post(&at(&id, &["chat"]), &json!({"text": text, "turnId": turn})).await?;
+    let source = format!("agent:{turn}");
+    let mut wrote_text = false;
+    let mut last_error: Option<String> = None;
+    loop {
+        let next = tokio::time::timeout(std::time::Duration::from_secs(600), frames.next()).await;
+        let data = match next {
+            Ok(Ok(Some(d))) => d,
+            Ok(Ok(None)) => anyhow::bail!("the daemon closed the event stream before {name}'s turn ended"),
+            Ok(Err(e)) => return Err(e),
+            Err(_) => anyhow::bail!("no word from {name}'s turn for 10 minutes; follow it with `adf events {name}`"),
+        };
+        let v: Value = serde_json::from_str(&data).unwrap_or(Value::Null);
+        let e = &v["event"];
+        if e["source"].as_str() != Some(source.as_str()) {
+            continue;
+        }
+        if out.json {
+            out.line(e.to_string())?;
+        }
+        let p = &e["payload"];
+        match e["event_type"].as_str().unwrap_or("") {
+            "turn.delta" if !out.json && p["kind"] == "text" => {
+                let mut o = std::io::stdout().lock();
+                o.write_all(p["text"].as_str().unwrap_or("").as_bytes())?;
+                o.flush()?;
+                wrote_text = true;
+            }
+            "tool.started" if !out.json => {
+                let args: String = p["input"].to_string().chars().take(100).collect();
+                eprintln!("\n> {} {args}", p["name"].as_str().unwrap_or(""));
+            }
+            "tool.failed" if !out.json => {
+                let r: String = p["result"].as_str().unwrap_or("").chars().take(200).collect();
+                eprintln!("  x {r}");
+            }
+            "llm.failed" => last_error = p["error"].as_str().map(str::to_string),
+            "hil.requested" | "ask.requested" => {
+                let task = s(&p["task_id"]);
+                let task = if task == "-" { s(&p["request_id"]) } else { task };
+                if !out.json {
+                    eprintln!(
+                        "\n{name} waits for you on task {task}: `adf approve {name} {task}`, `adf deny {name} {task}`, or answer in the app"
+                    );
+                }
+                return Ok(super::chat::EXIT_AWAITING_OWNER);
+            }
+            "turn.completed" => {
+                if wrote_text && !out.json {
+                    println!();
+                }
+                let state = p["targetState"].as_str().unwrap_or("");
+                if state == "error" {
+                    anyhow::bail!(
+                        "{name}'s turn failed: {} ({name} is now in error)",
+                        last_error.unwrap_or_else(|| "see `adf events`".into())
+                    );
+                }
+                return Ok(0);
+            }
+            _ => {}
+        }
+    }
 }
 
 /// One table row per element of a JSON list.
@@ -305,9 +439,7 @@ async fn exec(out: &Out, c: &Client, cmd: Remote) -> anyhow::Result<u8> {
             c.post(&at(&id, &["asks", &req, "respond"]), &json!({"answer": text})).await?,
             Box::new(|_| out.line("answered")),
         ),
-        Remote::Chat(id, text) => {
-            (c.post(&at(&id, &["chat"]), &json!({"text": text})).await?, Box::new(|v| out.line(s(&v["turnId"]))))
-        }
+        Remote::Chat(id, text, wait) => return chat(out, c, &id, &text, wait).await,
         Remote::Events(agent) => return follow(out, c, agent).await,
     };
     if out.json {

@@ -48,7 +48,14 @@ pub const ROUTES: &[Route] = &[
     r("post", "/agents/{id}/unload", "Stop and unload an agent"),
     r("post", "/agents/{id}/abort", "Abort the running turn"),
     b(r("post", "/agents/{id}/state", "Set the live state"), &["state:idle|hibernate|off!"]),
-    b(r("post", "/agents/{id}/chat", "Send the owner's message; 202 with a turn id"), &["text:text!"]),
+    b(
+        r(
+            "post",
+            "/agents/{id}/chat",
+            "Send the owner's message; 202 with the id of its turn (the client's turnId if given)",
+        ),
+        &["text:text!", "turnId:turnid"],
+    ),
     q(r("get", "/agents/{id}/chat", "The tail of the loop for a chat view"), &["limit:integer"]),
     r("delete", "/agents/{id}/chat", "Clear the loop"),
     r("get", "/agents/{id}/config", "The config document"),
@@ -132,6 +139,7 @@ fn field(spec: &str) -> (String, Value, bool) {
         // Non-empty text with something besides spaces.
         "text" => json!({"type": "string", "pattern": "\\S"}),
         "string" => json!({"type": "string"}),
+        "turnid" => json!({"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}),
         choices => json!({"type": "string", "enum": choices.split('|').collect::<Vec<_>>()}),
     };
     (name.to_string(), schema, required)

@@ -159,7 +159,17 @@ fn resolve_keyed(
         }
         .to_string()
     });
-    let needs_key = matches!(kind, Kind::Anthropic | Kind::Openai | Kind::Openrouter);
+    // The hosted APIs need a key; the OpenAI wire pointed elsewhere (a
+    // llama.cpp, vLLM or LM Studio behind OPENAI_BASE_URL) may not.
+    let hosted = |host: &str| {
+        url::Url::parse(&base).ok().and_then(|u| u.host_str().map(|h| h.eq_ignore_ascii_case(host))).unwrap_or(true)
+    };
+    let needs_key = match kind {
+        Kind::Anthropic => true,
+        Kind::Openai => hosted("api.openai.com"),
+        Kind::Openrouter => hosted("openrouter.ai"),
+        _ => false,
+    };
     if needs_key && key.is_none() {
         let var = match kind {
             Kind::Anthropic => "ANTHROPIC_API_KEY",
@@ -214,6 +224,25 @@ pub fn resolve_for(cfg: &serde_json::Value, settings: &Settings) -> Result<(Arc<
         default_model: entry.get("defaultModel").and_then(|v| v.as_str()).map(str::to_string),
     });
     resolve_keyed(id, &merged, agent_key)
+}
+
+/// Why the provider an agent's config names is not one this install
+/// knows (a built-in, an account of `settings.json`, or an entry of the
+/// file's own `providers[]`); `None` when it is, or when none is set.
+pub fn unknown_provider(cfg: &serde_json::Value, settings: &Settings) -> Option<String> {
+    let id = cfg.pointer("/model/provider").and_then(|v| v.as_str()).unwrap_or("");
+    let builtin = ["anthropic", "openai", "openrouter", "ollama"].contains(&id);
+    let own = cfg
+        .get("providers")
+        .and_then(|p| p.as_array())
+        .is_some_and(|list| list.iter().any(|p| p.get("id").and_then(|v| v.as_str()) == Some(id)));
+    if id.is_empty() || builtin || own || settings.accounts.iter().any(|a| a.id == id) {
+        return None;
+    }
+    Some(format!(
+        "unknown provider \"{id}\": use anthropic, openai, openrouter, ollama, an account id from {} or an entry of the file's providers[]",
+        settings_path().display()
+    ))
 }
 
 /// Where the fleet puts an agent's own API key in the config copy it hands

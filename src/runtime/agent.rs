@@ -17,6 +17,11 @@ use super::executor::{ApprovalRequest, Decision, Executor, Owner, TurnEnd};
 #[derive(Debug)]
 pub enum AgentCommand {
     Chat(String),
+    /// An owner message whose turn takes this id (a client following it).
+    ChatAs {
+        text: String,
+        turn_id: String,
+    },
     Interrupt,
     Approve {
         task_id: String,
@@ -163,6 +168,8 @@ pub fn spawn_with(
     let task = tokio::spawn(async move {
         let mut announced = false;
         let mut next: Option<String> = None;
+        // The id chosen for the turn of `next`, if its sender chose one.
+        let mut next_turn: Option<String> = None;
         let mut resume = false;
         // An approval given for a turn that paused before this actor ran.
         let mut paused: Option<(String, Decision)> = None;
@@ -174,7 +181,10 @@ pub fn spawn_with(
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let (message, event_type) = match next.take() {
-                Some(m) => (m, "chat"),
+                Some(m) => {
+                    ex.next_turn_id = next_turn.take();
+                    (m, "chat")
+                }
                 None if std::mem::take(&mut resume) => (String::new(), "resume"),
                 None if paused.is_some() => (String::new(), "approval"),
                 None => match timer_wakes.pop_front() {
@@ -222,6 +232,14 @@ pub fn spawn_with(
                                 }
                                 ex.trigger(chat_event(&m), true);
                                 (m, "chat")
+                            }
+                            Some(AgentCommand::ChatAs { text, turn_id }) => {
+                                if ex.state == "off" {
+                                    continue;
+                                }
+                                ex.next_turn_id = Some(turn_id);
+                                ex.trigger(chat_event(&text), true);
+                                (text, "chat")
                             }
                             Some(AgentCommand::Wake { text, event_type }) => {
                                 // Checked again now: the state may have moved.
@@ -298,6 +316,13 @@ pub fn spawn_with(
                             }
                             Some(AgentCommand::Chat(m)) => {
                                 next = Some(m);
+                                next_turn = None;
+                                cut = Some(("user_interrupt_restart", "active".into()));
+                                break;
+                            }
+                            Some(AgentCommand::ChatAs { text, turn_id }) => {
+                                next = Some(text);
+                                next_turn = Some(turn_id);
                                 cut = Some(("user_interrupt_restart", "active".into()));
                                 break;
                             }
@@ -359,6 +384,14 @@ pub fn spawn_with(
                                 ex.suspension_refused(false);
                                 ex.revive();
                                 next = Some(m);
+                                next_turn = None;
+                                break;
+                            }
+                            Some(AgentCommand::ChatAs { text, turn_id }) => {
+                                ex.suspension_refused(false);
+                                ex.revive();
+                                next = Some(text);
+                                next_turn = Some(turn_id);
                                 break;
                             }
                             Some(AgentCommand::SetState(s)) => {

@@ -96,6 +96,12 @@ type DeltaSink = Box<dyn FnMut(&ModelEvent) + Send>;
 /// The executor of one agent.
 pub struct Executor {
     pub store: Store,
+    /// The id the next turn takes (a client that asked for the chat chose
+    /// it, so it can follow the turn's events); else one is made.
+    pub next_turn_id: Option<String>,
+    /// Reply text of the model call in flight, so an interrupted turn
+    /// keeps what was already shown (cleared when the call ends).
+    partial: String,
     provider: Arc<dyn Provider>,
     bus: Arc<Bus>,
     owner: Arc<dyn Owner>,
@@ -176,6 +182,8 @@ impl Executor {
         let agent_id = cfg.get("id").and_then(Value::as_str).unwrap_or("").to_string();
         Ok(Executor {
             store,
+            next_turn_id: None,
+            partial: String::new(),
             provider,
             bus,
             owner,
@@ -460,6 +468,10 @@ impl Executor {
                         iso(now),
                         elapsed(now - started)
                     );
+                    // Calls that never returned are answered first, so the
+                    // history stays one the providers accept: every call
+                    // followed by its result, results before any text.
+                    self.answer_dangling(INTERRUPTED_BY_STOP)?;
                     self.user_text(&notice)?;
                     let mut cp = cp;
                     cp["status"] = json!("interrupted");
@@ -473,6 +485,7 @@ impl Executor {
                 }
                 Ok(_) => {}
                 Err(_) => {
+                    self.answer_dangling(INTERRUPTED_BY_STOP)?;
                     self.user_text(&format!(
                         "[System] A turn-progress record of this agent could not be read, so it may have stopped mid-turn \
                          at an unknown time (now {}). Nothing was replayed.",
@@ -526,7 +539,6 @@ impl Executor {
     /// denied and unanswered calls get placeholders, as an interrupt does.
     fn settle_dangling(&mut self) -> Result<(), StoreError> {
         let uses = self.session()?.pending.clone();
-        let mut results = Vec::new();
         for (id, name) in uses {
             for t in self.store.task_list(Some("pending_approval"))? {
                 if t.origin.as_deref() == Some(&format!("hil:{name}:{id}")) {
@@ -538,12 +550,22 @@ impl Executor {
                     );
                 }
             }
-            results.push(json!({"type": "tool_result", "tool_use_id": id,
-                "content": "[Tool execution cancelled — user interrupted the turn]", "is_error": true}));
         }
-        if !results.is_empty() {
-            self.append("user", &Value::Array(results), None, None)?;
+        self.answer_dangling("[Tool execution cancelled — user interrupted the turn]")
+    }
+
+    /// Answer the calls of the last assistant row that have no result yet
+    /// with `text` (an error result each), in one row.
+    fn answer_dangling(&mut self, text: &str) -> Result<(), StoreError> {
+        let uses = self.session()?.pending.clone();
+        if uses.is_empty() {
+            return Ok(());
         }
+        let results: Vec<Value> = uses
+            .iter()
+            .map(|(id, _)| json!({"type": "tool_result", "tool_use_id": id, "content": text, "is_error": true}))
+            .collect();
+        self.append("user", &Value::Array(results), None, None)?;
         Ok(())
     }
 
@@ -620,7 +642,7 @@ impl Executor {
         if resume_calls.is_empty() {
             self.settle_dangling()?;
         }
-        let turn_id = format!("turn_{}", crate::store::create::nanoid(10));
+        let turn_id = self.next_turn_id.take().unwrap_or_else(|| format!("turn_{}", crate::store::create::nanoid(10)));
         let now = crate::store::now_ms();
         self.checkpoint(&json!({"id": turn_id, "status": "in_progress", "started_at": now, "updated_at": now,
             "event_type": event_type, "scope": "agent", "replay": "not_attempted"}));
@@ -748,6 +770,13 @@ impl Executor {
     /// change): mark its checkpoint `interrupted` and say so on the bus.
     /// Calls left without results are answered when the next turn starts.
     pub fn interrupted(&mut self, reason: &str, state: &str) {
+        // What the model had written when the turn was cut stays in the
+        // loop, marked, so the owner and the model both see it.
+        let partial = std::mem::take(&mut self.partial);
+        if !partial.trim().is_empty() {
+            let text = format!("{partial}\n\n[interrupted]");
+            let _ = self.append("assistant", &json!([{"type": "text", "text": text}]), None, None);
+        }
         if let Some((id, started, event_type)) = self.current.take() {
             self.finish_checkpoint(&id, started, &event_type, "interrupted", Some(reason));
             self.emit(
@@ -1271,6 +1300,9 @@ impl Executor {
                         if let Some(f) = on_delta.as_mut() {
                             f(e);
                         }
+                        if let ModelEvent::TextDelta(t) = e {
+                            self.partial.push_str(t);
+                        }
                         if deltas {
                             let (k, text) = match e {
                                 ModelEvent::TextDelta(t) => ("text", t),
@@ -1285,6 +1317,7 @@ impl Executor {
                 Err(e) => Err(e),
             };
             self.on_delta = on_delta;
+            self.partial.clear();
             let ms = started.elapsed().as_millis() as u64;
             match result {
                 Ok(resp) => {
@@ -1756,6 +1789,10 @@ impl Session {
         }
     }
 }
+
+/// The result of a call the runtime stopped in the middle of.
+const INTERRUPTED_BY_STOP: &str =
+    "[Tool execution interrupted — the runtime stopped before this call returned; its outcome is unknown]";
 
 /// A plain user message (not a `[Context: …]` row): the model must see it.
 const MEMORY_FLUSH: &str = "Context is about to be compacted: your context is nearly full. \

@@ -48,6 +48,22 @@ pub fn accounts_factory() -> ProviderFactory {
     })
 }
 
+/// The config the provider factory sees for an agent: the agent's own
+/// provider key, from its sealed credentials (when this install opened
+/// them), rides in a copy, in memory only. Every path that runs a turn
+/// (the fleet, `adf chat`) resolves the provider through this.
+pub fn config_for_factory<'a>(store: &Store, cfg: &'a serde_json::Value) -> std::borrow::Cow<'a, serde_json::Value> {
+    let pid = cfg.pointer("/model/provider").and_then(|v| v.as_str()).unwrap_or("");
+    if !pid.is_empty()
+        && let Ok(Some(k)) = store.secret_get(&format!("provider:{pid}:apiKey"))
+    {
+        let mut c = cfg.clone();
+        c["__credentials"] = serde_json::json!({"apiKey": String::from_utf8_lossy(&k)});
+        return std::borrow::Cow::Owned(c);
+    }
+    std::borrow::Cow::Borrowed(cfg)
+}
+
 pub struct Fleet {
     pub bus: Arc<Bus>,
     factory: ProviderFactory,
@@ -185,17 +201,7 @@ impl Fleet {
             .envelope(crate::identity::envelope::IDENTITY)
             .is_ok_and(|e| e.state == crate::store::keyring::EnvState::Foreign);
         let cfg = store.config_value().map_err(|e| e.to_string())?;
-        // The agent's own provider key, from its sealed credentials, rides
-        // in a copy of the config that only the factory sees.
-        let pid = cfg.pointer("/model/provider").and_then(|v| v.as_str()).unwrap_or("").to_string();
-        let mut for_factory = std::borrow::Cow::Borrowed(&cfg);
-        if !pid.is_empty()
-            && let Ok(Some(k)) = store.secret_get(&format!("provider:{pid}:apiKey"))
-        {
-            let mut c = cfg.clone();
-            c["__credentials"] = serde_json::json!({"apiKey": String::from_utf8_lossy(&k)});
-            for_factory = std::borrow::Cow::Owned(c);
-        }
+        let for_factory = config_for_factory(&store, &cfg);
         let (provider, why) = match (self.factory)(&for_factory) {
             Ok(p) => (p, None),
             Err(e) if self.lenient => {
@@ -319,16 +325,25 @@ impl Fleet {
             // Lifts a suspension; an agent that is off is started by loading it.
             Command::Start { agent } => (agent, AgentCommand::Resume),
         };
-        let id = self.resolve(&agent)?;
-        let loaded = self.agents.get(&id).ok_or_else(|| format!("{agent}: not loaded"))?;
-        if loaded.agent.send(c) { Ok(()) } else { Err(format!("{agent}: the agent has stopped")) }
+        self.send(&agent, c)
+    }
+
+    /// An owner message whose turn takes `turn_id`, so the sender can
+    /// follow that turn's events (the daemon's chat route).
+    pub fn chat_as(&mut self, agent: &str, text: String, turn_id: String) -> Result<(), String> {
+        self.send(agent, AgentCommand::ChatAs { text, turn_id })
     }
 
     /// Send an actor command to one agent (by id, handle or name).
     pub fn send(&self, agent: &str, cmd: AgentCommand) -> Result<(), String> {
         let id = self.resolve(agent)?;
-        let loaded = self.agents.get(&id).ok_or_else(|| format!("{agent}: not loaded"))?;
-        if loaded.agent.send(cmd) { Ok(()) } else { Err(format!("{agent}: the agent has stopped")) }
+        let loaded = self.agents.get(&id).ok_or_else(|| format!("{agent} is not loaded"))?;
+        let name = if loaded.name.is_empty() { agent } else { loaded.name.as_str() };
+        if loaded.agent.send(cmd) {
+            Ok(())
+        } else {
+            Err(format!("{name} has stopped; start it again (s in the app, or `adf start {name}`)"))
+        }
     }
 
     /// Agents loaded without a working provider, and why.

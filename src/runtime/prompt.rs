@@ -108,6 +108,7 @@ fn row_message(r: &LoopRow) -> Option<Message> {
 /// merged; the first text of a user row gets `[<time>] [S<seq>] `.
 pub fn messages(rows: &[LoopRow]) -> Vec<Message> {
     let mut out = build(rows);
+    pair_up(&mut out, 0, true);
     strip_dangling(&mut out);
     out
 }
@@ -120,7 +121,66 @@ fn build(rows: &[LoopRow]) -> Vec<Message> {
         push(&mut out, m);
     }
     drop_orphans(&mut out);
+    pair_up(&mut out, 0, false);
     out
+}
+
+/// The result sent for a call whose result never reached the loop (a
+/// history written before that was guaranteed, or damaged).
+const NO_RESULT: &str = "[No result was recorded for this call; its outcome is unknown]";
+
+fn uses_of(m: &Message) -> Vec<&str> {
+    if m.role != Role::Assistant {
+        return Vec::new();
+    }
+    m.content.iter().filter(|b| b["type"] == "tool_use").filter_map(|b| b["id"].as_str()).collect()
+}
+
+/// Both providers' pairing rules from message `from` on: an assistant
+/// message with calls is followed by a user message whose first blocks are
+/// one result per call, in call order (Anthropic refuses text before them;
+/// OpenAI needs a tool message per call before anything else). A call
+/// without a result gets an error result once its user message is closed
+/// (another message follows it) or `close` says the history is final; a
+/// call at the very end is left for the next row to answer.
+fn pair_up(msgs: &mut Vec<Message>, from: usize, close: bool) {
+    let mut i = from;
+    while i + 1 < msgs.len() {
+        let uses: Vec<String> = uses_of(&msgs[i]).into_iter().map(String::from).collect();
+        if uses.is_empty() {
+            i += 1;
+            continue;
+        }
+        if msgs[i + 1].role == Role::Assistant {
+            msgs.insert(i + 1, Message { role: Role::User, content: Vec::new() });
+        }
+        let closed = close || i + 2 < msgs.len();
+        order_results(&mut msgs[i + 1], &uses, closed);
+        i += 2;
+    }
+}
+
+fn order_results(m: &mut Message, uses: &[String], closed: bool) {
+    let first_other = m.content.iter().position(|b| b["type"] != "tool_result").unwrap_or(m.content.len());
+    let in_order = m.content[first_other..].iter().all(|b| b["type"] != "tool_result")
+        && m.content[..first_other].len() == uses.len()
+        && m.content[..first_other].iter().zip(uses).all(|(b, id)| b["tool_use_id"].as_str() == Some(id));
+    if in_order {
+        return;
+    }
+    let (mut results, rest): (Vec<Value>, Vec<Value>) =
+        std::mem::take(&mut m.content).into_iter().partition(|b| b["type"] == "tool_result");
+    let mut out = Vec::with_capacity(uses.len() + rest.len());
+    for id in uses {
+        match results.iter().position(|b| b["tool_use_id"].as_str() == Some(id)) {
+            Some(p) => out.push(results.swap_remove(p)),
+            None if closed => out.push(serde_json::json!({"type": "tool_result", "tool_use_id": id,
+                "content": NO_RESULT, "is_error": true})),
+            None => {}
+        }
+    }
+    out.extend(rest);
+    m.content = out;
 }
 
 fn push(out: &mut Vec<Message>, m: Message) {
@@ -151,14 +211,14 @@ impl Transcript {
         let Some(mut m) = row_message(row) else { return };
         let msgs = Arc::make_mut(&mut self.msgs);
         if m.role == Role::User {
-            // Results must answer the assistant message just before.
-            let uses: Vec<&str> = msgs
-                .last()
-                .filter(|l| l.role == Role::Assistant)
-                .map(|l| {
-                    l.content.iter().filter(|b| b["type"] == "tool_use").filter_map(|b| b["id"].as_str()).collect()
-                })
-                .unwrap_or_default();
+            // Results must answer the assistant message just before (the
+            // user message they join may already hold text).
+            let n = msgs.len();
+            let uses: Vec<&str> = match msgs.last() {
+                Some(l) if l.role == Role::Assistant => uses_of(l),
+                Some(_) if n >= 2 => uses_of(&msgs[n - 2]),
+                _ => Vec::new(),
+            };
             m.content.retain(|b| {
                 b["type"] != "tool_result" || b["tool_use_id"].as_str().is_some_and(|id| uses.contains(&id))
             });
@@ -167,6 +227,9 @@ impl Transcript {
             }
         }
         push(msgs, m);
+        // Only the newest pairs can change; earlier ones are settled.
+        let from = msgs.len().saturating_sub(4);
+        pair_up(msgs, from, false);
     }
 
     /// Add queued `loop_inject` context at a model boundary (its row is
@@ -184,14 +247,28 @@ impl Transcript {
     /// The messages to send: shared, unless the last assistant message has
     /// calls without results (then a copy without them).
     pub fn view(&self) -> Arc<Vec<Message>> {
+        let n = self.msgs.len();
         let dangling = self
             .msgs
             .last()
             .is_some_and(|m| m.role == Role::Assistant && m.content.iter().any(|b| b["type"] == "tool_use"));
-        if !dangling {
+        // The last calls' user message is still open in the transcript; the
+        // model is called now, so what is missing there is missing for good.
+        let open = n >= 2 && {
+            let uses = uses_of(&self.msgs[n - 2]);
+            let answered = self.msgs[n - 1]
+                .content
+                .iter()
+                .filter(|b| b["type"] == "tool_result")
+                .filter(|b| b["tool_use_id"].as_str().is_some_and(|id| uses.contains(&id)))
+                .count();
+            answered < uses.len()
+        };
+        if !dangling && !open {
             return self.msgs.clone();
         }
         let mut v = (*self.msgs).clone();
+        pair_up(&mut v, n.saturating_sub(2), true);
         strip_dangling(&mut v);
         Arc::new(v)
     }
@@ -296,6 +373,62 @@ mod tests {
                 assert_eq!(*t.view(), messages(&all[..end]), "split {split} end {end}");
             }
             assert_eq!(t.rows(), all.len());
+        }
+    }
+
+    fn uses_answered_first(m: &[Message]) {
+        for (i, w) in m.windows(2).enumerate() {
+            let uses = uses_of(&w[0]);
+            if uses.is_empty() {
+                continue;
+            }
+            assert_eq!(w[1].role, Role::User, "message {i}: calls followed by a user message");
+            let results: Vec<&str> =
+                w[1].content.iter().take(uses.len()).filter_map(|b| b["tool_use_id"].as_str()).collect();
+            assert_eq!(results, uses, "message {i}: one result per call, first, in call order");
+            assert!(
+                w[1].content[uses.len()..].iter().all(|b| b["type"] != "tool_result"),
+                "message {i}: no result after the text"
+            );
+        }
+    }
+
+    /// Histories written by crashes before the recovery wrote results
+    /// first: a notice before the results, a call never answered, results
+    /// out of order. What is sent satisfies both providers' rules, built
+    /// whole or row by row.
+    #[test]
+    fn broken_histories_are_sent_paired() {
+        let use_ = |id: &str| json!({"type": "tool_use", "id": id, "name": "sys_code", "input": {}});
+        let res = |id: &str| json!({"type": "tool_result", "tool_use_id": id, "content": "ok"});
+        let text = |t: &str| json!({"type": "text", "text": t});
+        let all = [
+            row(1, "user", json!([text("go")])),
+            row(2, "assistant", json!([use_("a"), use_("b")])),
+            row(3, "user", json!([text("[System] The previous run stopped")])),
+            row(4, "user", json!([res("b"), res("a")])),
+            row(5, "assistant", json!([use_("c")])),
+            row(6, "user", json!([text("[System] stopped again")])),
+            row(7, "user", json!([text("are you there?")])),
+            row(8, "assistant", json!([use_("d")])),
+            row(9, "assistant", json!([text("odd: two assistant rows")])),
+            row(10, "user", json!([text("next")])),
+        ];
+        let m = messages(&all);
+        uses_answered_first(&m);
+        assert_eq!(m[2].content[0]["tool_use_id"], "a");
+        assert_eq!(m[2].content[1]["tool_use_id"], "b");
+        assert_eq!(m[2].content[2]["text"], "[1970-01-01 00:00:00 UTC] [S3] [System] The previous run stopped");
+        assert_eq!(m[4].content[0]["content"], NO_RESULT);
+        for split in 1..all.len() {
+            let mut t = Transcript::default();
+            t.rebuild(&all[..split]);
+            for end in split + 1..=all.len() {
+                t.push(&all[end - 1]);
+                let v = t.view();
+                uses_answered_first(&v);
+                assert_eq!(*v, messages(&all[..end]), "split {split} end {end}");
+            }
         }
     }
 }

@@ -25,6 +25,10 @@ pub fn register_sqlite_vec() {
             // Registration can only fail on out-of-memory; a connection
             // without vec0 still works for everything else.
             let _ = rusqlite::auto_extension::register_auto_extension(init);
+            // Past this much heap SQLite gives back cache pages before it
+            // takes more; what one statement may make is capped per
+            // statement by the SQL guard.
+            rusqlite::ffi::sqlite3_soft_heap_limit64(512 << 20);
         }
     });
 }

@@ -104,11 +104,11 @@ pub fn create_file(path: &Path, opts: &NewAgent<'_>) -> Result<Created> {
         .icon
         .map(str::to_string)
         .unwrap_or_else(|| defaults::ICONS[rand::random_range(0..defaults::ICONS.len())].to_string());
-    let tmp = {
-        let mut s = path.as_os_str().to_owned();
-        s.push(format!(".creating-{}", std::process::id()));
-        PathBuf::from(s)
-    };
+    sweep_abandoned(dir);
+    // Hidden while it is built, and named by this process so a later create
+    // can tell an abandoned one (its process gone) from one in progress.
+    let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{file_name}{CREATING}{}", std::process::id()));
     let result: Result<Option<(Dek, Option<Dek>)>> = write_new(
         &tmp,
         &NewFile {
@@ -143,6 +143,34 @@ pub fn create_file(path: &Path, opts: &NewAgent<'_>) -> Result<Created> {
         Store::remember_deks(path, id, cred);
     }
     Ok(Created { path: path.to_path_buf(), id, name: name.to_string(), handle, did: keys.did })
+}
+
+const CREATING: &str = ".creating-";
+
+/// Remove what a killed `adf new` left in `dir`: hidden `.NAME.creating-PID`
+/// files (and their sidecars) whose process is gone.
+fn sweep_abandoned(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix('.') else { continue };
+        let Some((_, tail)) = rest.rsplit_once(CREATING) else { continue };
+        let pid = tail.trim_end_matches("-wal").trim_end_matches("-shm").trim_end_matches("-journal");
+        let Ok(pid) = pid.parse::<i32>() else { continue };
+        if pid as u32 == std::process::id() || process_alive(pid) {
+            continue;
+        }
+        let _ = std::fs::remove_file(e.path());
+    }
+}
+
+fn process_alive(pid: i32) -> bool {
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: signal 0 only checks that the process exists.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
 struct NewFile<'a> {

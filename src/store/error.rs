@@ -15,6 +15,8 @@ pub enum StoreError {
     NotAgent { path: PathBuf },
     #[error("{path}: corrupt: {detail}")]
     Corrupt { path: PathBuf, detail: String },
+    #[error("{path}: no space left on the device; the change was not made (free some space and try again)")]
+    DiskFull { path: PathBuf },
     #[error("{path}: file is locked by another connection, try again ({detail})")]
     Busy { path: PathBuf, detail: String },
     #[error("{path}: held by another adf process (pid {pid} on {host}, since {since}); {hint}")]
@@ -70,7 +72,10 @@ impl<T> Ctx<T> for std::result::Result<T, rusqlite::Error> {
 
 impl<T> Ctx<T> for std::result::Result<T, std::io::Error> {
     fn at(self, path: &std::path::Path) -> Result<T> {
-        self.map_err(|source| StoreError::Io { path: path.to_path_buf(), source })
+        self.map_err(|source| match source.raw_os_error() {
+            Some(libc::ENOSPC) | Some(libc::EDQUOT) => StoreError::DiskFull { path: path.to_path_buf() },
+            _ => StoreError::Io { path: path.to_path_buf(), source },
+        })
     }
 }
 
@@ -81,7 +86,26 @@ pub(crate) fn classify(path: &std::path::Path, source: rusqlite::Error) -> Store
     match source.sqlite_error_code() {
         Some(C::NotADatabase) => StoreError::NotSqlite { path, detail: "file is not a database".into() },
         Some(C::DatabaseCorrupt) => StoreError::Corrupt { path, detail: source.to_string() },
+        Some(C::DiskFull) => StoreError::DiskFull { path },
         Some(C::DatabaseBusy) | Some(C::DatabaseLocked) => StoreError::Busy { path, detail: source.to_string() },
         _ => StoreError::Sqlite { path, source },
     }
+}
+
+/// A text cell read as well as it can be: invalid UTF-8 (a flipped byte)
+/// becomes U+FFFD instead of failing the whole read, so one damaged row
+/// does not hide the rest of the file.
+pub(crate) fn text_lossy(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<String> {
+    use rusqlite::types::ValueRef;
+    Ok(match r.get_ref(i)? {
+        ValueRef::Text(b) | ValueRef::Blob(b) => String::from_utf8_lossy(b).into_owned(),
+        ValueRef::Null => String::new(),
+        ValueRef::Integer(n) => n.to_string(),
+        ValueRef::Real(f) => f.to_string(),
+    })
+}
+
+/// [`text_lossy`] keeping NULL apart.
+pub(crate) fn opt_text_lossy(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<Option<String>> {
+    if matches!(r.get_ref(i)?, rusqlite::types::ValueRef::Null) { Ok(None) } else { text_lossy(r, i).map(Some) }
 }

@@ -6,7 +6,7 @@ use rusqlite::params;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::error::{Ctx, Result};
+use super::error::{Ctx, Result, opt_text_lossy, text_lossy};
 use super::{Store, now_ms};
 
 /// The ordering key of the loop, used everywhere rows are read.
@@ -88,16 +88,17 @@ impl Store {
     fn loop_query(&self, sql: &str, arg: i64) -> Result<Vec<LoopRow>> {
         let mut stmt = self.conn().prepare_cached(sql).at(self.path())?;
         stmt.query_map([arg], |r| {
-            let content: String = r.get(2)?;
+            let content = text_lossy(r, 2)?;
             let tokens: Option<rusqlite::types::Value> = r.get(4)?;
             Ok(LoopRow {
                 seq: r.get(0)?,
-                role: r.get(1)?,
+                role: text_lossy(r, 1)?,
                 content: serde_json::from_str(&content).unwrap_or(Value::String(content)),
-                model: r.get(3)?,
+                model: opt_text_lossy(r, 3)?,
                 tokens: tokens.map(|t| match t {
                     rusqlite::types::Value::Integer(i) => Value::from(i),
                     rusqlite::types::Value::Text(s) => serde_json::from_str(&s).unwrap_or(Value::String(s)),
+                    rusqlite::types::Value::Blob(b) => Value::String(String::from_utf8_lossy(&b).into_owned()),
                     rusqlite::types::Value::Real(f) => Value::from(f),
                     _ => Value::Null,
                 }),

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::Store;
 use super::access::{Caller, Denial, DenialKind};
-use super::error::{Ctx, Result, StoreError};
+use super::error::{Ctx, Result, StoreError, text_lossy};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -80,8 +80,8 @@ impl Store {
         stmt.query_map([], |r| {
             let p: String = r.get(2)?;
             Ok(MetaEntry {
-                key: r.get(0)?,
-                value: r.get(1)?,
+                key: text_lossy(r, 0)?,
+                value: text_lossy(r, 1)?,
                 protection: MetaProtection::parse(&p).unwrap_or(MetaProtection::None),
             })
         })
@@ -95,8 +95,8 @@ impl Store {
             .query_row("SELECT key, value, protection FROM adf_meta WHERE key = ?1", [key], |r| {
                 let p: String = r.get(2)?;
                 Ok(MetaEntry {
-                    key: r.get(0)?,
-                    value: r.get(1)?,
+                    key: text_lossy(r, 0)?,
+                    value: text_lossy(r, 1)?,
                     protection: MetaProtection::parse(&p).unwrap_or(MetaProtection::None),
                 })
             })

@@ -21,7 +21,9 @@ pub mod loop_rows;
 pub mod messages;
 pub mod meta;
 pub mod mime;
+pub mod repair;
 pub mod schema;
+mod sql_enforce;
 pub mod sql_guard;
 pub mod tables;
 pub mod tasks;
@@ -185,7 +187,11 @@ fn sniff(path: &Path) -> Result<()> {
     };
     let pages = u32::from_be_bytes([header[28], header[29], header[30], header[31]]) as u64;
     let counter_valid = header[24..28] == header[92..96];
-    if counter_valid && pages > 0 && meta.len() < pages * page_size {
+    // A checkpoint cut short (a crash, a full disk) writes the new header
+    // before the pages that follow it; the WAL still holds them all and
+    // SQLite replays it, so only a file without a WAL is truly short.
+    let wal_len = std::fs::metadata(sidecar(path, "-wal")).map(|m| m.len()).unwrap_or(0);
+    if counter_valid && pages > 0 && meta.len() < pages * page_size && wal_len == 0 {
         return Err(StoreError::Corrupt {
             path: path.to_path_buf(),
             detail: format!(
@@ -217,14 +223,35 @@ fn has_table(conn: &Connection, path: &Path, name: &str) -> Result<bool> {
         .map(|o| o.is_some())
 }
 
-fn run_check(conn: &Connection, path: &Path, pragma: &str) -> Result<Option<String>> {
+fn run_check(conn: &Connection, path: &Path, pragma: &str) -> Result<Option<Vec<String>>> {
     let mut stmt = conn.prepare(&format!("PRAGMA {pragma}")).at(path)?;
     let rows: Vec<String> = stmt.query_map([], |r| r.get(0)).at(path)?.collect::<rusqlite::Result<_>>().at(path)?;
     if rows.len() == 1 && rows[0] == "ok" {
-        Ok(None)
-    } else {
-        Ok(Some(rows.into_iter().take(5).collect::<Vec<_>>().join("; ")))
+        return Ok(None);
     }
+    // One problem a line; SQLite heads each database's list with a banner.
+    Ok(Some(
+        rows.iter()
+            .flat_map(|r| r.lines())
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with("*** in database"))
+            .map(String::from)
+            .collect(),
+    ))
+}
+
+/// A damage report in one line: how many problems, the first, and what to
+/// do (the full list is what `adf repair --check` prints).
+pub(crate) fn damage_line(path: &Path, pragma: &str, problems: &[String]) -> String {
+    let first = problems.first().map(String::as_str).unwrap_or("no detail");
+    let first: String = first.chars().take(160).collect();
+    let n = problems.len();
+    let more = if n > 1 { format!(" and {} more", n - 1) } else { String::new() };
+    format!(
+        "{pragma} found {n} problem{} ({first}{more}); the file was not changed: `adf repair {}` keeps the original and recovers what it can (`adf repair --check` lists every problem)",
+        if n == 1 { "" } else { "s" },
+        path.display()
+    )
 }
 
 impl Store {
@@ -262,19 +289,18 @@ impl Store {
             IntegrityCheck::Quick => Some("quick_check"),
             IntegrityCheck::Skipped => None,
         };
-        let mut conn = conn;
-        let mut warnings = Vec::new();
-        if let Some(pragma) = pragma
-            && let Some(problem) = run_check(&conn, &path, pragma)?
-        {
-            drop(conn);
-            repair(&path, &problem)?;
-            warnings.push(format!(
-                "{}: {pragma} found damage ({problem}); repaired, the damaged original is kept at {}",
-                path.display(),
-                sidecar(&path, ".corrupt").display()
-            ));
-            conn = conn::open(&path, false, false)?;
+        let warnings = Vec::new();
+        if let Some(pragma) = pragma {
+            // Repair is the owner's explicit step (`adf repair`), never a
+            // side effect of opening: it must not cost the original.
+            let problems = match run_check(&conn, &path, pragma) {
+                Ok(p) => p,
+                Err(StoreError::Corrupt { detail, .. }) => Some(vec![detail]),
+                Err(e) => return Err(e),
+            };
+            if let Some(problems) = problems {
+                return Err(StoreError::Corrupt { detail: damage_line(&path, pragma, &problems), path });
+            }
         }
         registered.disarm();
         let mut store = Store {
@@ -292,6 +318,16 @@ impl Store {
             config_rev: Default::default(),
             data_version: Default::default(),
         };
+        // A version that is not a number is no version this adf can climb
+        // from: migrating it "from 0" would rewrite a file it does not know.
+        if let Some((key, text)) = schema::version_text(store.conn()).at(&store.path)?
+            && text.trim().parse::<i64>().is_err()
+        {
+            return Err(StoreError::Invalid(format!(
+                "{}: adf_meta.{key} is {text:?}, not a schema version; adf will not migrate it (the file was not changed)",
+                store.path.display()
+            )));
+        }
         // A file that was not closed cleanly gets its marker back on close,
         // now that it has been checked.
         store.marker_taken = marker.is_none();
@@ -321,7 +357,20 @@ impl Store {
     pub fn open_read_only(path: impl AsRef<Path>) -> Result<Store> {
         let path = path.as_ref().to_path_buf();
         sniff(&path)?;
-        let conn = match conn::connect(&path, false, true).and_then(|c| has_table(&c, &path, "adf_meta").map(|_| c)) {
+        // Sidecars already there belong to a writer (or a crash): read
+        // through them and leave them be. Without them a read-only handle
+        // would create a -wal and -shm it can never remove; a read-write
+        // handle that cannot write (query_only) removes them when it closes
+        // as the last connection, so a read leaves the folder as it was.
+        let sidecars = sidecar(&path, "-wal").exists() || sidecar(&path, "-shm").exists();
+        let tidy = !sidecars && !is_open_here(&path);
+        let checked = |c: Connection| -> Result<Connection> {
+            if tidy {
+                c.pragma_update(None, "query_only", true).at(&path)?;
+            }
+            has_table(&c, &path, "adf_meta").map(|_| c)
+        };
+        let conn = match conn::connect(&path, false, !tidy).and_then(checked) {
             Ok(c) => c,
             Err(_) => {
                 // A read-only folder cannot hold the -shm file of a WAL
@@ -339,9 +388,14 @@ impl Store {
         let version = schema::read_version(&conn).at(&path)?;
         registered.disarm();
         let mut warnings = Vec::new();
-        if version != ADF_SCHEMA_VERSION {
+        if version > ADF_SCHEMA_VERSION {
             warnings.push(format!(
-                "{}: schema version {version} (this adf writes {ADF_SCHEMA_VERSION}); read-only, not migrated",
+                "{}: schema version {version} is newer than {ADF_SCHEMA_VERSION}, which this adf knows; read without migration",
+                path.display()
+            ));
+        } else if version < ADF_SCHEMA_VERSION {
+            warnings.push(format!(
+                "{}: schema version {version} is older than {ADF_SCHEMA_VERSION}; read as it is (opening it for writing migrates it)",
                 path.display()
             ));
         }
@@ -597,34 +651,4 @@ fn backup_to(conn: &Connection, path: &Path, bak: &Path) -> Result<()> {
     conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())).at(path)?;
     conn.backup(rusqlite::MAIN_DB, bak, None::<fn(rusqlite::backup::Progress)>).at(bak)?;
     Ok(())
-}
-
-/// Repair per format.md §2.1: `VACUUM INTO` a copy, move the original (and
-/// its sidecars) to `.corrupt`, put the copy in place, check it again.
-fn repair(path: &Path, problem: &str) -> Result<()> {
-    let repaired = sidecar(path, ".repaired");
-    let _ = std::fs::remove_file(&repaired);
-    let fail = |detail: String| StoreError::Corrupt { path: path.to_path_buf(), detail };
-    {
-        let conn = conn::open(path, false, false)?;
-        let target = repaired.to_string_lossy().into_owned();
-        if let Err(e) = conn.execute("VACUUM INTO ?1", [target]) {
-            let _ = std::fs::remove_file(&repaired);
-            return Err(fail(format!("{problem}; could not be repaired: {e}")));
-        }
-    }
-    let corrupt = sidecar(path, ".corrupt");
-    std::fs::rename(path, &corrupt).at(path)?;
-    for s in ["-wal", "-shm"] {
-        let side = sidecar(path, s);
-        if side.exists() {
-            let _ = std::fs::rename(&side, sidecar(&corrupt, s));
-        }
-    }
-    std::fs::rename(&repaired, path).at(path)?;
-    let conn = conn::open(path, false, false)?;
-    match run_check(&conn, path, "integrity_check")? {
-        None => Ok(()),
-        Some(p) => Err(fail(format!("{problem}; still corrupt after repair: {p}"))),
-    }
 }

@@ -68,6 +68,18 @@ pub fn read_version(conn: &Connection) -> rusqlite::Result<i64> {
     Ok(0)
 }
 
+/// The schema version as text, when the file records one, and under which key.
+pub fn version_text(conn: &Connection) -> rusqlite::Result<Option<(&'static str, String)>> {
+    for key in ["adf_schema_version", "schema_version"] {
+        let v: Option<String> =
+            conn.query_row("SELECT value FROM adf_meta WHERE key = ?1", [key], |r| r.get(0)).optional()?;
+        if let Some(v) = v {
+            return Ok(Some((key, v)));
+        }
+    }
+    Ok(None)
+}
+
 /// A failed ladder step: the version it was climbing to and why.
 #[derive(Debug)]
 pub struct StepFailure {

@@ -7,9 +7,21 @@ use serde_json::{Map, Value};
 
 use super::Store;
 use super::error::{Result, StoreError};
+use super::sql_enforce::{Enforced, Policy};
 
 /// Row cap of `db_query` results shown to the model.
 pub const MAX_ROWS: usize = 500;
+
+/// Rows past this many bytes of values are counted, not kept.
+pub const MAX_RESULT_BYTES: usize = 32 << 20;
+
+fn value_size(v: &Sql) -> usize {
+    match v {
+        Sql::Text(t) => t.len(),
+        Sql::Blob(b) => b.len() * 4 / 3,
+        _ => 8,
+    }
+}
 
 const READ_TABLES: &[&str] = &[
     "adf_loop",
@@ -253,23 +265,26 @@ impl Store {
     /// Run a guarded read query.
     pub fn db_query(&self, sql: &str, params: &[Value], full: bool) -> Result<QueryOutput> {
         check_query(sql)?;
-        let mut stmt = self.conn().prepare(sql).map_err(sql_error)?;
+        let guard = Enforced::install(self.conn(), Policy::query())?;
+        let mut stmt = self.conn().prepare(sql).map_err(|e| guard.error(e))?;
         if !stmt.readonly() {
             return Err(refuse("Only read queries (SELECT/WITH/EXPLAIN) are allowed. Use db_execute for writes."));
         }
         let names: Vec<String> = stmt.column_names().map(|s| s.to_string()).collect();
         let ps: Vec<Param> = params.iter().map(|v| Param(bind(v))).collect();
-        let mut rows = stmt.query(rusqlite::params_from_iter(ps.iter())).map_err(sql_error)?;
+        let mut rows = stmt.query(rusqlite::params_from_iter(ps.iter())).map_err(|e| guard.error(e))?;
         let mut out = Vec::new();
         let mut total = 0usize;
-        while let Some(r) = rows.next().map_err(sql_error)? {
+        let mut bytes = 0usize;
+        while let Some(r) = rows.next().map_err(|e| guard.error(e))? {
             total += 1;
-            if !full && out.len() >= MAX_ROWS {
+            if (!full && out.len() >= MAX_ROWS) || bytes > MAX_RESULT_BYTES {
                 continue;
             }
             let mut m = Map::with_capacity(names.len());
             for (i, n) in names.iter().enumerate() {
                 let v: Sql = r.get(i).map_err(sql_error)?;
+                bytes += value_size(&v);
                 m.insert(n.clone(), to_json(v));
             }
             out.push(m);
@@ -309,7 +324,11 @@ impl Store {
             .unwrap_or_default();
         check_execute(sql, &protections, authorized)?;
         let ps: Vec<Param> = params.iter().map(|v| Param(bind(v))).collect();
-        self.write(|tx| tx.execute(sql, rusqlite::params_from_iter(ps.iter())).map_err(sql_error))
+        self.write(|tx| {
+            let guard = Enforced::install(tx, Policy::execute(protections, authorized))?;
+            let mut stmt = tx.prepare(sql).map_err(|e| guard.error(e))?;
+            stmt.execute(rusqlite::params_from_iter(ps.iter())).map_err(|e| guard.error(e))
+        })
     }
 }
 

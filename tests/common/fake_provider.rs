@@ -79,11 +79,43 @@ impl FakeProvider {
     pub fn push(&self, s: Scripted) {
         self.shared.script.lock().unwrap().push_back(s);
     }
+
+    /// Answers scripted and not yet used.
+    pub fn pending(&self) -> usize {
+        self.shared.script.lock().unwrap().len()
+    }
+
+    /// Drop the next scripted answer.
+    pub fn pop(&self) -> Option<Scripted> {
+        self.shared.script.lock().unwrap().pop_front()
+    }
 }
 
-async fn handle(State(shared): State<Shared>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+async fn handle(
+    State(shared): State<Shared>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
     let json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    // Refuse what the real API refuses, before the script is consumed.
+    let violation = if uri.path().ends_with("/messages") {
+        super::provider_rules::anthropic_violation(&json)
+            .map(|m| serde_json::json!({"type": "error", "error": {"type": "invalid_request_error", "message": m}}))
+    } else if uri.path().ends_with("/chat/completions") {
+        super::provider_rules::openai_violation(&json)
+            .map(|m| serde_json::json!({"error": {"message": m, "type": "invalid_request_error", "param": "messages"}}))
+    } else {
+        None
+    };
     shared.seen.lock().unwrap().push((headers, json));
+    if let Some(v) = violation {
+        return Response::builder()
+            .status(400)
+            .header("content-type", "application/json")
+            .body(Body::from(v.to_string()))
+            .unwrap();
+    }
     let next = shared.script.lock().unwrap().pop_front();
     if let Some(s) = &next
         && s.pause_ms > 0
