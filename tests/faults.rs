@@ -260,7 +260,7 @@ async fn kill_busy_daemon() {
         ok(&adf_home(&home, &fleet, &["new", &format!("{n}.adf"), "--provider", "anthropic", "--model", "m"]));
     }
     let files: Vec<PathBuf> = names.iter().map(|n| fleet.join(format!("{n}.adf"))).collect();
-    let http = reqwest::Client::new();
+    let http = adf::providers::http_client();
     let mut committed = vec![0i64; files.len()];
     for run in 0..runs() {
         let d = tokio::task::spawn_blocking({
@@ -337,6 +337,12 @@ fn full_disk() {
         panic!("ADF_FULLDISK_DIR is not set: .ci/run mounts a small tmpfs there");
     };
     let home = tmp();
+    // What an earlier, failed run left would fill the disk before we start.
+    for e in std::fs::read_dir(&root).unwrap().flatten() {
+        if e.file_name().to_string_lossy().starts_with("run-") {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
     let work = root.join(format!("run-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work).unwrap();
@@ -355,6 +361,7 @@ fn full_disk() {
     std::fs::write(&payload, vec![7u8; 700_000]).unwrap();
     let filler = work.join("filler");
     let mut committed: Vec<String> = Vec::new();
+    let mut refused = 0;
     for (level, free) in [8_000_000u64, 1_000_000, 300_000, 64_000, 8_000, 0].into_iter().enumerate() {
         // Fill the disk to leave about `free` bytes.
         let _ = std::fs::remove_file(&filler);
@@ -373,6 +380,7 @@ fn full_disk() {
                 let err = String::from_utf8_lossy(&out.stderr);
                 assert_eq!(err.trim_end().lines().count(), 1, "{what} at {desc}: {err}");
                 assert!(err.contains("no space left"), "{what} at {desc} failed for another reason: {err}");
+                refused += 1;
             }
         }
         if set.status.success() {
@@ -399,6 +407,8 @@ fn full_disk() {
         s.close().unwrap();
     }
     assert!(!committed.is_empty(), "with megabytes free the write succeeds");
+    assert!(refused > 0, "the disk never filled: the case tested nothing");
+    eprintln!("full_disk: {} config writes committed, {refused} writes refused for space", committed.len());
     let _ = std::fs::remove_dir_all(&work);
 }
 

@@ -48,6 +48,12 @@ enum Join {
 /// `(how it joins the previous, pipeline)`.
 type Script = Vec<(Join, Vec<Cmd>)>;
 
+/// Check a script's syntax without running it: the number of pipelines,
+/// or why it does not parse (the fuzz target's entry).
+pub fn check_syntax(src: &str) -> Result<usize, String> {
+    parse(src, &HashMap::new()).map(|s| s.len())
+}
+
 /// Parse a script (lines are joined with `;`; `#` starts a comment).
 fn parse(src: &str, env: &HashMap<String, String>) -> Result<Script, String> {
     let mut script: Script = Vec::new();

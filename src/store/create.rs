@@ -139,6 +139,11 @@ pub fn create_file(path: &Path, opts: &NewAgent<'_>) -> Result<Created> {
         s.push(suffix);
         let _ = std::fs::remove_file(PathBuf::from(s));
     }
+    // The work file is an implementation detail: errors name the agent file.
+    let result = result.map_err(|e| match e {
+        StoreError::DiskFull { .. } => StoreError::DiskFull { path: path.to_path_buf() },
+        e => e,
+    });
     if let Some((id, cred)) = result? {
         Store::remember_deks(path, id, cred);
     }

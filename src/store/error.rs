@@ -87,6 +87,9 @@ pub(crate) fn classify(path: &std::path::Path, source: rusqlite::Error) -> Store
         Some(C::NotADatabase) => StoreError::NotSqlite { path, detail: "file is not a database".into() },
         Some(C::DatabaseCorrupt) => StoreError::Corrupt { path, detail: source.to_string() },
         Some(C::DiskFull) => StoreError::DiskFull { path },
+        // A write into the WAL or its index that the kernel refused for
+        // lack of space comes back as an I/O error: say which it was.
+        Some(C::SystemIoFailure) if disk_full_at(&path) => StoreError::DiskFull { path },
         Some(C::DatabaseBusy) | Some(C::DatabaseLocked) => StoreError::Busy { path, detail: source.to_string() },
         _ => StoreError::Sqlite { path, source },
     }
@@ -108,4 +111,20 @@ pub(crate) fn text_lossy(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<St
 /// [`text_lossy`] keeping NULL apart.
 pub(crate) fn opt_text_lossy(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<Option<String>> {
     if matches!(r.get_ref(i)?, rusqlite::types::ValueRef::Null) { Ok(None) } else { text_lossy(r, i).map(Some) }
+}
+
+/// Whether the filesystem holding `path` has (next to) no space left.
+pub(crate) fn disk_full_at(path: &std::path::Path) -> bool {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else { return false };
+    // SAFETY: a zeroed statvfs is a valid out-parameter; `c` is a valid
+    // NUL-terminated path for the call.
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut s) } != 0 {
+        return false;
+    }
+    (s.f_bavail as u64).saturating_mul(s.f_frsize as u64) < 1 << 20
 }

@@ -1,0 +1,1 @@
+CREATE VIRTUAL TABLE local_v USING vec0(embedding float[3])

@@ -1,0 +1,1 @@
+SELECT * FROM local_notes WHERE t IN (SELECT value FROM [adf_meta])

@@ -1,0 +1,1 @@
+SELECT *, 1 AS local_x FROM 'adf_identity'

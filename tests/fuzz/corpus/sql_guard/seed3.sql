@@ -1,0 +1,1 @@
+CREATE TABLE local_copy AS SELECT * FROM 'adf_identity'

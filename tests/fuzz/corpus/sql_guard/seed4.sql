@@ -1,0 +1,1 @@
+CREATE VIRTUAL TABLE local_s USING dbstat

@@ -1,0 +1,1 @@
+SELECT value AS local_v FROM "ADF_META" -- local_

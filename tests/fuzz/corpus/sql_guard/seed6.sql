@@ -1,0 +1,1 @@
+WITH s AS (SELECT * FROM adf_identity) SELECT * FROM s, local_notes

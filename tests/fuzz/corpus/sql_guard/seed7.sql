@@ -1,0 +1,1 @@
+INSERT INTO local_notes SELECT value FROM 'adf_meta'

@@ -1,0 +1,1 @@
+UPDATE local_notes SET t = (SELECT value FROM main.adf_meta WHERE key = 'x_secret')

@@ -1,0 +1,68 @@
+//! The SQL guard on a real agent file: any statement through `db_query` and
+//! `db_execute` (as authorized code) is answered or refused; no answer
+//! ever carries a secret of the protected tables, and they never change.
+#![no_main]
+
+use std::sync::{Mutex, OnceLock};
+
+use adf::store::{NewAgent, Store};
+use libfuzzer_sys::fuzz_target;
+
+const SECRET: &str = "FUZZ-SECRET-5e1d";
+
+struct Fixture {
+    store: Store,
+    digest: String,
+    _dir: tempfile::TempDir,
+}
+
+fn digest(s: &Store) -> String {
+    let mut out = String::new();
+    for t in ["adf_meta", "adf_config", "adf_identity"] {
+        let (_, rows) = s.owner_query(&format!("SELECT * FROM {t}")).expect("owner read");
+        out.push_str(&serde_json::to_string(&rows).unwrap_or_default());
+    }
+    out
+}
+
+fn fixture() -> &'static Mutex<Fixture> {
+    static F: OnceLock<Mutex<Fixture>> = OnceLock::new();
+    F.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("fuzz.adf");
+        let (s, _) = Store::create(&path, &NewAgent::default()).expect("create");
+        s.close().expect("close");
+        {
+            let c = rusqlite::Connection::open(&path).expect("raw");
+            c.execute("INSERT INTO adf_meta(key, value, protection) VALUES ('x_secret', ?1, 'none')", [SECRET])
+                .expect("plant");
+            c.execute(
+                "INSERT INTO adf_identity(purpose, value, encryption_algo, code_access) VALUES ('x:secret', CAST(?1 AS BLOB), 'plain', 0)",
+                [SECRET],
+            )
+            .expect("plant");
+            c.execute_batch("CREATE TABLE local_notes(t TEXT); INSERT INTO local_notes VALUES ('hello');")
+                .expect("table");
+        }
+        let store = Store::open(&path).expect("open");
+        let digest = digest(&store);
+        Mutex::new(Fixture { store, digest, _dir: dir })
+    })
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(sql) = std::str::from_utf8(data) else { return };
+    let mut f = fixture().lock().unwrap_or_else(|p| p.into_inner());
+    let q = match f.store.db_query(sql, &[], true) {
+        Ok(out) => out.render(),
+        Err(e) => e.to_string(),
+    };
+    assert!(!q.contains(SECRET), "db_query leaked: {sql:?}");
+    let x = match f.store.db_execute(sql, &[], true) {
+        Ok(n) => n.to_string(),
+        Err(e) => e.to_string(),
+    };
+    assert!(!x.contains(SECRET), "db_execute leaked: {sql:?}");
+    let now = digest(&f.store);
+    assert!(now == f.digest, "a protected table changed: {sql:?}");
+});
