@@ -19,7 +19,11 @@ export CARGO_TARGET_DIR="$CACHE/fuzz-target"
 export RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
 -Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
 -Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing -Cdebug-assertions -Coverflow-checks"
-cargo build --release --manifest-path tests/fuzz/Cargo.toml --bins
+# An explicit --target keeps RUSTFLAGS off build scripts and proc macros
+# (they must not be instrumented), as cargo-fuzz does.
+HOST="$(rustc -vV | sed -n 's/^host: //p')"
+cargo build --release --manifest-path tests/fuzz/Cargo.toml --bins --target "$HOST"
+BIN="$CARGO_TARGET_DIR/$HOST/release"
 WORK="$(mktemp -d)"
 ARTIFACTS="${ADF_FUZZ_ARTIFACTS:-$WORK/artifacts}"
 mkdir -p "$ARTIFACTS"
@@ -27,7 +31,7 @@ summary=()
 for t in "${TARGETS[@]}"; do
   mkdir -p "$WORK/$t"
   log="$WORK/$t.log"
-  if ! "$CARGO_TARGET_DIR/release/$t" "$WORK/$t" "tests/fuzz/corpus/$t" \
+  if ! "$BIN/$t" "$WORK/$t" "tests/fuzz/corpus/$t" \
       -max_total_time="$SECONDS_EACH" -rss_limit_mb=2048 -timeout=20 -print_final_stats=1 \
       -artifact_prefix="$ARTIFACTS/$t-" > "$log" 2>&1; then
     tail -40 "$log"

@@ -3,7 +3,8 @@
 use serde_json::{Value, json};
 
 use super::ConfigCmd;
-use super::output::{Out, at, close, open, open_for_read};
+use super::held::{Target, open_for_write};
+use super::output::{Out, at, close, open_for_read};
 use crate::store::Caller;
 use crate::store::config::{get_path, validate};
 
@@ -42,9 +43,18 @@ pub fn run(out: &Out, cmd: ConfigCmd) -> anyhow::Result<()> {
         }
         ConfigCmd::Set { path, key, value } => {
             let v = parse_value(&value).map_err(|e| anyhow::anyhow!("{}: {key}: {e}", path.display()))?;
-            let mut store = open(&path)?;
-            store.config_set(Caller::Owner, &key, v.clone()).map_err(|e| at(&path, e))?;
-            close(store)?;
+            match open_for_write(&path)? {
+                Target::Local(mut store) => {
+                    store.config_set(Caller::Owner, &key, v.clone()).map_err(|e| at(&path, e))?;
+                    close(store)?;
+                }
+                Target::Held(via) => {
+                    // The holder validates the whole document it is given.
+                    let mut cfg = via.call(reqwest::Method::GET, &["config"], &[], None)?["config"].take();
+                    crate::store::config::set_path(&mut cfg, &key, v.clone()).map_err(|e| at(&path, e))?;
+                    via.call(reqwest::Method::PUT, &["config"], &[], Some(&cfg))?;
+                }
+            }
             if out.json { out.json(&json!({"path": key, "value": v})) } else { out.line(format!("{key} = {v}")) }
         }
         ConfigCmd::Check { path } => {

@@ -8,7 +8,8 @@ use anyhow::Context;
 use serde_json::json;
 
 use super::FilesCmd;
-use super::output::{self, Out, at, close, open, open_for_read};
+use super::held::{Target, open_for_write};
+use super::output::{self, Out, at, close, open_for_read};
 use crate::store::Caller;
 use crate::store::files::{Protection, WriteOptions};
 
@@ -48,33 +49,61 @@ pub fn run(out: &Out, cmd: FilesCmd) -> anyhow::Result<()> {
             let protection = protection.as_deref().map(Protection::parse).transpose().map_err(|e| at(&path, e))?;
             let opts = WriteOptions { mime_type: mime.as_deref(), protection, max_bytes: None };
             // Read the input before opening the agent, so a bad LOCAL changes nothing.
-            let mut store;
-            let entry = match local.as_deref().filter(|l| l.as_os_str() != "-") {
+            let mut input = match local.as_deref().filter(|l| l.as_os_str() != "-") {
                 Some(local) => {
-                    let mut f =
-                        std::fs::File::open(local).with_context(|| format!("{}: cannot read", local.display()))?;
+                    let f = std::fs::File::open(local).with_context(|| format!("{}: cannot read", local.display()))?;
                     let meta = f.metadata().with_context(|| format!("{}: cannot stat", local.display()))?;
                     if meta.is_file() {
-                        store = open(&path)?;
-                        store
-                            .file_write_stream(Caller::Owner, &file, &mut f, meta.len(), &opts)
-                            .map_err(|e| at(&path, e))?
+                        Input::File(f, meta.len())
                     } else {
                         // A pipe, FIFO or device (`<(cmd)`): no length until it ends.
                         let mut buf = Vec::new();
+                        let mut f = f;
                         f.read_to_end(&mut buf).with_context(|| format!("{}: cannot read", local.display()))?;
-                        store = open(&path)?;
-                        store.file_write(Caller::Owner, &file, &buf, &opts).map_err(|e| at(&path, e))?
+                        Input::Bytes(buf)
                     }
                 }
                 None => {
                     let mut buf = Vec::new();
                     std::io::stdin().lock().read_to_end(&mut buf).context("reading stdin")?;
-                    store = open(&path)?;
-                    store.file_write(Caller::Owner, &file, &buf, &opts).map_err(|e| at(&path, e))?
+                    Input::Bytes(buf)
                 }
             };
-            close(store)?;
+            let entry = match open_for_write(&path)? {
+                Target::Local(mut store) => {
+                    let e = match &mut input {
+                        Input::File(f, len) => store.file_write_stream(Caller::Owner, &file, f, *len, &opts),
+                        Input::Bytes(b) => store.file_write(Caller::Owner, &file, b, &opts),
+                    }
+                    .map_err(|e| at(&path, e))?;
+                    close(store)?;
+                    e
+                }
+                Target::Held(via) => {
+                    use base64::Engine;
+                    let bytes = input.into_bytes()?;
+                    let b64 = base64::engine::general_purpose::STANDARD.encode(&bytes);
+                    via.call(
+                        reqwest::Method::PUT,
+                        &["files", "content"],
+                        &[("path", file.as_str())],
+                        Some(&json!({"content_base64": b64, "mime_type": mime})),
+                    )?;
+                    if let Some(p) = protection {
+                        via.call(
+                            reqwest::Method::PATCH,
+                            &["files", "protection"],
+                            &[],
+                            Some(&json!({"path": file, "protection": p.as_str()})),
+                        )?;
+                    }
+                    let v = via.call(reqwest::Method::GET, &["files"], &[], None)?;
+                    let found =
+                        v["files"].as_array().and_then(|a| a.iter().find(|f| f["path"] == file.as_str()).cloned());
+                    serde_json::from_value(found.unwrap_or_default())
+                        .map_err(|_| anyhow::anyhow!("{}: {file} was written, but is not listed", path.display()))?
+                }
+            };
             if out.json {
                 out.json(&entry)
             } else {
@@ -82,16 +111,29 @@ pub fn run(out: &Out, cmd: FilesCmd) -> anyhow::Result<()> {
             }
         }
         FilesCmd::Rm { path, file } => {
-            let mut store = open(&path)?;
-            store.file_delete(Caller::Owner, &file).map_err(|e| at(&path, e))?;
-            close(store)?;
+            match open_for_write(&path)? {
+                Target::Local(mut store) => {
+                    store.file_delete(Caller::Owner, &file).map_err(|e| at(&path, e))?;
+                    close(store)?;
+                }
+                Target::Held(via) => {
+                    via.call(reqwest::Method::DELETE, &["files", "content"], &[("path", file.as_str())], None)?;
+                }
+            }
             if out.json { out.json(&json!({"deleted": file})) } else { out.line(format!("deleted {file}")) }
         }
         FilesCmd::Protect { path, file, level } => {
             let level = Protection::parse(&level).map_err(|e| at(&path, e))?;
-            let mut store = open(&path)?;
-            store.file_set_protection(Caller::Owner, &file, level).map_err(|e| at(&path, e))?;
-            close(store)?;
+            match open_for_write(&path)? {
+                Target::Local(mut store) => {
+                    store.file_set_protection(Caller::Owner, &file, level).map_err(|e| at(&path, e))?;
+                    close(store)?;
+                }
+                Target::Held(via) => {
+                    let body = json!({"path": file, "protection": level.as_str()});
+                    via.call(reqwest::Method::PATCH, &["files", "protection"], &[], Some(&body))?;
+                }
+            }
             if out.json {
                 out.json(&json!({"path": file, "protection": level}))
             } else {
@@ -99,9 +141,16 @@ pub fn run(out: &Out, cmd: FilesCmd) -> anyhow::Result<()> {
             }
         }
         FilesCmd::Authorize { path, file, off } => {
-            let mut store = open(&path)?;
-            store.file_set_authorized(&file, !off).map_err(|e| at(&path, e))?;
-            close(store)?;
+            match open_for_write(&path)? {
+                Target::Local(mut store) => {
+                    store.file_set_authorized(&file, !off).map_err(|e| at(&path, e))?;
+                    close(store)?;
+                }
+                Target::Held(via) => {
+                    let body = json!({"path": file, "authorized": !off});
+                    via.call(reqwest::Method::PATCH, &["files", "authorized"], &[], Some(&body))?;
+                }
+            }
             if out.json {
                 out.json(&json!({"path": file, "authorized": !off}))
             } else {
@@ -109,10 +158,37 @@ pub fn run(out: &Out, cmd: FilesCmd) -> anyhow::Result<()> {
             }
         }
         FilesCmd::Mv { path, from, to } => {
-            let mut store = open(&path)?;
-            store.file_rename(Caller::Owner, &from, &to).map_err(|e| at(&path, e))?;
-            close(store)?;
+            match open_for_write(&path)? {
+                Target::Local(mut store) => {
+                    store.file_rename(Caller::Owner, &from, &to).map_err(|e| at(&path, e))?;
+                    close(store)?;
+                }
+                Target::Held(via) => {
+                    let body = json!({"oldPath": from, "newPath": to});
+                    via.call(reqwest::Method::POST, &["files", "rename"], &[], Some(&body))?;
+                }
+            }
             if out.json { out.json(&json!({"from": from, "to": to})) } else { out.line(format!("{from} -> {to}")) }
+        }
+    }
+}
+
+/// What `files put` writes: a regular file streamed by its length, or
+/// bytes read whole (stdin, a pipe).
+enum Input {
+    File(std::fs::File, u64),
+    Bytes(Vec<u8>),
+}
+
+impl Input {
+    fn into_bytes(self) -> anyhow::Result<Vec<u8>> {
+        match self {
+            Input::Bytes(b) => Ok(b),
+            Input::File(mut f, len) => {
+                let mut b = Vec::with_capacity(len as usize);
+                f.read_to_end(&mut b)?;
+                Ok(b)
+            }
         }
     }
 }

@@ -7,6 +7,7 @@ mod chat;
 mod config;
 mod files;
 mod fleet;
+mod held;
 mod identity;
 mod inspect;
 mod meta;
@@ -367,12 +368,20 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
             if !path.is_file() {
                 return remote::run(&out, url, remote::Remote::Chat(arg(path), text, !no_wait));
             }
+            // Held by the app or a daemon: talk to the agent there.
+            if let Some(via) = held::holder_api(path) {
+                return remote::run(&out, Some(&via.client.base), remote::Remote::Chat(via.agent, text, !no_wait));
+            }
             return chat::run(&out, path, &text, loop_name);
         }
         Some(Command::Approve { path, task_id, always }) => {
             missing(path)?;
             if !path.is_file() {
                 return remote::run(&out, url, remote::Remote::Approve(arg(path), task_id.clone(), *always));
+            }
+            if let Some(via) = held::holder_api(path) {
+                let r = remote::Remote::Approve(via.agent, task_id.clone(), *always);
+                return remote::run(&out, Some(&via.client.base), r);
             }
             let decision = crate::runtime::executor::Decision::Approve { always: *always };
             return chat::drive(&out, path, chat::Work::Resolve { task_id, decision });
@@ -382,6 +391,10 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
             missing(path)?;
             if !path.is_file() {
                 return remote::run(&out, url, remote::Remote::Deny(arg(path), task_id.clone(), reason));
+            }
+            if let Some(via) = held::holder_api(path) {
+                let r = remote::Remote::Deny(via.agent, task_id.clone(), reason);
+                return remote::run(&out, Some(&via.client.base), r);
             }
             let decision = crate::runtime::executor::Decision::Deny { feedback: reason };
             return chat::drive(&out, path, chat::Work::Resolve { task_id, decision });

@@ -17,6 +17,19 @@ pub struct Holder {
     pub pid: u32,
     pub host: String,
     pub since: String,
+    /// The control API of the holder (a daemon, or the terminal app), so
+    /// a command on a held file can go through it instead of failing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api: Option<String>,
+}
+
+/// The control API this process serves, named in the lock files it takes.
+static API: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Say where this process serves its control API (before it opens the
+/// files it will hold).
+pub fn set_api(url: &str) {
+    let _ = API.set(url.to_string());
 }
 
 impl Holder {
@@ -25,6 +38,7 @@ impl Holder {
             pid: std::process::id(),
             host: gethostname::gethostname().to_string_lossy().into_owned(),
             since: super::now_iso(),
+            api: API.get().cloned(),
         }
     }
 }
@@ -59,6 +73,7 @@ impl WriterLock {
                         pid: 0,
                         host: "unknown".into(),
                         since: "unknown".into(),
+                        api: None,
                     });
                     return Err(StoreError::Held {
                         path: agent.to_path_buf(),
