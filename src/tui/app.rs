@@ -16,7 +16,7 @@ use super::keys::Keymap;
 use super::readline::LineEdit;
 use super::source::{Local, Source};
 use super::theme::Theme;
-use crate::protocol::Envelope;
+use crate::protocol::{Command, Envelope};
 use crate::runtime::fleet::AgentInfo;
 use crate::store::files::FileEntry;
 

@@ -157,9 +157,8 @@ pub fn draw_phrase(f: &mut Frame, app: &App, did: &str, phrase: &str, area: Rect
         Line::default(),
         Line::raw("Recovery phrase, shown this once. Write it down:"),
     ];
-    for row in words.chunks(4).enumerate() {
-        let (r, ws) = row;
-        let cells: Vec<String> = ws.iter().enumerate().map(|(i, w)| format!("{:>2}. {w:<12}", r * 4 + i + 1)).collect();
+    for (n, ws) in words.chunks(4).enumerate() {
+        let cells: Vec<String> = ws.iter().enumerate().map(|(i, w)| format!("{:>2}. {w:<12}", n * 4 + i + 1)).collect();
         lines.push(Line::styled(format!("  {}", cells.join(" ")), app.theme.get("accent")));
     }
     lines.push(Line::default());

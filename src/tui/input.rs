@@ -261,9 +261,9 @@ impl App {
                 Vec::new()
             }
             // Without a name: the `:` line, filled with the current one.
-            "rename" => match self.selected() {
-                Some(a) => {
-                    self.overlay = Overlay::CommandLine(LineEdit::new(&format!("rename {}", a.info.name)));
+            "rename" => match self.selected().map(|a| a.info.name.clone()) {
+                Some(name) => {
+                    self.overlay = Overlay::CommandLine(LineEdit::new(&format!("rename {name}")));
                     Vec::new()
                 }
                 None => {
@@ -311,7 +311,7 @@ impl App {
             },
             "reject" => match self.first_pending() {
                 Some(p) => {
-                    self.overlay = Overlay::Reject { agent: p.agent_id, task_id: p.task_id, text: String::new() };
+                    self.overlay = Overlay::Reject { agent: p.agent_id, task_id: p.task_id, text: LineEdit::default() };
                     Vec::new()
                 }
                 None => {

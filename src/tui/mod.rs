@@ -486,9 +486,9 @@ async fn perform(
             let seal_to = Some(crate::identity::install::current().map_err(anyhow::Error::msg)?);
             let new = crate::store::NewAgent {
                 seal_to,
-                name: Some(&name),
-                provider: Some(&provider),
-                model: Some(&model).filter(|m| !m.is_empty()),
+                name: Some(name.as_str()),
+                provider: Some(provider.as_str()),
+                model: Some(model.as_str()).filter(|m| !m.is_empty()),
                 ..Default::default()
             };
             let created = crate::store::create::create_file(&path, &new)?;

@@ -11,7 +11,8 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, BorderType, Borders, Clear, Paragraph, Wrap};
 use unicode_width::UnicodeWidthStr;
 
-use super::app::{App, Focus, MainView, Overlay, Pending, palette_hits};
+use super::app::{App, Focus, MainView, Overlay, Pending};
+use super::input::palette_hits;
 use super::chat::{self, fit};
 use super::commands;
 
@@ -567,6 +568,7 @@ fn draw_events(f: &mut Frame, app: &App, area: Rect) {
     start = start.min(len.saturating_sub(h));
     app.events_top.set(start);
     let end = (start + h).min(len);
+    let w = inner.width as usize;
     let marked = app.focus == Focus::Events || !app.events_follow;
     let lines: Vec<Line> = events[start..end]
         .iter()
@@ -771,7 +773,7 @@ pub fn help_lines(app: &App, width: usize) -> Vec<Line<'static>> {
         let Some(map) = app.keymap.maps.get(ctx) else { continue };
         lines.push(head(ctx));
         for (k, c) in map {
-            lines.push(row(&k.to_string(), commands::find(c).map(|d| d.description).unwrap_or(c)));
+            lines.push(row(&k.to_string(), commands::find(c).map(|d| d.description).unwrap_or(c.as_str())));
         }
     }
     lines.push(head("typing (the composer, the palette, the : line, forms)"));

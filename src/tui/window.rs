@@ -64,6 +64,7 @@ pub async fn probe(cfg: &Value) -> Option<u64> {
     }
     let base = r.base_url.trim_end_matches('/');
     let root = base.strip_suffix("/v1").unwrap_or(base);
+    crate::providers::install_crypto();
     let client = reqwest::Client::builder().timeout(Duration::from_secs(2)).build().ok()?;
     let v: Value = client.get(format!("{root}/props")).send().await.ok()?.json().await.ok()?;
     v.pointer("/default_generation_settings/n_ctx").or_else(|| v.get("n_ctx")).and_then(Value::as_u64)
