@@ -321,8 +321,13 @@ impl App {
         agents.sort_by(|a, b| (&a.folder, &a.info.name).cmp(&(&b.folder, &b.info.name)));
         let infos: Vec<AgentInfo> = agents.iter().map(|a| a.info.clone()).collect();
         self.source.open(&infos);
+        // The selection stays with its agent when the list changes.
+        let selected = self.selected_id();
         self.agents = agents;
-        self.sel = self.sel.min(self.agents.len().saturating_sub(1));
+        self.sel = selected
+            .and_then(|id| self.agents.iter().position(|a| a.info.id == id))
+            .unwrap_or(self.sel)
+            .min(self.agents.len().saturating_sub(1));
         for i in 0..self.agents.len() {
             self.refresh_agent(i);
         }

@@ -113,7 +113,7 @@ fn typed(l: &LineEdit, focused: bool) -> Vec<Span<'static>> {
 }
 
 pub fn draw_new_agent(f: &mut Frame, app: &App, form: &NewAgentForm, area: Rect) {
-    let r = centered(area, 72, 10);
+    let r = centered(area, 72, if form.error.is_some() { 8 } else { 7 });
     f.render_widget(Clear, r);
     let block = pane(app, "New agent (tab next field · enter creates · esc)".into(), true);
     let inner = block.inner(r);
@@ -131,13 +131,15 @@ pub fn draw_new_agent(f: &mut Frame, app: &App, form: &NewAgentForm, area: Rect)
         providers.push(Span::styled(text, style));
         providers.push(Span::raw(" "));
     }
-    let file = crate::store::create::slug(&form.name.text);
+    let file = match form.name.text.trim() {
+        "" => "the file is named after the agent".to_string(),
+        name => format!("file: {}.adf in the fleet folder", crate::store::create::slug(name)),
+    };
     let mut lines = vec![
         Line::from([vec![label(0, "name"), Span::raw(" ")], typed(&form.name, form.field == 0)].concat()),
         Line::from(providers),
         Line::from([vec![label(2, "model"), Span::raw(" ")], typed(&form.model, form.field == 2)].concat()),
-        Line::default(),
-        Line::styled(format!("  file: {file}.adf in the fleet folder (←/→ picks the provider)"), app.theme.get("dim")),
+        Line::styled(format!("  {file} · ←/→ picks the provider"), app.theme.get("dim")),
     ];
     if let Some(e) = &form.error {
         lines.push(Line::styled(format!("  {e}"), app.theme.get("error")));
@@ -146,7 +148,7 @@ pub fn draw_new_agent(f: &mut Frame, app: &App, form: &NewAgentForm, area: Rect)
 }
 
 pub fn draw_phrase(f: &mut Frame, app: &App, did: &str, phrase: &str, area: Rect) {
-    let r = centered(area, 76, 14);
+    let r = centered(area, 76, 10);
     f.render_widget(Clear, r);
     let block = pane(app, "Your recovery phrase (enter closes)".into(), true);
     let inner = block.inner(r);

@@ -297,20 +297,20 @@ fn draw_chat(f: &mut Frame, app: &App, area: Rect) {
     let Some(agent) = app.selected() else { return };
     let [log_area, composer_area] = Layout::vertical([Constraint::Min(3), Constraint::Length(4)]).areas(area);
     let ctx = app.chats.get(&agent.info.id);
-    let tokens =
-        if agent.tokens >= 10_000 { format!("{:.1}k", agent.tokens as f64 / 1000.0) } else { agent.tokens.to_string() };
+    // While a reply streams, its tokens count up (about four characters
+    // each until the call's usage arrives): `~373 tok`.
+    let writing = ctx.map(|c| (c.streaming.len() + c.thinking.len()).div_ceil(4) as u64).unwrap_or(0);
+    let total = agent.tokens + writing;
+    let tokens = format!(
+        "{}{} tok",
+        if writing > 0 { "~" } else { "" },
+        if total >= 10_000 { format!("{:.1}k", total as f64 / 1000.0) } else { total.to_string() }
+    );
     let cost = if agent.cost > 0.0 { format!(" · ${:.3}", agent.cost) } else { String::new() };
     let ctx_used =
         super::window::gauge(agent.context_tokens, agent.window).map(|g| format!(" · {g}")).unwrap_or_default();
-    // While a reply streams, its tokens count up (about four characters
-    // each until the call's usage arrives).
-    let writing = ctx
-        .map(|c| c.streaming.len() + c.thinking.len())
-        .filter(|n| *n > 0)
-        .map(|n| format!(" · writing ~{} tok", n.div_ceil(4)))
-        .unwrap_or_default();
     let right = format!(
-        " {} · {} · {tokens} tok{cost}{ctx_used}{writing} ",
+        " {} · {} · {tokens}{cost}{ctx_used} ",
         if agent.model.is_empty() { "no model" } else { &agent.model },
         agent.state,
     );
@@ -436,7 +436,7 @@ fn provider_notice(app: &App, agent: &super::app::AgentEntry, why: &str, width: 
         None => format!("has no model provider ({})", fit(why, 40)),
     };
     let text = format!(
-        "{} {file} {missing}, so it cannot think yet: :connect adds a key, :config sets model.provider.",
+        "{} {file} {missing}, so it cannot think: :connect adds a key; :config edits its provider.",
         app.glyphs.warn
     );
     let mut lines = chat::wrap(&text, width);
