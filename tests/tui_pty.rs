@@ -650,7 +650,11 @@ async fn keys_focus_help_and_readline() {
         t.wait_for("Hello back.");
         assert!(t.screen().contains("you  > hello world!"), "{}", t.screen());
         let (_, body) = f2.requests().last().unwrap().clone();
-        assert!(body.to_string().contains("\"> hello world!\""), "nothing else typed in: {body}");
+        // One message, exactly what was typed (no tab, nothing from the lists).
+        let msgs = body["messages"].as_array().unwrap();
+        assert_eq!(msgs.len(), 1, "{body}");
+        let text = msgs[0]["content"][0]["text"].as_str().unwrap();
+        assert!(text.ends_with("] > hello world!"), "{text:?}");
         t.send("\x1b");
         t.quit();
     })
