@@ -655,7 +655,11 @@ fn reversed_rows(app: &App, w: u16, h: u16) -> Vec<String> {
     let mut out = Vec::new();
     for y in 0..h {
         let cells: Vec<_> = (0..w).map(|x| &buf[(x, y)]).collect();
-        let text: String = cells.iter().filter(|c| c.modifier.contains(ratatui::style::Modifier::REVERSED)).map(|c| c.symbol()).collect();
+        let text: String = cells
+            .iter()
+            .filter(|c| c.modifier.contains(ratatui::style::Modifier::REVERSED))
+            .map(|c| c.symbol())
+            .collect();
         if !text.trim().is_empty() {
             out.push(text);
         }
@@ -885,7 +889,14 @@ async fn every_screen_in_ascii_mode_is_ascii() {
     key(&mut a, KeyCode::Enter);
     shot("event", &a);
     key(&mut a, KeyCode::Esc);
-    for (cmd, name) in [("palette", "palette"), ("help", "help"), ("connect", "connect"), ("unlock", "unlock"), ("new_agent", "new agent"), ("command_line", "command line")] {
+    for (cmd, name) in [
+        ("palette", "palette"),
+        ("help", "help"),
+        ("connect", "connect"),
+        ("unlock", "unlock"),
+        ("new_agent", "new agent"),
+        ("command_line", "command line"),
+    ] {
         a.run(cmd);
         keys(&mut a, "ab");
         shot(name, &a);

@@ -674,10 +674,12 @@ async fn stream_interrupt_and_context_window() {
     let agents = home.join("data/agents");
     ok(&adf_home(&home, &agents, &["new", "l.adf", "--provider", "openai", "--model", "local-model"]));
     let props = Scripted::error(200, r#"{"default_generation_settings":{"n_ctx":4096},"total_slots":1}"#);
-    let mut slow = Scripted::sse(openai_text(&["Thinking about ", "your question ", "slowly and ", "carefully.\n"], 9, 9));
+    let mut slow =
+        Scripted::sse(openai_text(&["Thinking about ", "your question ", "slowly and ", "carefully.\n"], 9, 9));
     slow.gap_ms = 900;
-    let fake =
-        Arc::new(FakeProvider::start(vec![props, Scripted::sse(openai_text(&["Counted ", "tokens.\n"], 580, 9)), slow]).await);
+    let fake = Arc::new(
+        FakeProvider::start(vec![props, Scripted::sse(openai_text(&["Counted ", "tokens.\n"], 580, 9)), slow]).await,
+    );
     let f2 = fake.clone();
     tokio::task::spawn_blocking(move || {
         let base = format!("{}/v1", f2.base_url);
@@ -749,7 +751,10 @@ async fn new_agent_rename_and_config_in_the_editor() {
         t.wait_for("adf › scout › main");
         let file = home2.join("data/agents/scout.adf");
         assert_eq!(sql(&file, "SELECT json_extract(config_json, '$.model.provider') FROM adf_config"), "anthropic");
-        assert_eq!(sql(&file, "SELECT json_extract(config_json, '$.model.model_id') FROM adf_config"), "claude-sonnet-4-5");
+        assert_eq!(
+            sql(&file, "SELECT json_extract(config_json, '$.model.model_id') FROM adf_config"),
+            "claude-sonnet-4-5"
+        );
         t.send(":rename scouty\r");
         t.wait_for("scout is now scouty (the file keeps its name)");
         t.wait_for("adf › scouty › main");

@@ -594,7 +594,6 @@ impl App {
         actions
     }
 
-
     /// Tokens per minute of one agent (by id, so the badge stays with its
     /// agent when the list changes), or of the fleet, over the last minute.
     pub fn burn_per_min(&self, agent: Option<&str>) -> u64 {
@@ -668,9 +667,6 @@ impl App {
             .filter(|e| f.is_empty() || e.event_type.contains(&f) || e.payload.to_string().to_lowercase().contains(&f))
             .collect()
     }
-
-
-
 
     /// The editor round-trip's result: write back unless the agent changed
     /// the file meanwhile (then ask which version to keep).

@@ -536,7 +536,6 @@ impl App {
     }
 }
 
-
 fn short(name: &'static str) -> &'static str {
     match name {
         "down" => "move",

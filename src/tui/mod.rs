@@ -340,8 +340,7 @@ async fn edit_config(
     let mut rejected: Option<(String, Vec<String>)> = None;
     loop {
         let edited = edit_text(term, opts.inline, "config.json", &text)?;
-        let body: String =
-            edited.lines().filter(|l| !l.trim_start().starts_with("//")).collect::<Vec<_>>().join("\n");
+        let body: String = edited.lines().filter(|l| !l.trim_start().starts_with("//")).collect::<Vec<_>>().join("\n");
         if body.trim().is_empty() || body.trim() == original.trim() {
             app.status = Some("config unchanged".into());
             return Ok(());
@@ -367,7 +366,8 @@ async fn edit_config(
                 issues => issues.iter().map(ToString::to_string).collect(),
             },
         };
-        let mut head = String::from("// adf: this config was NOT saved. Fix what follows, or empty the file to give up.\n");
+        let mut head =
+            String::from("// adf: this config was NOT saved. Fix what follows, or empty the file to give up.\n");
         for p in &problems {
             head.push_str(&format!("// - {p}\n"));
         }
@@ -504,7 +504,8 @@ async fn perform(
             app.status = Some(format!("created {name} ({file}, {provider})"));
         }
         Action::Rename { agent, name } => {
-            let mut cfg = app.source.config(&agent).ok_or_else(|| anyhow::anyhow!("{agent}: cannot read its config"))?;
+            let mut cfg =
+                app.source.config(&agent).ok_or_else(|| anyhow::anyhow!("{agent}: cannot read its config"))?;
             let old = cfg["name"].as_str().unwrap_or("").to_string();
             cfg["name"] = serde_json::Value::String(name.clone());
             backend.write_config(&agent, cfg).await?;

@@ -12,9 +12,9 @@ use ratatui::widgets::{Block, BorderType, Borders, Clear, Paragraph, Wrap};
 use unicode_width::UnicodeWidthStr;
 
 use super::app::{App, Focus, MainView, Overlay, Pending};
-use super::input::palette_hits;
 use super::chat::{self, fit};
 use super::commands;
+use super::input::palette_hits;
 
 pub(super) fn ago(now: i64, then: i64) -> String {
     let s = ((now - then).max(0) / 1000) as u64;
