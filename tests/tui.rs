@@ -655,6 +655,8 @@ fn reversed_rows(app: &App, w: u16, h: u16) -> Vec<String> {
     let mut out = Vec::new();
     for y in 0..h {
         let cells: Vec<_> = (0..w).map(|x| &buf[(x, y)]).collect();
+        let reset = ratatui::style::Color::Reset;
+        assert!(cells.iter().all(|c| c.fg == reset && c.bg == reset), "a colour without colours, row {y}");
         let text: String = cells
             .iter()
             .filter(|c| c.modifier.contains(ratatui::style::Modifier::REVERSED))

@@ -78,6 +78,13 @@ pub fn draw(f: &mut Frame, app: &App) {
     if app.glyphs.collapsed != "▸" {
         asciify(f.buffer_mut());
     }
+    // Without colour nothing is coloured, highlighted code included.
+    if app.theme.name == "mono" {
+        for cell in f.buffer_mut().content.iter_mut() {
+            cell.fg = ratatui::style::Color::Reset;
+            cell.bg = ratatui::style::Color::Reset;
+        }
+    }
 }
 
 thread_local! {
