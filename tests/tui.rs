@@ -341,18 +341,23 @@ async fn keys_drive_the_state_machine() {
     assert!(a.on_event(&e).is_empty(), "no bell for the agent on screen");
     let e = event(&a, "llm.completed", "deployer", a.now_ms, json!({"input_tokens": 900, "output_tokens": 300}));
     a.on_event(&e);
-    assert_eq!((a.burn_per_min(Some(deployer)), a.burn_per_min(Some(research)), a.burn_per_min(None)), (1200, 0, 1200));
+    let (dep_id, res_id) = (a.agents[deployer].info.id.clone(), a.agents[research].info.id.clone());
+    assert_eq!((a.burn_per_min(Some(&dep_id)), a.burn_per_min(Some(&res_id)), a.burn_per_min(None)), (1200, 0, 1200));
     assert!(render(&a, 120, 40).contains("1.2k/m"));
     // m edits mind.md; ctrl-c interrupts; s/x start and stop.
     a.run("chat");
     assert_eq!(keys(&mut a, "m"), vec![Action::EditFile { agent: id.clone(), path: "mind.md".into() }]);
     assert_eq!(ctrl(&mut a, 'c'), vec![Action::Run(Command::Interrupt { agent: id.clone() })]);
     assert_eq!(keys(&mut a, "x"), vec![Action::Run(Command::Stop { agent: id.clone() })]);
-    assert_eq!(keys(&mut a, "n"), vec![Action::NewAgent]);
-    // ? shows help; any key closes it; q quits.
+    assert!(keys(&mut a, "n").is_empty(), "n asks for a name first");
+    assert!(matches!(a.overlay, Overlay::NewAgent(_)));
+    key(&mut a, KeyCode::Esc);
+    // ? shows help; esc (or q) closes it; q quits.
     keys(&mut a, "?");
-    assert_eq!(a.overlay, Overlay::Help);
+    assert_eq!(a.overlay, Overlay::Help { scroll: 0 });
     keys(&mut a, "z");
+    assert_eq!(a.overlay, Overlay::Help { scroll: 0 }, "other keys leave help up");
+    key(&mut a, KeyCode::Esc);
     assert_eq!(a.overlay, Overlay::None);
     keys(&mut a, "q");
     assert!(a.quit);
@@ -362,8 +367,17 @@ async fn keys_drive_the_state_machine() {
 async fn a_key_typed_into_the_app_connects_a_provider() {
     let dir = tmp();
     let mut a = loaded(dir.path()).await;
-    a.provider_hint = Some("No model provider is connected. Type :connect to enter a key here.".into());
+    let scribe = a.agents.iter().find(|x| x.info.name == "scribe").unwrap().info.id.clone();
+    let why = "anthropic: no API key: set ANTHROPIC_API_KEY or add the key to an account in settings.json";
+    a.set_unconfigured([(scribe.clone(), why.to_string())].into());
+    // Only the agent without a provider says so, naming its file.
+    assert!(!render(&a, 80, 24).contains("API key"), "research has its provider");
+    a.sel = a.agents.iter().position(|x| x.info.id == scribe).unwrap();
     both("no_provider", &a);
+    let frame = render(&a, 80, 24);
+    let notice: Vec<&str> = frame.lines().filter(|l| l.contains("scribe.adf") || l.contains(":connect")).collect();
+    assert!(frame.contains("scribe.adf has no anthropic API key"), "{frame}");
+    assert!(notice.len() <= 2, "two lines at most: {notice:?}");
     keys(&mut a, ":connect");
     key(&mut a, KeyCode::Enter);
     key(&mut a, KeyCode::Tab);
@@ -503,4 +517,407 @@ async fn snapshot_of_an_inbox_and_who_talks_to_whom() {
     assert!(screen.contains("deployer → scribe  (signed, encrypted)  \"deploy\""), "{screen}");
     assert!(screen.contains("research → z6MkwZ2g…XJqY  failed: visibility tier mismatch"), "{screen}");
     both("events_messages", &a);
+}
+
+fn shift_tab(app: &mut App) -> Vec<Action> {
+    app.key(KeyEvent::new(KeyCode::BackTab, KeyModifiers::SHIFT))
+}
+
+/// Tab and shift-tab visit the panes on screen and never start writing; a
+/// key typed in a list goes nowhere; in the composer tab moves on without
+/// typing a tab, ctrl-c interrupts, esc leaves.
+#[tokio::test]
+async fn tab_cycles_panes_and_never_types() {
+    let dir = tmp();
+    let mut a = loaded(dir.path()).await;
+    a.focus = Focus::Fleet;
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        key(&mut a, KeyCode::Tab);
+        seen.push(a.focus);
+    }
+    assert_eq!(seen, [Focus::Main, Focus::Events, Focus::Fleet]);
+    shift_tab(&mut a);
+    assert_eq!(a.focus, Focus::Events);
+    shift_tab(&mut a);
+    assert_eq!(a.focus, Focus::Main);
+    // In every list, typing and enter send nothing and write nothing.
+    for _ in 0..3 {
+        let acts = [keys(&mut a, "hello"), key(&mut a, KeyCode::Enter)].concat();
+        assert!(!acts.iter().any(|x| matches!(x, Action::Run(Command::SendChat { .. }))), "{acts:?}");
+        assert!(a.composer.is_empty(), "{:?} typed into the composer", a.focus);
+        assert_ne!(a.focus, Focus::Composer);
+        a.overlay = Overlay::None;
+        key(&mut a, KeyCode::Tab);
+    }
+    // Only i writes; there a tab is not typed, it moves on.
+    a.run("chat");
+    key(&mut a, KeyCode::Char('i'));
+    assert_eq!(a.focus, Focus::Composer);
+    keys(&mut a, "ab");
+    key(&mut a, KeyCode::Tab);
+    assert_eq!(a.composer.lines(), ["ab"], "no tab character");
+    assert_ne!(a.focus, Focus::Composer, "tab leaves the composer");
+    key(&mut a, KeyCode::Char('i'));
+    let id = a.agents[a.sel].info.id.clone();
+    assert_eq!(ctrl(&mut a, 'c'), vec![Action::Run(Command::Interrupt { agent: id })]);
+    assert_eq!(a.focus, Focus::Composer, "ctrl-c interrupts the turn, not the writing");
+    key(&mut a, KeyCode::Esc);
+    assert_eq!(a.focus, Focus::Main);
+}
+
+/// Palette, `:` line and composer edit as a readline does.
+#[tokio::test]
+async fn typed_lines_edit_like_a_readline() {
+    let dir = tmp();
+    let mut a = loaded(dir.path()).await;
+    ctrl(&mut a, 'p');
+    keys(&mut a, "approve always");
+    ctrl(&mut a, 'w');
+    assert!(matches!(&a.overlay, Overlay::Palette { query, .. } if query.text == "approve "));
+    ctrl(&mut a, 'u');
+    assert!(matches!(&a.overlay, Overlay::Palette { query, .. } if query.text.is_empty()));
+    keys(&mut a, "files");
+    ctrl(&mut a, 'a');
+    keys(&mut a, "x");
+    ctrl(&mut a, 'e');
+    keys(&mut a, "y");
+    assert!(matches!(&a.overlay, Overlay::Palette { query, .. } if query.text == "xfilesy"));
+    key(&mut a, KeyCode::Esc);
+    // The `:` line: a typo fixed with ctrl-w, then run.
+    keys(&mut a, ":fiels");
+    ctrl(&mut a, 'w');
+    keys(&mut a, "files");
+    key(&mut a, KeyCode::Enter);
+    assert_eq!(a.main, MainView::Files);
+    keys(&mut a, ":chat");
+    ctrl(&mut a, 'u');
+    assert!(matches!(&a.overlay, Overlay::CommandLine(l) if l.is_empty()));
+    key(&mut a, KeyCode::Esc);
+    // The composer.
+    a.run("chat");
+    key(&mut a, KeyCode::Char('i'));
+    keys(&mut a, "hello wrold");
+    ctrl(&mut a, 'w');
+    keys(&mut a, "world");
+    ctrl(&mut a, 'a');
+    keys(&mut a, "> ");
+    ctrl(&mut a, 'e');
+    keys(&mut a, "!");
+    assert_eq!(a.composer.lines(), ["> hello world!"]);
+    ctrl(&mut a, 'u');
+    assert!(a.composer.is_empty());
+}
+
+/// Help at 80×24 scrolls through every key active now; esc and q close it.
+#[tokio::test]
+async fn help_scrolls_and_is_complete_at_80x24() {
+    let dir = tmp();
+    let mut a = loaded(dir.path()).await;
+    keys(&mut a, "?");
+    let mut seen = String::new();
+    let mut last = String::new();
+    for _ in 0..200 {
+        let frame = render(&a, 80, 24);
+        if frame == last {
+            break;
+        }
+        seen.push_str(&frame);
+        last = frame;
+        keys(&mut a, "j");
+    }
+    for ctx in a.contexts() {
+        for (k, c) in &a.keymap.maps[ctx] {
+            let desc = adf::tui::commands::find(c).unwrap().description;
+            let shown = desc.chars().take(20).collect::<String>();
+            assert!(seen.contains(&format!("  {:<12}{shown}", k.to_string())), "{k} ({c}) never shown");
+        }
+    }
+    assert!(seen.contains("Delete the word before the cursor"), "the typing keys are listed");
+    assert!(seen.contains("esc q"), "how to close it is listed");
+    let Overlay::Help { scroll } = a.overlay else { panic!("help closed") };
+    assert!(scroll > 0);
+    key(&mut a, KeyCode::PageUp);
+    keys(&mut a, "g");
+    assert_eq!(a.overlay, Overlay::Help { scroll: 0 });
+    keys(&mut a, "G");
+    assert_eq!(a.overlay, Overlay::Help { scroll });
+    keys(&mut a, "q");
+    assert_eq!(a.overlay, Overlay::None);
+    assert!(!a.quit, "q closed help, it did not quit");
+}
+
+/// The row a list selects, in a frame drawn without colours.
+fn reversed_rows(app: &App, w: u16, h: u16) -> Vec<String> {
+    let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
+    term.draw(|f| ui::draw(f, app)).unwrap();
+    let buf = term.backend().buffer().clone();
+    let mut out = Vec::new();
+    for y in 0..h {
+        let cells: Vec<_> = (0..w).map(|x| &buf[(x, y)]).collect();
+        let reset = ratatui::style::Color::Reset;
+        assert!(cells.iter().all(|c| c.fg == reset && c.bg == reset), "a colour without colours, row {y}");
+        let text: String = cells
+            .iter()
+            .filter(|c| c.modifier.contains(ratatui::style::Modifier::REVERSED))
+            .map(|c| c.symbol())
+            .collect();
+        if !text.trim().is_empty() {
+            out.push(text);
+        }
+    }
+    out
+}
+
+/// Without colour (NO_COLOR's theme) the selection is reverse video in
+/// every list: the tree, files, the approvals queue, the inbox, the
+/// palette and the events pane.
+#[tokio::test]
+async fn the_selection_shows_without_colour() {
+    let dir = tmp();
+    let mut a = loaded(dir.path()).await;
+    a.theme = Theme::load("mono").unwrap();
+    a.focus = Focus::Fleet;
+    let has = |a: &App, text: &str| reversed_rows(a, 120, 40).iter().any(|r| r.contains(text));
+    assert!(has(&a, "research"), "tree: {:?}", reversed_rows(&a, 120, 40));
+    a.run("files");
+    a.files.sel = a.files.entries.iter().position(|e| e.path == "notes/today.md").unwrap();
+    assert!(has(&a, "today.md"), "files");
+    a.run("approvals");
+    assert!(has(&a, "sys_update_config"), "approvals");
+    a.run("chat");
+    ctrl(&mut a, 'p');
+    assert!(has(&a, "quit"), "palette");
+    key(&mut a, KeyCode::Esc);
+    let base = 1_764_547_200_000;
+    for i in 0..3 {
+        let e = event(&a, "tool.started", "research", base + i, json!({"name": format!("tool_{i}")}));
+        a.on_event(&e);
+    }
+    a.focus = Focus::Events;
+    assert!(has(&a, "tool_2"), "events, following");
+    keys(&mut a, "k");
+    assert!(has(&a, "tool_1"), "events, paused");
+}
+
+/// `g` in the events pane draws the first page whole, `G` the last.
+#[tokio::test]
+async fn events_top_and_bottom_draw_a_whole_page() {
+    let dir = tmp();
+    let mut a = loaded(dir.path()).await;
+    let base = 1_764_547_200_000;
+    for i in 0..30 {
+        let e = event(&a, "tool.started", "research", base + i, json!({"name": format!("tool_{i:02}")}));
+        a.on_event(&e);
+    }
+    a.focus = Focus::Events;
+    keys(&mut a, "g");
+    let frame = render(&a, 120, 40);
+    for i in 0..6 {
+        assert!(frame.contains(&format!("tool_{i:02}")), "tool_{i:02} missing:\n{frame}");
+    }
+    keys(&mut a, "G");
+    let frame = render(&a, 120, 40);
+    for i in 24..30 {
+        assert!(frame.contains(&format!("tool_{i:02}")), "tool_{i:02} missing:\n{frame}");
+    }
+    assert!(a.events_follow, "G follows again");
+}
+
+/// The token-burn badge belongs to its agent, not to a row of the tree.
+#[tokio::test]
+async fn the_burn_badge_stays_with_its_agent() {
+    let dir = tmp();
+    let mut a = loaded(dir.path()).await;
+    let e = event(&a, "llm.completed", "deployer", a.now_ms, json!({"input_tokens": 900, "output_tokens": 300}));
+    a.on_event(&e);
+    // The tree's row of an agent (the tree is the first 30 columns).
+    let row = |a: &App, name: &str| {
+        let frame = render(a, 120, 40);
+        let tree: Vec<String> = frame.lines().skip(1).map(|l| l.chars().take(30).collect()).collect();
+        tree.into_iter().find(|l| l.contains(&format!(" {name} "))).unwrap()
+    };
+    assert!(row(&a, "deployer").contains("1.2k/m"));
+    // A new agent sorts first; the badge does not move to it.
+    let alpha = agent(dir.path(), "alpha.adf", "alpha", vec![]).await;
+    let mut infos: Vec<_> = a.agents.iter().map(|x| x.info.clone()).collect();
+    infos.push(alpha);
+    a.set_agents(infos, dir.path());
+    assert_eq!(a.agents[0].info.name, "alpha");
+    assert_eq!(a.selected().unwrap().info.name, "research", "the selection stays with its agent too");
+    assert!(!row(&a, "alpha").contains("/m"), "{}", row(&a, "alpha"));
+    assert!(row(&a, "deployer").contains("1.2k/m"), "{}", row(&a, "deployer"));
+}
+
+/// A streamed reply shows as it is written, with its tokens counting; an
+/// interrupt keeps what was written, marked.
+#[tokio::test]
+async fn a_stream_shows_as_written_and_an_interrupt_keeps_it() {
+    let dir = tmp();
+    let mut a = loaded(dir.path()).await;
+    let base = 1_764_547_200_000;
+    let e = event(&a, "turn.delta", "research", base, json!({"kind": "text", "text": "One paragraph with no end yet"}));
+    a.on_event(&e);
+    let frame = render(&a, 80, 24);
+    assert!(frame.contains("One paragraph with no end yet"), "{frame}");
+    assert!(frame.contains("· ~368 tok"), "360 and 8 being written: {frame}");
+    let e = event(&a, "turn.completed", "research", base + 1, json!({"interrupted": true, "content": ""}));
+    a.on_event(&e);
+    let id = a.agents[a.sel].info.id.clone();
+    assert_eq!(
+        a.chats[&id].blocks.last(),
+        Some(&adf::tui::chat::Block::Interrupted("One paragraph with no end yet".into()))
+    );
+    let frame = render(&a, 80, 24);
+    assert!(frame.contains("One paragraph with no end yet"), "{frame}");
+    assert!(frame.contains("[interrupted"), "{frame}");
+    assert!(frame.contains("· 360 tok"), "{frame}");
+}
+
+/// The context gauge is against the model's window: a window a server
+/// reported (llama.cpp's 4,096) gives 14 % for 589 tokens.
+#[tokio::test]
+async fn the_context_gauge_uses_the_models_window() {
+    let dir = tmp();
+    let mut a = loaded(dir.path()).await;
+    let i = a.sel;
+    let id = a.agents[i].info.id.clone();
+    a.set_window(&id, 4096);
+    a.agents[i].context_tokens = Some(589);
+    assert_eq!(a.agents[i].window, Some(4096));
+    assert!(render(&a, 120, 40).contains("ctx 14%"));
+}
+
+/// The recovery phrase is a dialog of its own, never a row of a chat.
+#[tokio::test]
+async fn the_recovery_phrase_is_a_dialog() {
+    let dir = tmp();
+    let mut a = loaded(dir.path()).await;
+    let words = "abandon ability able about above absent absorb abstract absurd abuse access accident";
+    a.overlay = Overlay::Phrase { did: "did:key:z6MkTEST".into(), phrase: words.into() };
+    both("recovery_phrase", &a);
+    let frame = render(&a, 80, 24);
+    for w in words.split(' ') {
+        assert!(frame.contains(w), "{w} missing:\n{frame}");
+    }
+    assert!(a.chats.values().all(|c| !c.blocks.iter().any(|b| format!("{b:?}").contains("abandon"))));
+    keys(&mut a, "x");
+    assert!(matches!(a.overlay, Overlay::Phrase { .. }), "a stray key does not close it");
+    key(&mut a, KeyCode::Enter);
+    assert_eq!(a.overlay, Overlay::None);
+}
+
+/// `n` asks for a name, a provider and a model; `:new NAME` fills the
+/// name; `:rename` and `:config` act on the selected agent.
+#[tokio::test]
+async fn new_rename_and_config_commands() {
+    let dir = tmp();
+    let mut a = loaded(dir.path()).await;
+    a.focus = Focus::Fleet;
+    keys(&mut a, "n");
+    both("new_agent_form", &a);
+    keys(&mut a, "scout");
+    key(&mut a, KeyCode::Tab);
+    key(&mut a, KeyCode::Right);
+    let acts = key(&mut a, KeyCode::Enter);
+    assert_eq!(
+        acts,
+        vec![Action::NewAgent { name: "scout".into(), provider: "openai".into(), model: "gpt-5-mini".into() }]
+    );
+    keys(&mut a, ":new Night Owl");
+    key(&mut a, KeyCode::Enter);
+    assert!(matches!(&a.overlay, Overlay::NewAgent(f) if f.name.text == "Night Owl" && f.field == 1));
+    key(&mut a, KeyCode::Esc);
+    let id = a.agents[a.sel].info.id.clone();
+    keys(&mut a, ":rename digest");
+    assert_eq!(key(&mut a, KeyCode::Enter), vec![Action::Rename { agent: id.clone(), name: "digest".into() }]);
+    keys(&mut a, ":rename");
+    key(&mut a, KeyCode::Enter);
+    assert!(matches!(&a.overlay, Overlay::CommandLine(l) if l.text == "rename research"));
+    key(&mut a, KeyCode::Esc);
+    keys(&mut a, ":config");
+    assert_eq!(key(&mut a, KeyCode::Enter), vec![Action::EditConfig { agent: id.clone() }]);
+    // Errors name agents, never ids.
+    assert_eq!(a.humanize(&format!("{id}: the agent has stopped")), "research has stopped; s starts it");
+    assert_eq!(a.humanize(&format!("{id}: not loaded")), "research: not loaded");
+}
+
+/// Every screen in ASCII mode: every cell ASCII, none of them a `?`
+/// standing for a glyph the app forgot.
+#[tokio::test]
+async fn every_screen_in_ascii_mode_is_ascii() {
+    let dir = tmp();
+    let mut a = loaded(dir.path()).await;
+    a.glyphs = ASCII;
+    let base = 1_764_547_200_000;
+    for (i, (ty, p)) in [
+        ("tool.started", json!({"name": "fs_write"})),
+        ("message.sent", json!({"to": "did:key:z6MkiycN", "to_alias": "scribe", "message_id": "m1"})),
+        ("hil.requested", json!({"tool": "sys_update_config"})),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let e = event(&a, ty, "research", base + i as i64, p);
+        a.on_event(&e);
+    }
+    let e = event(&a, "turn.delta", "research", base + 5, json!({"kind": "text", "text": "Partial\nreply"}));
+    a.on_event(&e);
+    let scribe = a.agents.iter().find(|x| x.info.name == "scribe").unwrap().info.id.clone();
+    a.set_unconfigured([(scribe, "no model provider is set".to_string())].into());
+    let _ = ui::ascii_misses();
+    let mut screens: Vec<(String, String)> = Vec::new();
+    let mut shot = |name: &str, a: &App| {
+        for (w, h) in [(80, 24), (120, 40)] {
+            screens.push((format!("{name} {w}x{h}"), render(a, w, h)));
+        }
+    };
+    shot("chat", &a);
+    a.run("top");
+    a.run("down");
+    a.run("open");
+    shot("tool card", &a);
+    a.focus = Focus::Fleet;
+    shot("fleet", &a);
+    a.run("files");
+    shot("files", &a);
+    a.run("approvals");
+    shot("approvals", &a);
+    a.run("inbox");
+    shot("inbox", &a);
+    a.run("chat");
+    a.focus = Focus::Events;
+    shot("events", &a);
+    key(&mut a, KeyCode::Enter);
+    shot("event", &a);
+    key(&mut a, KeyCode::Esc);
+    for (cmd, name) in [
+        ("palette", "palette"),
+        ("help", "help"),
+        ("connect", "connect"),
+        ("unlock", "unlock"),
+        ("new_agent", "new agent"),
+        ("command_line", "command line"),
+    ] {
+        a.run(cmd);
+        keys(&mut a, "ab");
+        shot(name, &a);
+        a.overlay = Overlay::None;
+    }
+    a.run("reject");
+    keys(&mut a, "no");
+    shot("reject", &a);
+    a.overlay = Overlay::Phrase { did: "did:key:z6Mk".into(), phrase: "one two three".into() };
+    shot("phrase", &a);
+    a.overlay = Overlay::Conflict { agent: "x".into(), path: "mind.md".into(), mine: "a".into(), theirs: "b".into() };
+    shot("conflict", &a);
+    a.overlay = Overlay::None;
+    a.sel = a.agents.iter().position(|x| x.info.name == "scribe").unwrap();
+    a.focus = Focus::Main;
+    shot("no provider", &a);
+    for (name, frame) in &screens {
+        assert!(frame.is_ascii(), "{name}:\n{frame}");
+    }
+    assert_eq!(ui::ascii_misses(), 0, "a glyph without an ASCII stand-in was drawn as ?");
+    assert!(screens[0].1.contains("adf > research > main"), "{}", screens[0].1);
 }

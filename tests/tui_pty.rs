@@ -87,6 +87,18 @@ impl Tui {
         }
     }
 
+    fn wait_gone(&self, text: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let s = self.screen();
+            if !s.contains(text) {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {text:?} to go; screen:\n{s}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     fn send(&mut self, bytes: &str) {
         let mut w = self.writer.lock().unwrap();
         w.write_all(bytes.as_bytes()).unwrap();
@@ -122,7 +134,26 @@ fn home_with_agent(dir: &Path) -> std::path::PathBuf {
     let agents = home.join("data/agents");
     std::fs::create_dir_all(&agents).unwrap();
     ok(&adf_home(&home, &agents, &["new", "a.adf", "--provider", "anthropic", "--model", "test-model"]));
+    // The recovery phrase seen once already (its dialog has its own tests).
+    ok(&adf_home(&home, &agents, &["identity", "show", "--phrase", "--yes", "--json"]));
     home
+}
+
+/// As if the owner had never seen the recovery phrase: the next app shows it.
+fn phrase_unseen(home: &Path) {
+    let file = home.join("config/identity.json");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("\"phrase_shown\": true"), "{text}");
+    std::fs::write(&file, text.replace("\"phrase_shown\": true", "\"phrase_shown\": false")).unwrap();
+}
+
+fn script(path: &Path, body: &str) {
+    std::fs::write(path, body).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
 }
 
 fn sql(path: &Path, q: &str) -> String {
@@ -240,7 +271,7 @@ async fn connect_a_provider_from_the_app() {
     tokio::task::spawn_blocking(move || {
         let base = f2.base_url.clone();
         let mut t = Tui::start_with(&home, &[("ANTHROPIC_BASE_URL", &base)], &[], 120, 40);
-        t.wait_for("No model provider is connected");
+        t.wait_for("a.adf has no anthropic API key");
         t.send(":connect\r");
         t.wait_for("Connect a provider");
         t.send("sk-typed-in-app\r");
@@ -327,6 +358,7 @@ async fn attach_to_a_daemon_detach_and_reattach() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
+    phrase_unseen(&home);
     let info = home.join("data/agents/.daemon.json");
     let deadline = Instant::now() + Duration::from_secs(20);
     while !info.exists() {
@@ -339,6 +371,9 @@ async fn attach_to_a_daemon_detach_and_reattach() {
         // No provider key in the app's environment: the daemon has one.
         let mut a = Tui::start_with(&home, &[], &[], 120, 40);
         a.wait_for("attached to the daemon");
+        // The first app of this owner shows the recovery phrase, attached too.
+        a.wait_for("Your recovery phrase (enter closes)");
+        a.send("\r");
         a.send("i");
         a.send("hello");
         a.send("\r");
@@ -447,23 +482,21 @@ async fn a_message_between_agents_in_the_app() {
     let phrase = json(&adf_home(&home, &agents, &["identity", "show", "--phrase", "--yes", "--json"]));
     let words = phrase["phrase"].as_str().unwrap().to_string();
     // Showing it on the command line does not count as the app's first run.
-    std::fs::write(
-        home.join("config/identity.json"),
-        std::fs::read_to_string(home.join("config/identity.json"))
-            .unwrap()
-            .replace("\"phrase_shown\": true", "\"phrase_shown\": false"),
-    )
-    .unwrap();
+    phrase_unseen(&home);
     let home2 = home.clone();
     tokio::task::spawn_blocking(move || {
         let home = home2;
         let mut t = Tui::start(&home, &base, None, 120, 40);
         t.wait_for("adf › a › main");
-        // First run: the owner's recovery phrase, once.
-        let first = t.wait_for("Recovery phrase, shown");
+        // First run: the owner's recovery phrase, once, in a dialog.
+        let first = t.wait_for("Recovery phrase, shown this once");
+        assert!(first.contains("Your recovery phrase (enter closes)"), "{first}");
         for w in words.split(' ') {
             assert!(first.contains(w), "{w} missing:\n{first}");
         }
+        t.send("\r");
+        let s = t.wait_gone("Recovery phrase, shown this once");
+        assert!(!s.contains(&words), "not in the chat either:\n{s}");
         t.send("i");
         t.send("tell b hello");
         t.send("\r");
@@ -565,4 +598,221 @@ async fn unlock_a_shared_files_credentials_in_the_app() {
     .unwrap();
     let ls = json(&adf_home(&home, &agents, &["credentials", "ls", "shared.adf", "--json"]));
     assert_eq!(ls["states"]["credentials"], "unlocked", "this install adopted the credentials");
+}
+
+/// Keys and focus in the real app at 80×24: tab visits the panes and never
+/// starts writing (nothing reaches the model), help scrolls to its end and
+/// `q` closes it, the `:` line and the composer edit like a readline, a tab
+/// in the composer types nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_focus_help_and_readline() {
+    let dir = tmp();
+    let home = home_with_agent(dir.path());
+    let fake = Arc::new(FakeProvider::start(vec![Scripted::sse(anthropic_text(&["Hello back.\n"], 3, 2))]).await);
+    let f2 = fake.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut t = Tui::start(&home, &f2.base_url, None, 80, 24);
+        t.wait_for("adf › a › main");
+        // Around the panes, typing as we go: nothing is written or sent.
+        for _ in 0..3 {
+            t.send("\t");
+            t.send("hello");
+        }
+        t.send("\x1b[Z"); // shift-tab
+        let s = t.wait_for("press i to write");
+        assert!(s.contains("NORMAL"), "{s}");
+        assert!(f2.requests().is_empty(), "a key typed in a list reached the model");
+        // Help scrolls to its end; q closes it without quitting.
+        t.send("?");
+        let s = t.wait_for("Keys active now");
+        assert!(s.contains("1-20/"), "{s}");
+        t.send("G");
+        t.wait_for("Delete the word before the cursor");
+        t.wait_for("Close");
+        t.send("q");
+        t.wait_gone("Keys active now");
+        // The `:` line: a typo deleted with ctrl-w.
+        t.send(":fiels");
+        t.send("\x17");
+        t.send("files\r");
+        t.wait_for("a · files");
+        t.send("\x1b");
+        // The composer: ctrl-w, ctrl-a, ctrl-e; tab leaves without typing.
+        t.send("i");
+        t.send("hello wrold");
+        t.send("\x17");
+        t.send("world");
+        t.send("\t");
+        t.wait_for("NORMAL");
+        t.send("i");
+        t.send("\x01> \x05!");
+        t.send("\r");
+        t.wait_for("Hello back.");
+        assert!(t.screen().contains("you  > hello world!"), "{}", t.screen());
+        let (_, body) = f2.requests().last().unwrap().clone();
+        // One message, exactly what was typed (no tab, nothing from the lists).
+        let msgs = body["messages"].as_array().unwrap();
+        assert_eq!(msgs.len(), 1, "{body}");
+        let text = msgs[0]["content"][0]["text"].as_str().unwrap();
+        assert!(text.ends_with("] > hello world!"), "{text:?}");
+        t.send("\x1b");
+        t.quit();
+    })
+    .await
+    .unwrap();
+}
+
+/// A self-hosted model (llama.cpp, OpenAI-compatible): the app asks the
+/// server for its window, so 589 tokens of its 4,096 read `ctx 14%`. A
+/// reply shows while the model writes it (no newline yet), its tokens
+/// counting; ctrl-c in the composer interrupts it and the text stays,
+/// marked. The agent without a provider says so; the other does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_interrupt_and_context_window() {
+    let dir = tmp();
+    let home = home_with_agent(dir.path());
+    let agents = home.join("data/agents");
+    ok(&adf_home(&home, &agents, &["new", "l.adf", "--provider", "openai", "--model", "local-model"]));
+    let props = Scripted::error(200, r#"{"default_generation_settings":{"n_ctx":4096},"total_slots":1}"#);
+    let mut slow =
+        Scripted::sse(openai_text(&["Thinking about ", "your question ", "slowly and ", "carefully.\n"], 9, 9));
+    slow.gap_ms = 900;
+    let fake = Arc::new(
+        FakeProvider::start(vec![props, Scripted::sse(openai_text(&["Counted ", "tokens.\n"], 580, 9)), slow]).await,
+    );
+    let f2 = fake.clone();
+    tokio::task::spawn_blocking(move || {
+        let base = format!("{}/v1", f2.base_url);
+        let env = [("OPENAI_API_KEY", "sk-local"), ("OPENAI_BASE_URL", base.as_str())];
+        let mut t = Tui::start_with(&home, &env, &[], 120, 40);
+        // a.adf has no key for its provider: it says so, naming its file.
+        let s = t.wait_for("adf › a › main");
+        assert!(s.contains("a.adf has no anthropic API key"), "{s}");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while f2.requests().is_empty() {
+            assert!(Instant::now() < deadline, "the server was never asked for its window");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        t.send("j");
+        let s = t.wait_for("adf › l › main");
+        assert!(!s.contains("API key"), "l has its provider:\n{s}");
+        t.send("i");
+        t.send("count\r");
+        t.wait_for("Counted tokens.");
+        t.wait_for("ctx 14%");
+        t.send("think\r");
+        let s = t.wait_for("Thinking about your question");
+        assert!(!s.contains("carefully"), "shown before the reply ends:\n{s}");
+        let counting = s.split(" · ~").nth(1).and_then(|r| r.split(' ').next()?.parse::<u64>().ok());
+        assert!(counting.is_some_and(|n| n > 589), "tokens count while streaming:\n{s}");
+        t.send("\x03"); // ctrl-c, in the composer
+        let s = t.wait_for("[interrupted");
+        assert!(s.contains("Thinking about your question"), "the text stays:\n{s}");
+        t.send("\x1b");
+        t.quit();
+    })
+    .await
+    .unwrap();
+}
+
+/// `n` asks a name, a provider and a model and names the file after the
+/// agent; `:rename` renames it; `:config` opens its config in the editor
+/// and an invalid one goes back to the editor with the problems, never
+/// into the file; a stopped agent is named, never shown by id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_agent_rename_and_config_in_the_editor() {
+    let dir = tmp();
+    let home = home_with_agent(dir.path());
+    let editor = dir.path().join("editor.sh");
+    let d = dir.path().display().to_string();
+    script(
+        &editor,
+        &format!(
+            "#!/bin/sh\nn=$(cat '{d}/edits' 2>/dev/null || echo 0); n=$((n+1)); echo $n > '{d}/edits'\n\
+             cp \"$1\" '{d}/seen-'$n.json\n\
+             if [ $n = 1 ]; then sed -i 's/\"description\": \"[^\"]*\"/\"description\": 42/' \"$1\"; \
+             else sed -i -e '/^\\/\\//d' -e 's/\"description\": 42/\"description\": \"edited in the app\"/' \"$1\"; fi\n"
+        ),
+    );
+    let fake = FakeProvider::start(vec![]).await;
+    let base = fake.base_url.clone();
+    let home2 = home.clone();
+    let dir2 = dir.path().to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let mut t = Tui::start(&home2, &base, Some(&editor), 120, 40);
+        t.wait_for("adf › a › main");
+        t.send("n");
+        t.wait_for("New agent");
+        t.send("scout");
+        t.send("\t");
+        t.wait_for("[anthropic]");
+        t.send("\r");
+        t.wait_for("created scout (scout.adf, anthropic)");
+        t.wait_for("adf › scout › main");
+        let file = home2.join("data/agents/scout.adf");
+        assert_eq!(sql(&file, "SELECT json_extract(config_json, '$.model.provider') FROM adf_config"), "anthropic");
+        assert_eq!(
+            sql(&file, "SELECT json_extract(config_json, '$.model.model_id') FROM adf_config"),
+            "claude-sonnet-4-5"
+        );
+        t.send(":rename scouty\r");
+        t.wait_for("scout is now scouty (the file keeps its name)");
+        t.wait_for("adf › scouty › main");
+        assert_eq!(sql(&file, "SELECT json_extract(config_json, '$.name') FROM adf_config"), "scouty");
+        t.send(":config\r");
+        t.wait_for("scouty: config saved");
+        let second = std::fs::read_to_string(dir2.join("seen-2.json")).unwrap();
+        assert!(second.starts_with("// adf: this config was NOT saved"), "{second}");
+        assert!(second.contains("description"), "{second}");
+        assert_eq!(
+            sql(&file, "SELECT json_extract(config_json, '$.description') FROM adf_config"),
+            "edited in the app"
+        );
+        // Stopped, then written to: the agent is named.
+        t.send("x");
+        t.wait_for("· off ·");
+        t.send("i");
+        t.send("hello\r");
+        let s = t.wait_for("scouty has stopped; s starts it");
+        let id = sql(&file, "SELECT json_extract(config_json, '$.id') FROM adf_config");
+        assert!(!s.contains(&id), "{s}");
+        t.send("\x1b");
+        t.quit();
+    })
+    .await
+    .unwrap();
+}
+
+/// `--ascii` leaves no glyph outside ASCII; under NO_COLOR the selected
+/// row is reverse video.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ascii_mode_and_no_color() {
+    let dir = tmp();
+    let home = home_with_agent(dir.path());
+    let fake = FakeProvider::start(vec![]).await;
+    let base = fake.base_url.clone();
+    tokio::task::spawn_blocking(move || {
+        let env = [("ANTHROPIC_API_KEY", "sk-test"), ("ANTHROPIC_BASE_URL", base.as_str())];
+        let mut t = Tui::start_with(&home, &env, &["--ascii"], 80, 24);
+        let s = t.wait_for("adf > a > main");
+        assert!(s.is_ascii(), "{s}");
+        t.send("?");
+        let s = t.wait_for("Keys active now");
+        assert!(s.is_ascii(), "{s}");
+        t.send("\x1b");
+        t.quit();
+        let env = [("ANTHROPIC_API_KEY", "sk-test"), ("ANTHROPIC_BASE_URL", base.as_str()), ("NO_COLOR", "1")];
+        let t = Tui::start_with(&home, &env, &[], 80, 24);
+        let s = t.wait_for("adf › a › main");
+        let row = s.lines().position(|l| l.contains("● a ")).unwrap_or_else(|| panic!("{s}")) as u16;
+        {
+            let p = t.parser.lock().unwrap();
+            let cell = p.screen().cell(row, 3).unwrap();
+            assert!(cell.inverse(), "the selected agent is reverse video:\n{s}");
+            assert_eq!(cell.bgcolor(), vt100::Color::Default, "and no colour");
+        }
+        t.quit();
+    })
+    .await
+    .unwrap();
 }

@@ -103,6 +103,9 @@ async fn chat_over_ssh_in_tmux() {
         tmux.run(&["-f", "/dev/null", "new-session", "-d", "-s", "adf", "-x", "100", "-y", "30", &ssh]);
         let s = tmux.wait_for("adf › a › main");
         assert!(s.contains("┌ Fleet"), "box drawing over ssh with a UTF-8 locale:\n{s}");
+        // A fresh ADF_HOME: the owner's recovery phrase comes first, once.
+        tmux.wait_for("Your recovery phrase (enter closes)");
+        tmux.keys(&["Enter"]);
         tmux.keys(&["i"]);
         tmux.keys(&["-l", "hello over ssh"]);
         tmux.keys(&["Enter"]);

@@ -3,6 +3,7 @@
 //! the app's state machine cannot tell them apart. Quitting an attached app
 //! leaves the daemon's agents running.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
@@ -132,19 +133,47 @@ impl Backend {
         }
     }
 
-    /// Agents loaded without a working provider, in words.
-    pub async fn unconfigured(&self) -> Option<String> {
+    /// Agents loaded without a working provider: id → why.
+    pub async fn unconfigured(&self) -> HashMap<String, String> {
         match self {
-            Backend::Local(f) => f.unconfigured().values().next().cloned(),
+            Backend::Local(f) => f.unconfigured().iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
             Backend::Remote(c) => {
-                let rt = c.get(&["runtime"]).await.ok()?;
+                let Ok(rt) = c.get(&["runtime"]).await else { return HashMap::new() };
                 rt["agents"]
-                    .as_array()?
+                    .as_array()
+                    .map(Vec::as_slice)
+                    .unwrap_or_default()
                     .iter()
-                    .any(|a| a["provider_configured"] == false)
-                    .then(|| "the daemon has agents without a provider key".to_string())
+                    .filter(|a| a["provider_configured"] == false)
+                    .filter_map(|a| {
+                        let id = a["id"].as_str()?.to_string();
+                        Some((id, "no model provider is set on the daemon".to_string()))
+                    })
+                    .collect()
             }
         }
+    }
+
+    /// Replace an agent's config as the owner (validated by the store:
+    /// only issues the old document did not have refuse it), then load the
+    /// agent again so its name, provider and model take effect.
+    pub async fn write_config(&mut self, agent: &str, config: Value) -> anyhow::Result<()> {
+        match self {
+            Backend::Local(f) => {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                let work = OwnerWork(Box::new(move |ex| {
+                    let _ = tx.send(ex.store.config_replace(config).map_err(|e| e.to_string()));
+                }));
+                f.send(agent, AgentCommand::With(work)).map_err(anyhow::Error::msg)?;
+                rx.await.map_err(|_| anyhow::anyhow!("{agent}: the agent has stopped"))?.map_err(anyhow::Error::msg)?;
+                f.reload(agent).await.map_err(anyhow::Error::msg)?;
+            }
+            Backend::Remote(c) => {
+                let url = c.url(&["agents", agent, "config"], &[]).map_err(api)?;
+                c.call(reqwest::Method::PUT, url, Some(&config)).await.map_err(api)?;
+            }
+        }
+        Ok(())
     }
 
     pub async fn command(&mut self, cmd: Command) -> anyhow::Result<()> {

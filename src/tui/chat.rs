@@ -27,6 +27,9 @@ pub enum Block {
     },
     /// A notice of the runtime (`[System] …`, recovery notices).
     Notice(String),
+    /// The text of a reply cut by an interrupt: streamed, shown, never part
+    /// of the loop (the runtime keeps only whole responses).
+    Interrupted(String),
 }
 
 /// Fold rows into blocks (appending to `out`, so a follower can add rows).
@@ -187,6 +190,25 @@ pub fn markdown(text: &str, width: usize, base: Style, theme: &Theme, gutter: &s
     out
 }
 
+/// A reply being streamed: its completed lines as markdown, the line being
+/// written as plain wrapped text (so nothing is half-parsed, and a
+/// one-paragraph reply shows before it ends).
+pub fn streaming(text: &str, width: usize, base: Style, theme: &Theme, gutter: &str) -> Vec<Line<'static>> {
+    let (done, partial) = match text.rfind('\n') {
+        Some(i) => (&text[..i], &text[i + 1..]),
+        None => ("", text),
+    };
+    let mut out = if done.is_empty() { Vec::new() } else { markdown(done, width, base, theme, gutter) };
+    if !partial.is_empty() {
+        let inner = width.saturating_sub(gutter.width()).max(4);
+        for (i, l) in wrap(partial, inner).into_iter().enumerate() {
+            let g = if i == 0 { gutter.to_string() } else { " ".repeat(gutter.width()) };
+            out.push(Line::from(vec![Span::raw(g), Span::styled(l, base)]));
+        }
+    }
+    out
+}
+
 /// `**bold**` and `` `code` `` inside a line.
 fn styled_inline(line: &str, base: Style, theme: &Theme) -> Vec<Span<'static>> {
     let mut spans = Vec::new();
@@ -234,6 +256,8 @@ pub struct Glyphs {
     pub last: &'static str,
     /// A message whose signature verified.
     pub signed: &'static str,
+    /// Between the parts of a path (`adf › research › main`).
+    pub sep: &'static str,
 }
 
 pub const UTF8: Glyphs = Glyphs {
@@ -247,6 +271,7 @@ pub const UTF8: Glyphs = Glyphs {
     branch: "├",
     last: "└",
     signed: "✓",
+    sep: "›",
 };
 
 pub const ASCII: Glyphs = Glyphs {
@@ -260,6 +285,7 @@ pub const ASCII: Glyphs = Glyphs {
     branch: "|",
     last: "`",
     signed: "v",
+    sep: ">",
 };
 
 /// Lay out one block at `width`. `expanded` opens a tool card.
@@ -282,6 +308,14 @@ pub fn layout(
             l
         }
         Block::Assistant(t) => markdown(t, width, theme.get("assistant"), theme, "     "),
+        Block::Interrupted(t) => {
+            let mut l = markdown(t.trim_end(), width, theme.get("assistant"), theme, "     ");
+            l.push(Line::styled(
+                "     [interrupted: this text is not in the agent's loop]".to_string(),
+                theme.get("waiting"),
+            ));
+            l
+        }
         Block::Reasoning(t) => {
             let dim = theme.get("reasoning").add_modifier(Modifier::ITALIC);
             let mut l = Vec::new();
@@ -369,6 +403,19 @@ mod tests {
         assert_eq!(b.len(), 3);
         assert_eq!(b[0], Block::User("hello".into()));
         assert!(matches!(&b[2], Block::Tool { result: Some((r, false)), .. } if r == "abc"));
+    }
+
+    #[test]
+    fn a_stream_shows_its_partial_line_plain_and_wrapped() {
+        let theme = Theme::default_theme();
+        let text = |ls: &[Line]| ls.iter().map(|l| l.to_string()).collect::<Vec<_>>();
+        // One paragraph, no newline yet: shown, wrapped to the width.
+        let l = streaming("one two three four **five", 16, Style::default(), &theme, "  ");
+        assert_eq!(text(&l), ["  one two three", "  four **five"], "the open ** stays as typed");
+        // Completed lines are markdown; the tail is plain.
+        let l = streaming("# Title\n- item\nhalf **bo", 40, Style::default(), &theme, "");
+        assert_eq!(text(&l), ["Title", "• item", "half **bo"]);
+        assert!(streaming("", 40, Style::default(), &theme, "").is_empty());
     }
 
     #[test]

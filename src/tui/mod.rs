@@ -11,12 +11,17 @@ pub mod backend;
 pub mod bench;
 pub mod chat;
 pub mod commands;
+pub mod forms;
 pub mod highlight;
 pub mod inbox;
+pub mod input;
 pub mod keys;
+pub mod overlay;
+pub mod readline;
 pub mod source;
 pub mod theme;
 pub mod ui;
+pub mod window;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -85,15 +90,26 @@ impl Drop for Guard {
     }
 }
 
-/// How to connect a provider, when an agent was loaded without one.
-fn provider_hint(why: Option<String>) -> Option<String> {
-    let why = why?;
-    Some(format!(
-        "No model provider is connected ({why}), so this agent cannot think yet; files, tables and events still \
-         work. Type :connect to enter a key here (saved to {}, mode 0600), or set ANTHROPIC_API_KEY, \
-         OPENAI_API_KEY, OPENROUTER_API_KEY or OLLAMA_HOST and restart.",
-        crate::providers::accounts::settings_path().display()
-    ))
+/// The owner's recovery phrase when it has not been shown yet (marked
+/// shown now: it is shown once). `create` makes the identity on a first
+/// run of the in-process fleet; an app attached to a daemon only reads it.
+fn first_phrase(create: bool) -> anyhow::Result<Option<(String, String)>> {
+    let config = crate::paths::config_dir();
+    let inst = if create {
+        Some(crate::identity::install::load_or_create(&config).map_err(anyhow::Error::msg)?.0)
+    } else {
+        crate::identity::install::load(&config).map_err(anyhow::Error::msg)?
+    };
+    let Some(inst) = inst else { return Ok(None) };
+    let Some(owner) = inst.owner.as_ref().filter(|_| !inst.phrase_shown) else { return Ok(None) };
+    crate::identity::install::mark_shown(&config).map_err(anyhow::Error::msg)?;
+    Ok(Some((inst.owner_did.clone(), owner.phrase.clone())))
+}
+
+/// `NO_COLOR` (no-color.org): the monochrome theme, where the selection is
+/// reverse video, unless a theme was asked for.
+fn no_color() -> bool {
+    std::env::var("NO_COLOR").is_ok_and(|v| !v.is_empty())
 }
 
 /// Run the app until the user quits.
@@ -105,6 +121,7 @@ pub fn run_with(opts: Options, factory: ProviderFactory) -> anyhow::Result<()> {
     let keymap = keys::Keymap::load(Some(&app::user_keymap())).map_err(anyhow::Error::msg)?;
     let theme = match &opts.theme {
         Some(t) => theme::Theme::load(t).map_err(anyhow::Error::msg)?,
+        None if no_color() => theme::Theme::load("mono").map_err(anyhow::Error::msg)?,
         None => theme::Theme::default_theme(),
     };
     let glyphs = if opts.ascii || !utf8_locale() { chat::ASCII } else { chat::UTF8 };
@@ -114,18 +131,12 @@ pub fn run_with(opts: Options, factory: ProviderFactory) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let main = async move {
         let mut problems = Vec::new();
-        let mut first_phrase: Option<(String, String)> = None;
+        // The owner identity, made on first run; its phrase is shown once,
+        // in a dialog (`adf identity show --phrase` again), attached or not.
+        let phrase = first_phrase(attach.is_none())?;
         let mut backend = match attach {
             Some(url) => Backend::Remote(crate::client::Client::new(&url)),
             None => {
-                // The owner identity, made on first run; its phrase is shown
-                // once, in the app (`adf identity show --phrase` again).
-                let config = crate::paths::config_dir();
-                let (inst, _) = crate::identity::install::load_or_create(&config).map_err(anyhow::Error::msg)?;
-                if let Some(o) = inst.owner.as_ref().filter(|_| !inst.phrase_shown) {
-                    first_phrase = Some((inst.owner_did.clone(), o.phrase.clone()));
-                    crate::identity::install::mark_shown(&config).map_err(anyhow::Error::msg)?;
-                }
                 let (mut files, _) = crate::cli::ensure_fleet(&dir)?;
                 files.extend(opts.files.iter().cloned());
                 let mut fleet = Fleet::new(Bus::new(), factory).stream_deltas(true).lenient(true);
@@ -151,14 +162,11 @@ pub fn run_with(opts: Options, factory: ProviderFactory) -> anyhow::Result<()> {
             app = app.with_source(Box::new(source::Remote { client: crate::client::Client::new(&c.base) }));
             app.status = Some(format!("attached to the daemon at {} (q leaves it running)", c.base));
         }
-        app.provider_hint = provider_hint(backend.unconfigured().await);
+        app.set_unconfigured(backend.unconfigured().await);
         app.set_agents(infos, &root);
         app.mark_foreign(&backend.foreign());
-        if let (Some((did, phrase)), Some(id)) = (first_phrase, app.agents.get(app.sel).map(|a| a.info.id.clone())) {
-            app.chats.entry(id).or_default().blocks.push(chat::Block::Notice(format!(
-                "Your owner identity was created ({did}). Recovery phrase, shown this once — write it down \
-                 (`adf identity show --phrase` shows it again): {phrase}"
-            )));
+        if let Some((did, phrase)) = phrase {
+            app.overlay = app::Overlay::Phrase { did, phrase };
         }
         if let Some(p) = problems.first() {
             app.status = Some(format!("not loaded: {p}"));
@@ -186,11 +194,33 @@ fn setup(inline: bool) -> anyhow::Result<Terminal<CrosstermBackend<std::io::Stdo
 
 const FRAME: Duration = Duration::from_millis(16);
 
+/// Ask self-hosted servers for their agents' context windows, off the
+/// loop; answers come back on the channel as (agent id, window).
+fn probe_windows(app: &App, backend: &Backend) -> tokio::sync::mpsc::UnboundedReceiver<(String, u64)> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    // An attached app's provider settings are the daemon's, not ours.
+    if matches!(backend, Backend::Local(_)) {
+        for a in &app.agents {
+            let (id, cfg) = (a.info.id.clone(), app.source.config(&a.info.id));
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                if let Some(cfg) = cfg
+                    && let Some(n) = window::probe(&cfg).await
+                {
+                    let _ = tx.send((id, n));
+                }
+            });
+        }
+    }
+    rx
+}
+
 async fn event_loop(app: &mut App, backend: &mut Backend, opts: &Options, dir: &Path) -> anyhow::Result<()> {
     let mut term = setup(opts.inline)?;
     let _guard = Guard { inline: opts.inline };
     let mut keys = EventStream::new();
     let mut feed = backend.feed().await?;
+    let mut windows = probe_windows(app, backend);
     let mut dirty = true;
     let mut last_draw = Instant::now() - FRAME;
     let mut clock = tokio::time::interval(Duration::from_secs(1));
@@ -230,6 +260,10 @@ async fn event_loop(app: &mut App, backend: &mut Backend, opts: &Options, dir: &
                     dirty = true;
                 }
             },
+            Some((id, n)) = windows.recv() => {
+                app.set_window(&id, n);
+                dirty = true;
+            }
             _ = clock.tick() => {
                 app.tick(crate::store::now_ms());
                 dirty = true;
@@ -239,12 +273,12 @@ async fn event_loop(app: &mut App, backend: &mut Backend, opts: &Options, dir: &
         for a in actions {
             // The editor owns the terminal's input while it runs: stop
             // reading keys (and answers to terminal queries) until it ends.
-            let editor = matches!(a, Action::EditFile { .. } | Action::ComposeInEditor);
+            let editor = matches!(a, Action::EditFile { .. } | Action::ComposeInEditor | Action::EditConfig { .. });
             if editor {
                 drop(std::mem::replace(&mut keys, EventStream::new()));
             }
             if let Err(e) = perform(app, backend, &mut term, a, opts, dir).await {
-                app.status = Some(e.to_string());
+                app.status = Some(app.humanize(&e.to_string()));
             }
             dirty = true;
         }
@@ -285,6 +319,61 @@ fn edit_text(
         anyhow::bail!("the editor \"{editor}\" exited with {status}; nothing was written");
     }
     Ok(out?)
+}
+
+/// `:config`: the agent's config JSON in the editor, checked before it is
+/// written. A document that does not parse or brings new schema issues is
+/// never written: the editor opens again on the owner's text with the
+/// problems in `//` lines at its top (removed before parsing); saving it
+/// empty or unchanged gives up.
+async fn edit_config(
+    app: &mut App,
+    backend: &mut Backend,
+    term: &mut Terminal<CrosstermBackend<std::io::Stdout>>,
+    opts: &Options,
+    dir: &Path,
+    agent: &str,
+) -> anyhow::Result<()> {
+    let before = app.source.config(agent).ok_or_else(|| anyhow::anyhow!("{agent}: cannot read its config"))?;
+    let original = serde_json::to_string_pretty(&before)?;
+    let mut text = original.clone();
+    let mut rejected: Option<(String, Vec<String>)> = None;
+    loop {
+        let edited = edit_text(term, opts.inline, "config.json", &text)?;
+        let body: String = edited.lines().filter(|l| !l.trim_start().starts_with("//")).collect::<Vec<_>>().join("\n");
+        if body.trim().is_empty() || body.trim() == original.trim() {
+            app.status = Some("config unchanged".into());
+            return Ok(());
+        }
+        // Saved again without a change: give up, saying why.
+        if let Some((last, problems)) = &rejected
+            && last.trim() == body.trim()
+        {
+            app.status = Some(format!("config not saved: {}", problems.join("; ")));
+            return Ok(());
+        }
+        let problems: Vec<String> = match serde_json::from_str::<serde_json::Value>(&body) {
+            Err(e) => vec![format!("not JSON: {e}")],
+            Ok(v) => match crate::store::config::new_issues(&before, &v) {
+                issues if issues.is_empty() => {
+                    backend.write_config(agent, v).await?;
+                    app.set_agents(backend.agents().await?.0, dir);
+                    app.set_unconfigured(backend.unconfigured().await);
+                    let name = app.agents.iter().find(|a| a.info.id == agent).map(|a| a.info.name.clone());
+                    app.status = Some(format!("{}: config saved", name.unwrap_or_default()));
+                    return Ok(());
+                }
+                issues => issues.iter().map(ToString::to_string).collect(),
+            },
+        };
+        let mut head =
+            String::from("// adf: this config was NOT saved. Fix what follows, or empty the file to give up.\n");
+        for p in &problems {
+            head.push_str(&format!("// - {p}\n"));
+        }
+        text = format!("{head}{body}\n");
+        rejected = Some((body, problems));
+    }
 }
 
 fn tempfile_dir() -> anyhow::Result<PathBuf> {
@@ -347,7 +436,7 @@ async fn perform(
             // Agents loaded without a provider take the new one up.
             backend.reload_all().await?;
             app.set_agents(backend.agents().await?.0, dir);
-            app.provider_hint = provider_hint(backend.unconfigured().await);
+            app.set_unconfigured(backend.unconfigured().await);
             app.status = Some(format!("{provider} connected; key saved (0600)"));
         }
         Action::EditFile { agent, path } => {
@@ -385,26 +474,45 @@ async fn perform(
             Ok(did) => app.status = Some(format!("claimed: the agent's new DID is {did}")),
             Err(e) => app.status = Some(format!("not claimed: {e}")),
         },
-        Action::NewAgent => {
-            let mut n = 1;
-            let path = loop {
-                let p = dir.join(format!("agent-{n}.adf"));
-                if !p.exists() {
-                    break p;
-                }
-                n += 1;
-            };
+        Action::NewAgent { name, provider, model } => {
+            // The file is named after the agent, as `adf new NAME.adf`
+            // names the agent after its file: the name's slug, numbered
+            // when taken.
+            let stem = crate::store::create::slug(&name);
+            let path = (1..)
+                .map(|n| dir.join(if n == 1 { format!("{stem}.adf") } else { format!("{stem}-{n}.adf") }))
+                .find(|p| !p.exists())
+                .unwrap_or_else(|| dir.join(format!("{stem}.adf")));
             let seal_to = Some(crate::identity::install::current().map_err(anyhow::Error::msg)?);
-            let created =
-                crate::store::create::create_file(&path, &crate::store::NewAgent { seal_to, ..Default::default() })?;
+            let new = crate::store::NewAgent {
+                seal_to,
+                name: Some(name.as_str()),
+                provider: Some(provider.as_str()),
+                model: Some(model.as_str()).filter(|m| !m.is_empty()),
+                ..Default::default()
+            };
+            let created = crate::store::create::create_file(&path, &new)?;
             crate::review::mark_reviewed(&created.id).map_err(anyhow::Error::msg)?;
             backend.load(&path).await?;
             app.set_agents(backend.agents().await?.0, dir);
+            app.set_unconfigured(backend.unconfigured().await);
             if let Some(i) = app.agents.iter().position(|a| a.info.path == path) {
                 app.sel = i;
+                app.refresh_files();
             }
-            app.status = Some(format!("created {}", path.display()));
+            let file = path.file_name().map(|f| f.to_string_lossy().to_string()).unwrap_or_default();
+            app.status = Some(format!("created {name} ({file}, {provider})"));
         }
+        Action::Rename { agent, name } => {
+            let mut cfg =
+                app.source.config(&agent).ok_or_else(|| anyhow::anyhow!("{agent}: cannot read its config"))?;
+            let old = cfg["name"].as_str().unwrap_or("").to_string();
+            cfg["name"] = serde_json::Value::String(name.clone());
+            backend.write_config(&agent, cfg).await?;
+            app.set_agents(backend.agents().await?.0, dir);
+            app.status = Some(format!("{old} is now {name} (the file keeps its name)"));
+        }
+        Action::EditConfig { agent } => edit_config(app, backend, term, opts, dir, &agent).await?,
         Action::Bell { agent, what } => {
             let mut out = std::io::stdout();
             // BEL, and OSC 9 (a desktop notification where the terminal has it).

@@ -31,6 +31,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("dark", include_str!("../../themes/dark.toml")),
     ("light", include_str!("../../themes/light.toml")),
     ("high-contrast", include_str!("../../themes/high-contrast.toml")),
+    ("mono", include_str!("../../themes/mono.toml")),
 ];
 
 #[derive(Debug, Clone)]

@@ -11,9 +11,10 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, BorderType, Borders, Clear, Paragraph, Wrap};
 use unicode_width::UnicodeWidthStr;
 
-use super::app::{App, Focus, MainView, Overlay, Pending, palette_hits};
+use super::app::{App, Focus, MainView, Overlay, Pending};
 use super::chat::{self, fit};
 use super::commands;
+use super::input::palette_hits;
 
 pub(super) fn ago(now: i64, then: i64) -> String {
     let s = ((now - then).max(0) / 1000) as u64;
@@ -77,6 +78,24 @@ pub fn draw(f: &mut Frame, app: &App) {
     if app.glyphs.collapsed != "▸" {
         asciify(f.buffer_mut());
     }
+    // Without colour nothing is coloured, highlighted code included.
+    if app.theme.name == "mono" {
+        for cell in f.buffer_mut().content.iter_mut() {
+            cell.fg = ratatui::style::Color::Reset;
+            cell.bg = ratatui::style::Color::Reset;
+        }
+    }
+}
+
+thread_local! {
+    static ASCII_MISSES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// How many cells ASCII frames drawn on this thread had no stand-in for
+/// (drawn as `?`) since the last call. Every glyph the app itself draws has
+/// one; a test keeps it so.
+pub fn ascii_misses() -> usize {
+    ASCII_MISSES.with(|c| c.replace(0))
 }
 
 /// Where the locale is not UTF-8, nothing but ASCII reaches the terminal:
@@ -88,6 +107,10 @@ fn asciify(buf: &mut ratatui::buffer::Buffer) {
             continue;
         }
         let rep = match sym {
+            "›" | "→" => ">",
+            "←" => "<",
+            "✓" => "v",
+            "—" | "–" => "-",
             "─" | "━" | "╌" => "-",
             "│" | "┃" | "▏" | "▍" => "|",
             "┌" | "┐" | "└" | "┘" | "├" | "┤" | "┬" | "┴" | "┼" | "╭" | "╮" | "╰" | "╯" => {
@@ -105,7 +128,10 @@ fn asciify(buf: &mut ratatui::buffer::Buffer) {
             "◆" => "+",
             "○" => "o",
             "◀" => "<",
-            _ => "?",
+            _ => {
+                ASCII_MISSES.with(|c| c.set(c.get() + 1));
+                "?"
+            }
         };
         cell.set_symbol(rep);
     }
@@ -115,7 +141,7 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
     let running = app.agents.iter().filter(|a| a.state == "active").count();
     let waiting = app.pending.len();
     let path = match app.selected() {
-        Some(a) => format!(" adf › {} › main", a.info.name),
+        Some(a) => format!(" adf {sep} {} {sep} main", a.info.name, sep = app.glyphs.sep),
         None => " adf".to_string(),
     };
     let burn = short_count(app.burn_per_min(None));
@@ -179,7 +205,7 @@ fn draw_tree(f: &mut Frame, app: &App, area: Rect) {
         } else if a.unread > 0 {
             format!("✉{}", a.unread)
         } else {
-            match app.burn_per_min(Some(i)) {
+            match app.burn_per_min(Some(&a.info.id)) {
                 0 => a.state.clone(),
                 n => format!("{}/m", short_count(n)),
             }
@@ -278,12 +304,20 @@ fn draw_chat(f: &mut Frame, app: &App, area: Rect) {
     let Some(agent) = app.selected() else { return };
     let [log_area, composer_area] = Layout::vertical([Constraint::Min(3), Constraint::Length(4)]).areas(area);
     let ctx = app.chats.get(&agent.info.id);
-    let tokens =
-        if agent.tokens >= 10_000 { format!("{:.1}k", agent.tokens as f64 / 1000.0) } else { agent.tokens.to_string() };
+    // While a reply streams, its tokens count up (about four characters
+    // each until the call's usage arrives): `~373 tok`.
+    let writing = ctx.map(|c| (c.streaming.len() + c.thinking.len()).div_ceil(4) as u64).unwrap_or(0);
+    let total = agent.tokens + writing;
+    let tokens = format!(
+        "{}{} tok",
+        if writing > 0 { "~" } else { "" },
+        if total >= 10_000 { format!("{:.1}k", total as f64 / 1000.0) } else { total.to_string() }
+    );
     let cost = if agent.cost > 0.0 { format!(" · ${:.3}", agent.cost) } else { String::new() };
-    let ctx_used = agent.context_pct.map(|p| format!(" · ctx {p}%")).unwrap_or_default();
+    let ctx_used =
+        super::window::gauge(agent.context_tokens, agent.window).map(|g| format!(" · {g}")).unwrap_or_default();
     let right = format!(
-        " {} · {} · {tokens} tok{cost}{ctx_used} ",
+        " {} · {} · {tokens}{cost}{ctx_used} ",
         if agent.model.is_empty() { "no model" } else { &agent.model },
         agent.state,
     );
@@ -295,8 +329,8 @@ fn draw_chat(f: &mut Frame, app: &App, area: Rect) {
     let height = inner.height as usize;
     // Lay out from the bottom up, only as far as the view reaches.
     let mut tail: Vec<Line> = Vec::new();
-    if let Some(hint) = &app.provider_hint {
-        for l in chat::wrap(hint, width.saturating_sub(2)) {
+    if let Some(why) = app.unconfigured.get(&agent.info.id) {
+        for l in provider_notice(app, agent, why, width.saturating_sub(2)) {
             tail.push(Line::styled(format!(" {l}"), app.theme.get("waiting")));
         }
     }
@@ -309,9 +343,7 @@ fn draw_chat(f: &mut Frame, app: &App, area: Rect) {
                 ));
             }
         }
-        if let Some(done) = c.streaming.rfind('\n') {
-            tail.extend(chat::markdown(&c.streaming[..done], width, app.theme.get("assistant"), &app.theme, "     "));
-        }
+        tail.extend(chat::streaming(&c.streaming, width, app.theme.get("assistant"), &app.theme, "     "));
         if !c.streaming.is_empty() || !c.thinking.is_empty() {
             tail.push(Line::styled("     ▍".to_string(), app.theme.get("accent")));
         }
@@ -399,6 +431,27 @@ fn draw_chat(f: &mut Frame, app: &App, area: Rect) {
     } else {
         f.render_widget(&ta, cinner);
     }
+}
+
+/// The notice on an agent without a model provider: its file, and what to
+/// do, in at most two lines.
+fn provider_notice(app: &App, agent: &super::app::AgentEntry, why: &str, width: usize) -> Vec<String> {
+    let file = agent.info.path.file_name().map(|f| f.to_string_lossy().to_string()).unwrap_or_default();
+    let missing = match why.split_once(": no API key") {
+        Some((p, _)) => format!("has no {p} API key"),
+        None if why.contains("no model provider is set") => "names no model provider".to_string(),
+        None => format!("has no model provider ({})", fit(why, 40)),
+    };
+    let text = format!(
+        "{} {file} {missing}, so it cannot think: :connect adds a key; :config edits its provider.",
+        app.glyphs.warn
+    );
+    let mut lines = chat::wrap(&text, width);
+    if lines.len() > 2 {
+        lines.truncate(2);
+        lines[1] = fit(&format!("{}…", lines[1]), width);
+    }
+    lines
 }
 
 fn human(n: u64) -> String {
@@ -509,9 +562,21 @@ fn draw_events(f: &mut Frame, app: &App, area: Rect) {
     f.render_widget(block, area);
     let events = app.visible_events();
     let h = inner.height as usize;
-    let end = if app.events_follow { events.len() } else { (app.events_sel + 1).min(events.len()) };
-    let start = end.saturating_sub(h);
+    let len = events.len();
+    // The selection stays on screen and the rest of the page is drawn
+    // around it (`g` shows the first page whole, `G` the last).
+    let sel = if app.events_follow { len.saturating_sub(1) } else { app.events_sel.min(len.saturating_sub(1)) };
+    let mut start = app.events_top.get();
+    if app.events_follow || sel >= start + h {
+        start = (sel + 1).saturating_sub(h);
+    } else if sel < start {
+        start = sel;
+    }
+    start = start.min(len.saturating_sub(h));
+    app.events_top.set(start);
+    let end = (start + h).min(len);
     let w = inner.width as usize;
+    let marked = app.focus == Focus::Events || !app.events_follow;
     let lines: Vec<Line> = events[start..end]
         .iter()
         .enumerate()
@@ -535,7 +600,7 @@ fn draw_events(f: &mut Frame, app: &App, area: Rect) {
                 app.theme.get("text")
             };
             let l = Line::styled(fit(&text, w), style);
-            if !app.events_follow && start + i == app.events_sel { l.style(app.theme.get("selection")) } else { l }
+            if marked && start + i == sel { l.style(app.theme.get("selection")) } else { l }
         })
         .collect();
     f.render_widget(Paragraph::new(lines), inner);
@@ -544,7 +609,13 @@ fn draw_events(f: &mut Frame, app: &App, area: Rect) {
 fn draw_footer(f: &mut Frame, app: &App, area: Rect) {
     let line = match (&app.overlay, &app.status) {
         (Overlay::CommandLine(t), _) => {
-            Line::from(vec![Span::styled(":", app.theme.get("accent")), Span::raw(t.clone()), Span::raw("▏")])
+            let (a, b) = t.split();
+            Line::from(vec![
+                Span::styled(":", app.theme.get("accent")),
+                Span::raw(a.to_string()),
+                Span::raw("▏"),
+                Span::raw(b.to_string()),
+            ])
         }
         (_, Some(s)) => Line::styled(format!(" {s}"), app.theme.get("waiting")),
         _ => {
@@ -563,7 +634,7 @@ fn draw_footer(f: &mut Frame, app: &App, area: Rect) {
     f.render_widget(Paragraph::new(line), area);
 }
 
-fn centered(area: Rect, w: u16, h: u16) -> Rect {
+pub(super) fn centered(area: Rect, w: u16, h: u16) -> Rect {
     let w = w.min(area.width.saturating_sub(2));
     let h = h.min(area.height.saturating_sub(2));
     Rect { x: area.x + (area.width - w) / 2, y: area.y + (area.height - h) / 2, width: w, height: h }
@@ -578,17 +649,21 @@ fn draw_overlay(f: &mut Frame, app: &App, area: Rect) {
             let block = pane(app, "Commands".into(), true);
             let inner = block.inner(r);
             f.render_widget(block, r);
-            let hits = palette_hits(query);
+            let hits = palette_hits(&query.text);
+            let (a, b) = query.split();
             let mut lines = vec![Line::from(vec![
                 Span::styled("> ", app.theme.get("accent")),
-                Span::raw(query.clone()),
+                Span::raw(a.to_string()),
                 Span::raw("▏"),
+                Span::raw(b.to_string()),
             ])];
             let w = inner.width as usize;
             let sel = (*sel).min(hits.len().saturating_sub(1));
             for (i, c) in hits.iter().take(inner.height as usize - 1).enumerate() {
                 let keys = app.keymap.keys_for(c.name).join(" ");
-                let left = format!("{:<16} {}", c.name, c.description);
+                // A marker as well as the colour: the row reads without it.
+                let mark = if i == sel { ">" } else { " " };
+                let left = format!("{mark}{:<16} {}", c.name, c.description);
                 let room = w.saturating_sub(keys.width() + 1);
                 let l = Line::from(vec![
                     Span::raw(format!("{:<room$}", fit(&left, room))),
@@ -598,25 +673,18 @@ fn draw_overlay(f: &mut Frame, app: &App, area: Rect) {
             }
             f.render_widget(Paragraph::new(lines), inner);
         }
-        Overlay::Help => {
+        Overlay::Help { scroll } => {
             let r = centered(area, 76, 30);
             f.render_widget(Clear, r);
-            let block = pane(app, "Keys active now (any key closes)".into(), true);
+            let lines = help_lines(app, r.width.saturating_sub(2) as usize);
+            let h = r.height.saturating_sub(2) as usize;
+            let top = (*scroll).min(lines.len().saturating_sub(h));
+            app.help_view.set((lines.len(), h));
+            let shown = format!("{}-{}/{}", top + 1, (top + h).min(lines.len()), lines.len());
+            let block = pane(app, format!("Keys active now · j/k scroll · esc closes · {shown}"), true);
             let inner = block.inner(r);
             f.render_widget(block, r);
-            let mut lines = Vec::new();
-            for ctx in app.contexts() {
-                let Some(map) = app.keymap.maps.get(ctx) else { continue };
-                lines.push(Line::styled(ctx.to_string(), app.theme.get("dim").add_modifier(Modifier::BOLD)));
-                for (k, c) in map {
-                    let desc = commands::find(c).map(|d| d.description).unwrap_or("");
-                    lines.push(Line::from(vec![
-                        Span::styled(format!("  {:<12}", k.to_string()), app.theme.get("accent")),
-                        Span::raw(fit(desc, inner.width as usize - 14)),
-                    ]));
-                }
-            }
-            f.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), inner);
+            f.render_widget(Paragraph::new(lines).scroll((top as u16, 0)), inner);
         }
         Overlay::Reject { text, .. } => {
             let r = centered(area, 70, 5);
@@ -624,7 +692,8 @@ fn draw_overlay(f: &mut Frame, app: &App, area: Rect) {
             let block = pane(app, "Reject · feedback the model will see (enter sends, esc cancels)".into(), true);
             let inner = block.inner(r);
             f.render_widget(block, r);
-            f.render_widget(Paragraph::new(format!("{text}▏")).wrap(Wrap { trim: false }), inner);
+            let (a, b) = text.split();
+            f.render_widget(Paragraph::new(format!("{a}▏{b}")).wrap(Wrap { trim: false }), inner);
         }
         Overlay::Event(e) => {
             let r = centered(area, 100, 30);
@@ -677,6 +746,8 @@ fn draw_overlay(f: &mut Frame, app: &App, area: Rect) {
             ];
             f.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), inner);
         }
+        Overlay::Phrase { did, phrase } => super::forms::draw_phrase(f, app, did, phrase, area),
+        Overlay::NewAgent(form) => super::forms::draw_new_agent(f, app, form, area),
         Overlay::Conflict { path, mine, theirs, .. } => {
             let r = centered(area, 90, 20);
             f.render_widget(Clear, r);
@@ -692,6 +763,42 @@ fn draw_overlay(f: &mut Frame, app: &App, area: Rect) {
             f.render_widget(Paragraph::new(theirs.clone()).block(Block::default().title("the agent's")), b);
         }
     }
+}
+
+/// Everything help shows: the keys of the contexts active now, then the
+/// fixed line-editing keys, one line each, cut to `width`.
+pub fn help_lines(app: &App, width: usize) -> Vec<Line<'static>> {
+    let head = |t: &str| Line::styled(t.to_string(), app.theme.get("dim").add_modifier(Modifier::BOLD));
+    let row = |k: &str, desc: &str| {
+        Line::from(vec![
+            Span::styled(format!("  {k:<12}"), app.theme.get("accent")),
+            Span::raw(fit(desc, width.saturating_sub(14))),
+        ])
+    };
+    let mut lines = Vec::new();
+    for ctx in app.contexts() {
+        let Some(map) = app.keymap.maps.get(ctx) else { continue };
+        lines.push(head(ctx));
+        for (k, c) in map {
+            lines.push(row(&k.to_string(), commands::find(c).map(|d| d.description).unwrap_or(c.as_str())));
+        }
+    }
+    lines.push(head("typing (the composer, the palette, the : line, forms)"));
+    for (k, d) in [
+        ("ctrl-a home", "Go to the start of the line"),
+        ("ctrl-e end", "Go to the end of the line"),
+        ("ctrl-u", "Delete to the start of the line (clears it)"),
+        ("ctrl-k", "Delete to the end of the line"),
+        ("ctrl-w", "Delete the word before the cursor"),
+        ("left right", "Move by a character (ctrl-b, ctrl-f too)"),
+    ] {
+        lines.push(row(k, d));
+    }
+    lines.push(head("this help"));
+    lines.push(row("j k", "Scroll a line (arrows too)"));
+    lines.push(row("pgdn pgup", "Scroll a page (space too); g, G: top, bottom"));
+    lines.push(row("esc q", "Close"));
+    lines
 }
 
 fn draw_first_run(f: &mut Frame, app: &App, area: Rect) {

@@ -23,6 +23,9 @@ pub struct Scripted {
     pub cut: bool,
     /// Wait this long before answering.
     pub pause_ms: u64,
+    /// Wait this long before each chunk after the first (a model that
+    /// writes slowly).
+    pub gap_ms: u64,
 }
 
 impl Scripted {
@@ -33,6 +36,7 @@ impl Scripted {
             chunks,
             cut: false,
             pause_ms: 0,
+            gap_ms: 0,
         }
     }
 
@@ -43,6 +47,7 @@ impl Scripted {
             chunks: vec![body.into()],
             cut: false,
             pause_ms: 0,
+            gap_ms: 0,
         }
     }
 }
@@ -134,18 +139,23 @@ async fn handle(
     }
     let cut = s.cut;
     let chunks = s.chunks.clone();
-    let stream = async_stream(chunks, cut);
+    let stream = async_stream(chunks, cut, s.gap_ms);
     b.body(Body::from_stream(stream)).unwrap()
 }
 
-fn async_stream(chunks: Vec<String>, cut: bool) -> impl futures_util::Stream<Item = Result<String, std::io::Error>> {
+fn async_stream(
+    chunks: Vec<String>,
+    cut: bool,
+    gap_ms: u64,
+) -> impl futures_util::Stream<Item = Result<String, std::io::Error>> {
     use futures_util::StreamExt;
     let mut items: Vec<Result<String, std::io::Error>> = chunks.into_iter().map(Ok).collect();
     if cut {
         items.push(Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "cut")));
     }
-    futures_util::stream::iter(items).then(|i| async move {
-        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    futures_util::stream::iter(items.into_iter().enumerate()).then(move |(n, i)| async move {
+        let gap = if n > 0 { gap_ms } else { 0 };
+        tokio::time::sleep(std::time::Duration::from_millis(2 + gap)).await;
         i
     })
 }
