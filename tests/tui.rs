@@ -761,6 +761,20 @@ async fn a_stream_shows_as_written_and_an_interrupt_keeps_it() {
     let frame = render(&a, 80, 24);
     assert!(frame.contains("One paragraph with no end yet"), "{frame}");
     assert!(frame.contains("· ~368 tok"), "360 and 8 being written: {frame}");
+    // The runtime keeps the cut reply in the loop, marked, before it says
+    // the turn ended; the app shows it from there.
+    let path = a.agents[a.sel].info.path.clone();
+    let mut s = adf::store::Store::open(&path).unwrap();
+    let text = format!("One paragraph with no end yet{}", adf::tui::chat::INTERRUPTED_MARK);
+    s.loop_append(&adf::store::loop_rows::NewLoopRow {
+        role: "assistant",
+        content: &json!([{"type": "text", "text": text}]),
+        model: None,
+        tokens: None,
+        ord: None,
+    })
+    .unwrap();
+    s.close().unwrap();
     let e = event(&a, "turn.completed", "research", base + 1, json!({"interrupted": true, "content": ""}));
     a.on_event(&e);
     let id = a.agents[a.sel].info.id.clone();

@@ -77,7 +77,7 @@ pub fn run(out: &Out, cmd: FilesCmd) -> anyhow::Result<()> {
                     }
                     .map_err(|e| at(&path, e))?;
                     close(store)?;
-                    e
+                    serde_json::to_value(e)?
                 }
                 Target::Held(via) => {
                     use base64::Engine;
@@ -98,16 +98,17 @@ pub fn run(out: &Out, cmd: FilesCmd) -> anyhow::Result<()> {
                         )?;
                     }
                     let v = via.call(reqwest::Method::GET, &["files"], &[], None)?;
-                    let found =
-                        v["files"].as_array().and_then(|a| a.iter().find(|f| f["path"] == file.as_str()).cloned());
-                    serde_json::from_value(found.unwrap_or_default())
-                        .map_err(|_| anyhow::anyhow!("{}: {file} was written, but is not listed", path.display()))?
+                    v["files"]
+                        .as_array()
+                        .and_then(|a| a.iter().find(|f| f["path"] == file.as_str()).cloned())
+                        .ok_or_else(|| anyhow::anyhow!("{}: {file} was written, but is not listed", path.display()))?
                 }
             };
             if out.json {
                 out.json(&entry)
             } else {
-                out.line(format!("wrote {} ({})", entry.path, output::size(entry.size)))
+                let size = entry["size"].as_u64().unwrap_or(0);
+                out.line(format!("wrote {} ({})", entry["path"].as_str().unwrap_or(&file), output::size(size)))
             }
         }
         FilesCmd::Rm { path, file } => {

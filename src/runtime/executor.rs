@@ -774,7 +774,7 @@ impl Executor {
         // loop, marked, so the owner and the model both see it.
         let partial = std::mem::take(&mut self.partial);
         if !partial.trim().is_empty() {
-            let text = format!("{partial}\n\n[interrupted]");
+            let text = format!("{partial}{INTERRUPTED_MARK}");
             let _ = self.append("assistant", &json!([{"type": "text", "text": text}]), None, None);
         }
         if let Some((id, started, event_type)) = self.current.take() {
@@ -1789,6 +1789,9 @@ impl Session {
         }
     }
 }
+
+/// Ends the kept text of a reply an interrupt cut short.
+pub const INTERRUPTED_MARK: &str = "\n\n[interrupted]";
 
 /// The result of a call the runtime stopped in the middle of.
 const INTERRUPTED_BY_STOP: &str =

@@ -559,21 +559,13 @@ impl App {
                     self.refresh_agent(i);
                 }
                 "tool.completed" | "tool.failed" | "turn.completed" | "tool.started" | "loop.recovered" => {
-                    // A cut turn never reaches the loop (the runtime keeps
-                    // only whole responses): what was streamed stays here,
-                    // marked, after the rows that did land.
-                    let cut = (ty == "turn.completed" && e.payload["interrupted"] == true)
-                        .then(|| self.chats.get_mut(&id).map(|c| std::mem::take(&mut c.streaming)))
-                        .flatten()
-                        .filter(|t| !t.trim().is_empty());
+                    // A cut reply is kept in the loop by the runtime,
+                    // marked, and comes back with the rows read now.
                     if let Some(chat) = self.chats.get_mut(&id) {
                         chat.streaming.clear();
                         chat.thinking.clear();
                     }
                     self.refresh_agent(i);
-                    if let Some(text) = cut {
-                        self.chats.entry(id.clone()).or_default().blocks.push(Block::Interrupted(text));
-                    }
                     if ty == "turn.completed" {
                         self.refresh_pending();
                     }

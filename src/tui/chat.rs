@@ -14,6 +14,9 @@ use super::theme::Theme;
 use crate::runtime::prompt::is_context_row;
 use crate::store::loop_rows::LoopRow;
 
+/// How the runtime marks the text of a reply an interrupt cut short.
+pub const INTERRUPTED_MARK: &str = crate::runtime::executor::INTERRUPTED_MARK;
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Block {
     User(String),
@@ -46,7 +49,11 @@ pub fn push_rows(out: &mut Vec<Block>, rows: &[LoopRow]) {
         for b in blocks {
             let text = || b["text"].as_str().unwrap_or("").to_string();
             match (r.role.as_str(), b["type"].as_str().unwrap_or("")) {
-                ("assistant", "text") => out.push(Block::Assistant(text())),
+                // A reply cut by an interrupt is kept in the loop, marked.
+                ("assistant", "text") => match text().strip_suffix(INTERRUPTED_MARK) {
+                    Some(cut) => out.push(Block::Interrupted(cut.to_string())),
+                    None => out.push(Block::Assistant(text())),
+                },
                 ("assistant", "thinking" | "reasoning") => {
                     let t = b["thinking"].as_str().or(b["text"].as_str()).unwrap_or("").to_string();
                     out.push(Block::Reasoning(t));
@@ -310,10 +317,7 @@ pub fn layout(
         Block::Assistant(t) => markdown(t, width, theme.get("assistant"), theme, "     "),
         Block::Interrupted(t) => {
             let mut l = markdown(t.trim_end(), width, theme.get("assistant"), theme, "     ");
-            l.push(Line::styled(
-                "     [interrupted: this text is not in the agent's loop]".to_string(),
-                theme.get("waiting"),
-            ));
+            l.push(Line::styled("     [interrupted]".to_string(), theme.get("waiting")));
             l
         }
         Block::Reasoning(t) => {
