@@ -109,9 +109,7 @@ async fn loop_page(State(s): State<AppState>, Path(id): Path<String>, Query(q): 
         let after = int(&q, "after", 0, i64::MIN, i64::MAX)?;
         let limit = int(&q, "limit", 5000, 1, 5000)?;
         let (id, entries) = s
-            .read(&id, move |st| {
-                Ok(st.loop_rows_after(after)?.iter().take(limit as usize).map(row_json).collect::<Vec<_>>())
-            })
+            .read(&id, move |st| Ok(st.loop_rows_after_page(after, limit)?.iter().map(row_json).collect::<Vec<_>>()))
             .await?;
         return Ok(Json(json!({"agentId": id, "after": after, "limit": limit, "entries": entries})));
     }
@@ -119,10 +117,9 @@ async fn loop_page(State(s): State<AppState>, Path(id): Path<String>, Query(q): 
     let offset = q.get("offset").map(|_| int(&q, "offset", 0, 0, i64::MAX)).transpose()?;
     let (id, (total, offset, entries)) = s
         .read(&id, move |st| {
-            let rows = st.loop_rows(None)?;
-            let total = rows.len() as i64;
+            let total = st.loop_count()?;
             let offset = offset.unwrap_or((total - limit).max(0));
-            let entries: Vec<Value> = rows.iter().skip(offset as usize).take(limit as usize).map(row_json).collect();
+            let entries: Vec<Value> = st.loop_page(offset, limit)?.iter().map(row_json).collect();
             Ok((total, offset, entries))
         })
         .await?;
@@ -134,9 +131,9 @@ pub async fn chat_history(State(s): State<AppState>, Path(id): Path<String>, Que
     let limit = int(&q, "limit", 200, 1, 500)?;
     let (id, (total, entries)) = s
         .read(&id, move |st| {
-            let rows = st.loop_rows(None)?;
-            let skip = rows.len().saturating_sub(limit as usize);
-            Ok((rows.len(), rows[skip..].iter().map(row_json).collect::<Vec<_>>()))
+            let total = st.loop_count()?.max(0) as usize;
+            let skip = total.saturating_sub(limit as usize);
+            Ok((total, st.loop_page(skip as i64, limit)?.iter().map(row_json).collect::<Vec<_>>()))
         })
         .await?;
     let earlier = total.saturating_sub(entries.len());
