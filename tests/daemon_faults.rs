@@ -202,8 +202,9 @@ fn slow_header_connections_neither_exhaust_nor_starve_the_daemon() {
     let health = t.elapsed();
     assert_eq!(status, 200, "{body}");
     let t = Instant::now();
-    let (status, _, body) = exchange(d.port, get(d.port, "/agents", Some(&d.token)).as_bytes(), Duration::from_secs(10))
-        .expect("/agents under 1,000 slow connections");
+    let (status, _, body) =
+        exchange(d.port, get(d.port, "/agents", Some(&d.token)).as_bytes(), Duration::from_secs(10))
+            .expect("/agents under 1,000 slow connections");
     let agents = t.elapsed();
     assert_eq!(status, 200, "{body}");
     eprintln!("under {} slow connections: /health in {health:?}, GET /agents in {agents:?}", slow.len());
@@ -325,6 +326,7 @@ async fn a_burst_of_large_reads_keeps_threads_bounded_and_gives_memory_back() {
     assert_eq!(r.json::<Value>().await.unwrap()["entries"].as_array().unwrap().len(), 500);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let before = proc_status(pid, "VmRSS:");
+    let heap_before = proc_status(pid, "RssAnon:");
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let sampler = {
         let stop = stop.clone();
@@ -351,30 +353,40 @@ async fn a_burst_of_large_reads_keeps_threads_bounded_and_gives_memory_back() {
         })
         .collect();
     let mut ok_count = 0;
+    let mut failures = std::collections::BTreeMap::new();
     for t in tasks {
-        if let Ok(Ok((200, n))) = t.await
-            && n > 400_000
-        {
-            ok_count += 1;
+        match t.await {
+            Ok(Ok((200, n))) if n > 400_000 => ok_count += 1,
+            other => *failures.entry(format!("{other:?}")).or_insert(0) += 1,
         }
     }
     let took = t.elapsed();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let (peak, threads) = sampler.await.unwrap();
-    assert_eq!(ok_count, burst, "every read answered in full");
-    // Memory goes back within a few seconds of the burst.
+    assert_eq!(ok_count, burst, "every read answered in full: {failures:#?}");
+    // Memory goes back within a few seconds of the burst (anonymous
+    // memory: the heap; mapped code pages the burst touched stay).
     let deadline = Instant::now() + Duration::from_secs(15);
-    let mut after = proc_status(pid, "VmRSS:");
-    while after > before + 64 * 1024 && Instant::now() < deadline {
+    let mut heap_after = proc_status(pid, "RssAnon:");
+    while heap_after > heap_before + 64 * 1024 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(250)).await;
-        after = proc_status(pid, "VmRSS:");
+        heap_after = proc_status(pid, "RssAnon:");
     }
+    let after = proc_status(pid, "VmRSS:");
     eprintln!(
-        "{burst} concurrent GET loop?limit=500 in {took:?}: RSS {} MB before, {} MB peak, {} MB after; {threads} threads at most",
+        "{burst} concurrent GET loop?limit=500 in {took:?}: RSS {} MB before, {} MB peak, {} MB after \
+         (anonymous {} MB before, {} MB after); {threads} threads at most",
         before / 1024,
         peak / 1024,
-        after / 1024
+        after / 1024,
+        heap_before / 1024,
+        heap_after / 1024
     );
     assert!(threads <= 64, "{threads} threads during the burst");
-    assert!(after <= before + 64 * 1024, "RSS {} MB after the burst, {} MB before", after / 1024, before / 1024);
+    assert!(
+        heap_after <= heap_before + 64 * 1024,
+        "anonymous RSS {} MB after the burst, {} MB before",
+        heap_after / 1024,
+        heap_before / 1024
+    );
 }

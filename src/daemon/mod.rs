@@ -448,17 +448,46 @@ impl Shared {
         f: impl FnOnce(&Store) -> Result<T, ApiError> + Send + 'static,
     ) -> Result<(String, T), ApiError> {
         let (id, path) = self.agent(key).await?;
+        let out = self.on_reader(path, f).await?;
+        Ok((id, out))
+    }
+
+    /// A read whose answer is large (a loop page, a chat history): built
+    /// and serialised on the blocking pool, under the read permit, so the
+    /// async workers stay free to accept and answer everyone else. `f`
+    /// gets the agent's id.
+    pub async fn read_json(
+        &self,
+        key: &str,
+        f: impl FnOnce(&Store, String) -> Result<Value, ApiError> + Send + 'static,
+    ) -> Result<Response, ApiError> {
+        let (id, path) = self.agent(key).await?;
+        let bytes = self
+            .on_reader(path, move |st| {
+                let v = f(st, id)?;
+                serde_json::to_vec(&v).map_err(|e| ApiError::internal(e.to_string()))
+            })
+            .await?;
+        Ok(([(header::CONTENT_TYPE, axum::http::HeaderValue::from_static("application/json"))], bytes).into_response())
+    }
+
+    /// `f` on a fresh read-only connection to `path`, on the blocking pool,
+    /// at most `memory::read_permits` at once.
+    async fn on_reader<T: Send + 'static>(
+        &self,
+        path: PathBuf,
+        f: impl FnOnce(&Store) -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<T, ApiError> {
         // The permit goes with the work: a client that hangs up does not
         // free it while the read still runs.
         let permit = self.reads.clone().acquire_owned().await.map_err(|e| ApiError::internal(e.to_string()))?;
-        let out = tokio::task::spawn_blocking(move || {
+        tokio::task::spawn_blocking(move || {
             let _permit = permit;
             let store = Store::open_read_only(&path)?;
             f(&store)
         })
         .await
-        .map_err(|e| ApiError::internal(e.to_string()))??;
-        Ok((id, out))
+        .map_err(|e| ApiError::internal(e.to_string()))?
     }
 
     /// Run owner work on the agent's actor (which owns the writer).
