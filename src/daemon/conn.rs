@@ -92,6 +92,8 @@ pub fn nofile() -> (u64, u64) {
         let mut l = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
         // SAFETY: getrlimit writes into the struct we own.
         if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) } == 0 {
+            // rlim_t is narrower than u64 on some targets.
+            #[allow(clippy::unnecessary_cast)]
             return (l.rlim_cur as u64, l.rlim_max as u64);
         }
     }
