@@ -3,8 +3,11 @@
 //! fleet folder says who holds it); every route but `/health` needs the
 //! bearer token; the `Host` header must name this server (no DNS
 //! rebinding) and cross-site requests are refused; there are no CORS
-//! headers at all. Reads open the agent's file read-only beside its writer;
-//! writes go through the agent's actor, as the terminal app's do.
+//! headers at all. Reads open the agent's file read-only beside its writer
+//! (a few at once, on a capped blocking pool); writes go through the
+//! agent's actor, as the terminal app's do. Hostile clients are the
+//! business of `conn.rs` (accept loop, timeouts, connection cap) and
+//! `body.rs` (body limits, JSON error answers).
 
 pub mod bench;
 pub mod body;
