@@ -418,7 +418,8 @@ async fn openapi_matches_the_routes_served() {
             assert_ne!(status, 405, "{method} {path} is documented but not served");
             if status == 404 {
                 let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-                assert!(v["error"].is_string(), "{method} {path}: a 404 from the router, not the route: {text}");
+                assert!(v["error"].is_string(), "{method} {path}: {text}");
+                assert_ne!(v["code"], "NO_ROUTE", "{method} {path}: a 404 from the router, not the route: {text}");
             }
             assert!(status < 500 || method != "get", "{method} {path}: {status} {text}");
         }
@@ -576,4 +577,147 @@ async fn unreviewed_files_wait_for_a_review() {
     let err = d.stop_stderr();
     assert!(err.contains("fresh.adf belongs to another owner") && err.contains("`adf claim "), "{err}");
     assert!(!err.contains("mine.adf belongs") && !err.contains("headless.adf belongs"), "{err}");
+}
+
+/// Every error answer is `{error, code?}` JSON: unknown routes, methods a
+/// route does not serve, rejected path parameters and oversize bodies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_error_answer_is_json() {
+    let dir = tmp();
+    let home = home_with(dir.path(), &["a"]);
+    let d = start(&home, "http://127.0.0.1:9", &["--no-mesh"]);
+    let check = |what: &str, resp: &reqwest::Response| {
+        let ct = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+        assert!(ct.starts_with("application/json"), "{what}: content-type {ct:?}");
+    };
+    let send = |m: &str, path: &str| {
+        d.http
+            .request(reqwest::Method::from_bytes(m.as_bytes()).unwrap(), format!("{}{path}", d.url))
+            .bearer_auth(&d.token)
+    };
+    for (m, path, status) in [
+        ("GET", "/no/such/route", 404),
+        ("DELETE", "/agents", 405),
+        ("PATCH", "/agents/a/status", 405),
+        ("GET", "/agents/%FF%FE/status", 400),
+    ] {
+        let resp = send(m, path).send().await.unwrap();
+        assert_eq!(resp.status().as_u16(), status, "{m} {path}");
+        check(&format!("{m} {path}"), &resp);
+        if status == 405 {
+            assert!(resp.headers().get("allow").is_some(), "{m} {path}: 405 names the allowed methods");
+        }
+        let v: Value = resp.json().await.unwrap();
+        assert!(v["error"].as_str().is_some_and(|e| !e.is_empty()), "{m} {path}: {v}");
+    }
+    // A body over the limit (2 MiB), declared and sent.
+    let resp = send("PUT", "/agents/a/mind").body(vec![b' '; 3 << 20]).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 413);
+    check("PUT 3 MiB", &resp);
+    let v: Value = resp.json().await.unwrap();
+    assert!(v["error"].is_string(), "{v}");
+    // The document lists the answers a fuzzer will see.
+    let doc = d.get("/openapi.json").await;
+    let op = &doc["paths"]["/agents/{id}/mind"]["put"]["responses"];
+    assert!(op["413"].is_object() && op["408"].is_object(), "{op}");
+}
+
+/// Bound beyond loopback, the daemon answers to its own addresses, its host
+/// name and the names given with `--allow-host`; it needs a token of 16
+/// characters or more there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bound_beyond_loopback_it_answers_to_its_own_names() {
+    let dir = tmp();
+    let home = home_with(dir.path(), &["a"]);
+    let fleet = home.join("data/agents");
+    let run = |token: &str, extra: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_adf"));
+        c.args(["daemon", "--host", "0.0.0.0", "--port", "0", "--no-mesh"])
+            .args(extra)
+            .env("ADF_HOME", &home)
+            .env("ADF_DAEMON_TOKEN", token)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        c
+    };
+    // A short token is refused, in one line.
+    let mut child = run("short-token", &[]).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "a short token must be refused");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("at least 16 characters"), "{err}");
+    // `--allow-host` is documented.
+    let help = Command::new(env!("CARGO_BIN_EXE_adf")).args(["daemon", "--help"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&help.stdout).contains("--allow-host"));
+
+    let token = "a-long-enough-token-1234";
+    let _ = std::fs::remove_file(fleet.join(".daemon.json"));
+    let child = run(token, &["--allow-host", "adf.example", "--allow-host", "box.lan:8080"]).spawn().unwrap();
+    let mut d = Daemon {
+        child,
+        url: String::new(),
+        token: token.into(),
+        home: home.clone(),
+        http: adf::providers::http_client(),
+    };
+    let info = fleet.join(".daemon.json");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !info.exists() {
+        assert!(Instant::now() < deadline, "the daemon did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&info).unwrap()).unwrap();
+    d.url = v["url"].as_str().unwrap().to_string();
+    let port = v["port"].as_u64().unwrap();
+    let bearer = format!("Bearer {token}");
+    let host_status = |host: String| {
+        let (d, bearer) = (&d, bearer.clone());
+        async move { (d.raw("/agents", &[("authorization", &bearer), ("host", &host)]).await, host) }
+    };
+    let name = gethostname::gethostname().to_string_lossy().to_string();
+    for host in [
+        format!("127.0.0.1:{port}"),
+        format!("{name}:{port}"),
+        format!("adf.example:{port}"),
+        format!("ADF.Example:{port}"),
+        "box.lan:8080".to_string(),
+    ] {
+        assert_eq!(host_status(host.clone()).await, (200, host));
+    }
+    // The machine's own non-loopback address, when it has one.
+    if let Ok(sock) = std::net::UdpSocket::bind("0.0.0.0:0")
+        && sock.connect("192.0.2.1:9").is_ok()
+        && let Ok(local) = sock.local_addr()
+        && !local.ip().is_loopback()
+        && !local.ip().is_unspecified()
+    {
+        let host = format!("{}:{port}", local.ip());
+        assert_eq!(host_status(host.clone()).await, (200, host));
+    }
+    for host in [format!("evil.example:{port}"), format!("adf.example:{}", port + 1), "box.lan:8081".into()] {
+        assert_eq!(host_status(host.clone()).await, (403, host));
+    }
+    let err = d.stop_stderr();
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+/// A file that fails to load is reported as not loaded, never as "loaded,
+/// not started".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_that_fails_to_load_is_not_called_loaded() {
+    let dir = tmp();
+    let home = home_with(dir.path(), &["a"]);
+    std::fs::write(home.join("data/agents/broken.adf"), b"this is not an agent file").unwrap();
+    let mut d = start(&home, "http://127.0.0.1:9", &["--no-mesh"]);
+    assert_eq!(d.get("/agents").await.as_array().unwrap().len(), 1);
+    let err = d.stop_stderr();
+    assert!(err.contains("not loaded"), "{err}");
+    assert!(!err.lines().any(|l| l.contains("loaded, not started") && l.contains("broken.adf")), "{err}");
 }

@@ -137,7 +137,10 @@ pub enum Command {
     /// (`~/.config/adf/` on Linux, `$ADF_HOME/config` when ADF_HOME is set),
     /// mode 0600; local `adf` commands read it by themselves.
     /// `ADF_DAEMON_TOKEN` overrides it and is required to listen beyond
-    /// loopback. Settings (provider accounts, prices, reviewed agents):
+    /// loopback (16 characters at least there). Limits: a request head must
+    /// arrive within 30 s and a body within 30 s (else 408); bodies are at
+    /// most 2 MiB (413); open connections are capped (half the descriptor
+    /// limit, 64 to 4,096), closing idle ones first. Settings (provider accounts, prices, reviewed agents):
     /// `settings.json` in the same folder. Logs: stderr (journald under
     /// systemd, see the README's unit). The fleet: `~/.local/share/adf/agents/`
     /// (`$ADF_HOME/data/agents`); `.daemon.json` there says where the daemon
@@ -156,6 +159,13 @@ pub enum Command {
         /// Do not start the mesh server (same-fleet messaging still works).
         #[arg(long)]
         no_mesh: bool,
+        /// Another name clients may reach the daemon by (a `Host` header it
+        /// answers; repeatable): `NAME` means NAME:PORT, `NAME:PORT` as
+        /// given. Loopback names always work; bound beyond loopback, so do
+        /// the machine's own addresses and host name. Anything else is
+        /// refused (403) against DNS rebinding.
+        #[arg(long = "allow-host", value_name = "NAME")]
+        allow_host: Vec<String>,
         /// Fleet folders and agent files (default: the fleet folder).
         paths: Vec<PathBuf>,
     },
@@ -487,12 +497,14 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
 
 fn run_simple(command: Option<Command>, out: &Out) -> anyhow::Result<()> {
     match command {
-        Some(Command::Daemon { host, port, paths, mesh_port, no_mesh }) => crate::daemon::run(
+        Some(Command::Daemon { host, port, paths, mesh_port, no_mesh, allow_host }) => crate::daemon::run(
             crate::daemon::Options {
                 host,
                 port,
                 paths,
                 mesh_port: (!no_mesh).then_some(mesh_port),
+                allow_hosts: allow_host,
+                limits: crate::daemon::conn::Limits::from_env(),
                 ..Default::default()
             },
             crate::runtime::fleet::accounts_factory(),

@@ -95,8 +95,14 @@ async fn start(
     let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
     let mut paths = vec![dir.to_path_buf()];
     paths.extend(files);
-    let opts =
-        Options { host: "127.0.0.1".into(), port: 0, paths, heartbeat: Duration::from_secs(30), mesh_port: None };
+    let opts = Options {
+        host: "127.0.0.1".into(),
+        port: 0,
+        paths,
+        heartbeat: Duration::from_secs(30),
+        mesh_port: None,
+        ..Default::default()
+    };
     let task = tokio::spawn(async move {
         let stop = async move {
             let _ = stop_rx.await;

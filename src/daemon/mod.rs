@@ -3,10 +3,17 @@
 //! fleet folder says who holds it); every route but `/health` needs the
 //! bearer token; the `Host` header must name this server (no DNS
 //! rebinding) and cross-site requests are refused; there are no CORS
-//! headers at all. Reads open the agent's file read-only beside its writer;
-//! writes go through the agent's actor, as the terminal app's do.
+//! headers at all. Reads open the agent's file read-only beside its writer
+//! (a few at once, on a capped blocking pool); writes go through the
+//! agent's actor, as the terminal app's do. Hostile clients are the
+//! business of `conn.rs` (accept loop, timeouts, connection cap) and
+//! `body.rs` (body limits, JSON error answers).
 
 pub mod bench;
+pub mod body;
+pub mod conn;
+pub mod hosts;
+pub mod memory;
 pub mod openapi;
 pub mod resources;
 pub mod routes;
@@ -46,6 +53,10 @@ pub struct Options {
     /// The agent-facing mesh server's port (probes the next 19 when taken);
     /// `None` keeps it off.
     pub mesh_port: Option<u16>,
+    /// More names a `Host` header may give (`--allow-host`).
+    pub allow_hosts: Vec<String>,
+    /// Timeouts, body size and connection cap.
+    pub limits: conn::Limits,
 }
 
 impl Default for Options {
@@ -56,6 +67,8 @@ impl Default for Options {
             paths: Vec::new(),
             heartbeat: Duration::from_secs(30),
             mesh_port: Some(crate::runtime::mesh::server::DEFAULT_PORT),
+            allow_hosts: Vec::new(),
+            limits: conn::Limits::default(),
         }
     }
 }
@@ -71,6 +84,8 @@ pub struct Shared {
     pub fleet_dir: PathBuf,
     /// Turns true when the daemon shuts down: event streams end with it.
     pub closing: tokio::sync::watch::Receiver<bool>,
+    /// Permits for SQLite reads at once (`memory::read_permits`).
+    pub reads: Arc<tokio::sync::Semaphore>,
 }
 
 pub type AppState = Arc<Shared>;
@@ -129,21 +144,22 @@ impl From<crate::store::StoreError> for ApiError {
 
 pub type ApiResult<T = Json<Value>> = Result<T, ApiError>;
 
-fn is_loopback(host: &str) -> bool {
-    matches!(host, "127.0.0.1" | "localhost" | "::1" | "[::1]")
-}
+use hosts::is_loopback;
+
+/// The shortest `ADF_DAEMON_TOKEN` accepted for a bind beyond loopback.
+pub const MIN_REMOTE_TOKEN: usize = 16;
 
 /// Token, `Host`, `Origin` and `Sec-Fetch-Site` checks for every request.
 async fn guard(State(s): State<AppState>, req: Request, next: Next) -> Response {
     let headers = req.headers();
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
-    if !s.allowed_hosts.iter().any(|h| h == host) {
+    if !s.allowed_hosts.iter().any(|h| h.eq_ignore_ascii_case(host)) {
         return ApiError::new(StatusCode::FORBIDDEN, format!("Host \"{host}\" is not this daemon"))
             .with_code("BAD_HOST")
             .into_response();
     }
     if let Some(origin) = headers.get(header::ORIGIN).and_then(|h| h.to_str().ok()) {
-        let same = s.allowed_hosts.iter().any(|h| origin == format!("http://{h}"));
+        let same = s.allowed_hosts.iter().any(|h| origin.eq_ignore_ascii_case(&format!("http://{h}")));
         if !same {
             return ApiError::new(StatusCode::FORBIDDEN, format!("cross-origin request from {origin} refused"))
                 .with_code("CROSS_SITE")
@@ -188,7 +204,12 @@ pub fn discover(fleet_dir: &Path) -> Option<String> {
 
 /// Run the daemon until SIGINT or SIGTERM.
 pub fn run(opts: Options, factory: ProviderFactory) -> anyhow::Result<()> {
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    // A service starts with 1,024 descriptors; every connection takes one.
+    conn::raise_nofile();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .max_blocking_threads(memory::MAX_BLOCKING_THREADS)
+        .build()?;
     rt.block_on(serve(opts, factory, shutdown_signal()))
 }
 
@@ -234,11 +255,20 @@ pub async fn serve_with(
     ready: Option<tokio::sync::oneshot::Sender<Ready>>,
 ) -> anyhow::Result<()> {
     let env_token = token::from_env();
-    if !is_loopback(&opts.host) && env_token.is_none() {
-        anyhow::bail!(
-            "refusing to listen on {} without ADF_DAEMON_TOKEN: a daemon reachable beyond this machine needs an explicit token",
-            opts.host
-        );
+    if !is_loopback(&opts.host) {
+        let Some(t) = &env_token else {
+            anyhow::bail!(
+                "refusing to listen on {} without ADF_DAEMON_TOKEN: a daemon reachable beyond this machine needs an explicit token",
+                opts.host
+            );
+        };
+        let n = t.chars().count();
+        if n < MIN_REMOTE_TOKEN {
+            anyhow::bail!(
+                "refusing to listen on {} with a {n}-character ADF_DAEMON_TOKEN: beyond loopback it must be at least {MIN_REMOTE_TOKEN} characters",
+                opts.host
+            );
+        }
     }
     let token = token::load_or_mint().map_err(anyhow::Error::msg)?;
     let (_, created) =
@@ -269,6 +299,10 @@ pub async fn serve_with(
         .map_err(|e| anyhow::anyhow!("cannot listen on {}:{}: {e}", opts.host, opts.port))?;
     let addr: SocketAddr = listener.local_addr()?;
     crate::runtime::egress::set_daemon_port(addr.port());
+    // Files this daemon holds name its API in their lock records, so a
+    // command on one of them goes through here.
+    let host = if opts.host == "0.0.0.0" || opts.host == "::" { "127.0.0.1" } else { opts.host.as_str() };
+    crate::store::lock::set_api(&format!("http://{host}:{}", addr.port()));
     let bus = Bus::new();
     let mut fleet = Fleet::new(bus.clone(), factory).stream_deltas(true).lenient(true);
     // Files named on the command line are the owner's choice; the fleet's
@@ -290,10 +324,10 @@ pub async fn serve_with(
             (false, false, _) => Some("unreviewed"),
             (false, true, false) => Some("not_autostart"),
         };
-        if reason == Some("unreviewed") {
+        let loaded = fleet.load_with(f, reason.is_none());
+        if loaded.is_ok() && reason == Some("unreviewed") {
             eprintln!("adf daemon: loaded, not started (unreviewed): review it with `adf review {}`", f.display());
         }
-        let loaded = fleet.load_with(f, reason.is_none());
         if let Ok(i) = &loaded
             && fleet.foreign().contains(&i.id)
         {
@@ -339,10 +373,7 @@ pub async fn serve_with(
         None => None,
     };
     let port = addr.port();
-    let mut allowed_hosts = vec![format!("127.0.0.1:{port}"), format!("localhost:{port}"), format!("[::1]:{port}")];
-    if !is_loopback(&opts.host) {
-        allowed_hosts.push(format!("{}:{port}", opts.host));
-    }
+    let allowed_hosts = hosts::allowed(&opts.host, port, &opts.allow_hosts);
     let url = format!("http://{}:{port}", if opts.host == "0.0.0.0" { "127.0.0.1" } else { opts.host.as_str() });
     let info = json!({"url": url, "pid": std::process::id(), "port": port, "mesh": mesh_url});
     std::fs::write(info_path(&fleet_dir), info.to_string())?;
@@ -355,7 +386,8 @@ pub async fn serve_with(
         started: Instant::now(),
         heartbeat: opts.heartbeat,
         fleet_dir: fleet_dir.clone(),
-        closing,
+        closing: closing.clone(),
+        reads: Arc::new(tokio::sync::Semaphore::new(memory::read_permits())),
     });
     bus.publish(crate::protocol::Envelope::new(
         crate::protocol::kind::DAEMON_STARTED,
@@ -376,14 +408,20 @@ pub async fn serve_with(
     if let Some(r) = ready {
         let _ = r.send(Ready { addr, bus: bus.clone(), token: shared.token.clone() });
     }
+    // Outermost first: error answers as JSON, then the guard, then the body.
+    let limits = Arc::new(opts.limits.clone());
     let app = routes::router(shared.clone())
+        .layer(axum::extract::DefaultBodyLimit::disable())
+        .layer(axum::middleware::from_fn_with_state(limits, body::read_body))
         .layer(axum::middleware::from_fn_with_state(shared.clone(), guard))
+        .layer(axum::middleware::from_fn(body::json_errors))
         .with_state(shared.clone());
-    let stop = async move {
+    tokio::spawn(async move {
         stop.await;
         let _ = closing_tx.send(true);
-    };
-    let served = axum::serve(listener, app).with_graceful_shutdown(stop).await;
+    });
+    tokio::spawn(memory::trimmer(closing.clone()));
+    conn::serve(listener, app, opts.limits.clone(), closing).await;
     // Goodbye to the LAN before the agents go.
     drop(discovery);
     let _ = std::fs::remove_file(info_path(&fleet_dir));
@@ -395,7 +433,6 @@ pub async fn serve_with(
             eprintln!("adf daemon: {e}");
         }
     }
-    served?;
     Ok(())
 }
 
@@ -418,13 +455,46 @@ impl Shared {
         f: impl FnOnce(&Store) -> Result<T, ApiError> + Send + 'static,
     ) -> Result<(String, T), ApiError> {
         let (id, path) = self.agent(key).await?;
-        let out = tokio::task::spawn_blocking(move || {
+        let out = self.on_reader(path, f).await?;
+        Ok((id, out))
+    }
+
+    /// A read whose answer is large (a loop page, a chat history): built
+    /// and serialised on the blocking pool, under the read permit, so the
+    /// async workers stay free to accept and answer everyone else. `f`
+    /// gets the agent's id.
+    pub async fn read_json(
+        &self,
+        key: &str,
+        f: impl FnOnce(&Store, String) -> Result<Value, ApiError> + Send + 'static,
+    ) -> Result<Response, ApiError> {
+        let (id, path) = self.agent(key).await?;
+        let bytes = self
+            .on_reader(path, move |st| {
+                let v = f(st, id)?;
+                serde_json::to_vec(&v).map_err(|e| ApiError::internal(e.to_string()))
+            })
+            .await?;
+        Ok(([(header::CONTENT_TYPE, axum::http::HeaderValue::from_static("application/json"))], bytes).into_response())
+    }
+
+    /// `f` on a fresh read-only connection to `path`, on the blocking pool,
+    /// at most `memory::read_permits` at once.
+    async fn on_reader<T: Send + 'static>(
+        &self,
+        path: PathBuf,
+        f: impl FnOnce(&Store) -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        // The permit goes with the work: a client that hangs up does not
+        // free it while the read still runs.
+        let permit = self.reads.clone().acquire_owned().await.map_err(|e| ApiError::internal(e.to_string()))?;
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
             let store = Store::open_read_only(&path)?;
             f(&store)
         })
         .await
-        .map_err(|e| ApiError::internal(e.to_string()))??;
-        Ok((id, out))
+        .map_err(|e| ApiError::internal(e.to_string()))?
     }
 
     /// Run owner work on the agent's actor (which owns the writer).

@@ -206,6 +206,9 @@ pub fn document() -> Value {
                 schema["required"] = json!(required);
             }
             op["requestBody"] = json!({"required": true, "content": {"application/json": {"schema": schema}}});
+            // The body is read before the route runs (`body.rs`).
+            op["responses"]["408"] = json!({"$ref": "#/components/responses/Error"});
+            op["responses"]["413"] = json!({"$ref": "#/components/responses/Error"});
         }
         let entry = paths.entry(route.path.to_string()).or_insert_with(|| json!({}));
         entry[route.method] = op;

@@ -10,6 +10,7 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
+use axum::response::Response;
 use axum::routing::{get, post, put};
 use base64::Engine;
 use serde_json::{Value, json};
@@ -104,44 +105,44 @@ fn row_json(r: &crate::store::loop_rows::LoopRow) -> Value {
 
 /// `GET /agents/:id/loop?limit&offset` (default: the last page), or
 /// `?after=SEQ`: the rows appended after a seq (a follower).
-async fn loop_page(State(s): State<AppState>, Path(id): Path<String>, Query(q): Q) -> ApiResult {
+async fn loop_page(State(s): State<AppState>, Path(id): Path<String>, Query(q): Q) -> Result<Response, ApiError> {
     if q.contains_key("after") {
         let after = int(&q, "after", 0, i64::MIN, i64::MAX)?;
         let limit = int(&q, "limit", 5000, 1, 5000)?;
-        let (id, entries) = s
-            .read(&id, move |st| {
-                Ok(st.loop_rows_after(after)?.iter().take(limit as usize).map(row_json).collect::<Vec<_>>())
+        return s
+            .read_json(&id, move |st, id| {
+                let entries: Vec<Value> = st.loop_rows_after_page(after, limit)?.iter().map(row_json).collect();
+                Ok(json!({"agentId": id, "after": after, "limit": limit, "entries": entries}))
             })
-            .await?;
-        return Ok(Json(json!({"agentId": id, "after": after, "limit": limit, "entries": entries})));
+            .await;
     }
     let limit = int(&q, "limit", 50, 1, 500)?;
     let offset = q.get("offset").map(|_| int(&q, "offset", 0, 0, i64::MAX)).transpose()?;
-    let (id, (total, offset, entries)) = s
-        .read(&id, move |st| {
-            let rows = st.loop_rows(None)?;
-            let total = rows.len() as i64;
-            let offset = offset.unwrap_or((total - limit).max(0));
-            let entries: Vec<Value> = rows.iter().skip(offset as usize).take(limit as usize).map(row_json).collect();
-            Ok((total, offset, entries))
-        })
-        .await?;
-    Ok(Json(json!({"agentId": id, "total": total, "limit": limit, "offset": offset, "entries": entries})))
+    s.read_json(&id, move |st, id| {
+        let total = st.loop_count()?;
+        let offset = offset.unwrap_or((total - limit).max(0));
+        let entries: Vec<Value> = st.loop_page(offset, limit)?.iter().map(row_json).collect();
+        Ok(json!({"agentId": id, "total": total, "limit": limit, "offset": offset, "entries": entries}))
+    })
+    .await
 }
 
 /// `GET /agents/:id/chat?limit`: the tail of the loop, for a chat view.
-pub async fn chat_history(State(s): State<AppState>, Path(id): Path<String>, Query(q): Q) -> ApiResult {
+pub async fn chat_history(
+    State(s): State<AppState>,
+    Path(id): Path<String>,
+    Query(q): Q,
+) -> Result<Response, ApiError> {
     let limit = int(&q, "limit", 200, 1, 500)?;
-    let (id, (total, entries)) = s
-        .read(&id, move |st| {
-            let rows = st.loop_rows(None)?;
-            let skip = rows.len().saturating_sub(limit as usize);
-            Ok((rows.len(), rows[skip..].iter().map(row_json).collect::<Vec<_>>()))
-        })
-        .await?;
-    let earlier = total.saturating_sub(entries.len());
-    Ok(Json(json!({"agentId": id, "chatHistory": {"version": 1, "uiLog": entries, "llmMessages": [], "total": total,
-        "earlierCount": earlier}})))
+    s.read_json(&id, move |st, id| {
+        let total = st.loop_count()?.max(0) as usize;
+        let skip = total.saturating_sub(limit as usize);
+        let entries: Vec<Value> = st.loop_page(skip as i64, limit)?.iter().map(row_json).collect();
+        let earlier = total.saturating_sub(entries.len());
+        Ok(json!({"agentId": id, "chatHistory": {"version": 1, "uiLog": entries, "llmMessages": [], "total": total,
+            "earlierCount": earlier}}))
+    })
+    .await
 }
 
 /// `DELETE /agents/:id/chat`: clear the loop (audited when loop audit is on).

@@ -148,7 +148,7 @@ pub async fn status_of(s: &AppState, key: &str) -> ApiResult<Value> {
     let (_, (autostart, loop_count, pending)) = s
         .read(&id, |st| {
             let cfg = st.config_value()?;
-            let n = st.loop_rows(None)?.len();
+            let n = st.loop_count()?;
             let pending = st.task_list(Some("pending_approval"))?.len();
             Ok((cfg["autostart"].as_bool().unwrap_or(false), n, pending))
         })

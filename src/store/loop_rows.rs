@@ -74,7 +74,29 @@ impl Store {
         let sql = format!(
             "SELECT seq, role, content_json, model, tokens, created_at, ord FROM adf_loop ORDER BY {ORDER} LIMIT ?1"
         );
-        self.loop_query(&sql, limit.map(|l| l as i64).unwrap_or(-1))
+        self.loop_query(&sql, [limit.map(|l| l as i64).unwrap_or(-1)])
+    }
+
+    /// How many rows the loop holds.
+    pub fn loop_count(&self) -> Result<i64> {
+        self.conn().query_row("SELECT COUNT(*) FROM adf_loop", [], |r| r.get(0)).at(self.path())
+    }
+
+    /// At most `limit` rows in loop order from `offset`: a page read as a
+    /// page, not the whole loop.
+    pub fn loop_page(&self, offset: i64, limit: i64) -> Result<Vec<LoopRow>> {
+        let sql = format!(
+            "SELECT seq, role, content_json, model, tokens, created_at, ord FROM adf_loop ORDER BY {ORDER} LIMIT ?1 OFFSET ?2"
+        );
+        self.loop_query(&sql, params![limit, offset])
+    }
+
+    /// At most `limit` rows appended after `seq`, in order.
+    pub fn loop_rows_after_page(&self, seq: i64, limit: i64) -> Result<Vec<LoopRow>> {
+        let sql = format!(
+            "SELECT seq, role, content_json, model, tokens, created_at, ord FROM adf_loop WHERE seq > ?1 ORDER BY {ORDER} LIMIT ?2"
+        );
+        self.loop_query(&sql, params![seq, limit])
     }
 
     /// Rows appended after `seq` (a viewer following the loop), in order.
@@ -82,12 +104,12 @@ impl Store {
         let sql = format!(
             "SELECT seq, role, content_json, model, tokens, created_at, ord FROM adf_loop WHERE seq > ?1 ORDER BY {ORDER}"
         );
-        self.loop_query(&sql, seq)
+        self.loop_query(&sql, [seq])
     }
 
-    fn loop_query(&self, sql: &str, arg: i64) -> Result<Vec<LoopRow>> {
+    fn loop_query(&self, sql: &str, args: impl rusqlite::Params) -> Result<Vec<LoopRow>> {
         let mut stmt = self.conn().prepare_cached(sql).at(self.path())?;
-        stmt.query_map([arg], |r| {
+        stmt.query_map(args, |r| {
             let content = text_lossy(r, 2)?;
             let tokens: Option<rusqlite::types::Value> = r.get(4)?;
             Ok(LoopRow {
