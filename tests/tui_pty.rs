@@ -335,7 +335,7 @@ async fn attach_to_a_daemon_detach_and_reattach() {
     let dir = tmp();
     let home = home_with_agent(dir.path());
     let mut slow = Scripted::sse(anthropic_text(&["Finished ", "while you were away.\n"], 3, 2));
-    slow.pause_ms = 1500;
+    slow.pause_ms = 4000;
     let fake = Arc::new(
         FakeProvider::start(vec![
             Scripted::sse(anthropic_text(&["Hello ", "through the daemon.\n"], 3, 2)),
@@ -403,6 +403,8 @@ async fn attach_to_a_daemon_detach_and_reattach() {
         a.send("\x1b");
         a.quit();
         let c = Tui::start_with(&home, &[], &[], 120, 40);
+        // Attached mid-turn, the agent shows as working, not idle.
+        c.wait_for("1 running");
         c.wait_for("while you were away.");
         c.quit();
     })
@@ -811,6 +813,111 @@ async fn ascii_mode_and_no_color() {
             assert!(cell.inverse(), "the selected agent is reverse video:\n{s}");
             assert_eq!(cell.bgcolor(), vt100::Color::Default, "and no colour");
         }
+        t.quit();
+    })
+    .await
+    .unwrap();
+}
+
+/// While the app runs the fleet, CLI commands on its files go through the
+/// app's control API (named in the files' lock records) instead of failing
+/// with "held by another adf process"; a hangup in the middle of a turn
+/// closes every file cleanly within a couple of seconds: the turn
+/// checkpointed as interrupted, the clean-close marker written, no sidecar.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_goes_through_the_app_and_a_hangup_closes_cleanly() {
+    let dir = tmp();
+    let home = home_with_agent(dir.path());
+    let mut slow = Scripted::sse(anthropic_text(&["never ", "finished"], 3, 2));
+    slow.pause_ms = 20_000;
+    let fake = Arc::new(
+        FakeProvider::start(vec![Scripted::sse(anthropic_text(&["Through ", "the app.\n"], 3, 2)), slow]).await,
+    );
+    let f2 = fake.clone();
+    tokio::task::spawn_blocking(move || {
+        let base = f2.base_url.clone();
+        let agents = home.join("data/agents");
+        let file = agents.join("a.adf");
+        let mut t = Tui::start(&home, &base, None, 120, 40);
+        t.wait_for("adf › a › main");
+        let cli = |args: &[&str], stdin: Option<&[u8]>| {
+            let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_adf"));
+            cmd.args(args)
+                .current_dir(&agents)
+                .env("ADF_HOME", &home)
+                .env_remove("ADF_DAEMON_URL")
+                .stdin(if stdin.is_some() { std::process::Stdio::piped() } else { std::process::Stdio::null() })
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            let mut child = cmd.spawn().unwrap();
+            if let Some(i) = stdin {
+                child.stdin.take().unwrap().write_all(i).unwrap();
+            }
+            child.wait_with_output().unwrap()
+        };
+        let lock = std::fs::read_to_string(agents.join("a.adf.lock")).unwrap();
+        assert!(lock.contains("\"api\":\"http://127.0.0.1:"), "{lock}");
+        ok(&cli(&["config", "set", "a.adf", "description", "set while the app runs"], None));
+        assert_eq!(ok(&cli(&["config", "get", "a.adf", "description"], None)).trim(), "set while the app runs");
+        ok(&cli(&["files", "put", "a.adf", "notes/cli.md", "-"], Some(b"from the shell\n")));
+        assert_eq!(ok(&cli(&["files", "cat", "a.adf", "notes/cli.md"], None)), "from the shell\n");
+        ok(&cli(&["meta", "set", "a.adf", "x_note", "hello"], None));
+        assert_eq!(ok(&cli(&["meta", "get", "a.adf", "x_note"], None)).trim(), "hello");
+        // A chat on the file streams through the app, which shows it too.
+        let reply = ok(&cli(&["chat", "a.adf", "hi", "from", "the", "shell"], None));
+        assert_eq!(reply.trim(), "Through the app.");
+        t.wait_for("Through the app.");
+        // A turn in flight when the terminal goes away.
+        t.send("i");
+        t.send("a long one");
+        t.send("\r");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while f2.requests().len() < 2 {
+            assert!(Instant::now() < deadline, "the second turn never reached the model");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let pid = t.child.process_id().unwrap() as i32;
+        let hup = Instant::now();
+        unsafe { libc::kill(pid, libc::SIGHUP) };
+        loop {
+            if t.child.try_wait().unwrap().is_some() {
+                break;
+            }
+            assert!(hup.elapsed() < Duration::from_secs(5), "the app did not end on SIGHUP");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        eprintln!("closed {:?} after SIGHUP", hup.elapsed());
+        for s in ["-wal", "-shm", ".lock"] {
+            let side = agents.join(format!("a.adf{s}"));
+            assert!(!side.exists(), "{} left behind", side.display());
+        }
+        let c = rusqlite::Connection::open(&file).unwrap();
+        let marker: Option<String> =
+            c.query_row("SELECT value FROM adf_meta WHERE key = 'adf_clean_close'", [], |r| r.get(0)).ok();
+        assert!(marker.is_some(), "no clean-close marker");
+        let cp: String = c
+            .query_row("SELECT value FROM adf_meta WHERE key = 'adf_runtime_turn_checkpoint'", [], |r| r.get(0))
+            .unwrap_or_default();
+        assert!(cp.contains("\"interrupted\""), "{cp}");
+    })
+    .await
+    .unwrap();
+}
+
+/// `adf DIR` opens the app on that folder instead of the default fleet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_app_opens_a_folder_named_on_the_command_line() {
+    let dir = tmp();
+    let home = home_with_agent(dir.path());
+    let other = dir.path().join("elsewhere");
+    std::fs::create_dir_all(&other).unwrap();
+    ok(&adf_home(&home, &other, &["new", "solo.adf", "--provider", "anthropic", "--model", "m"]));
+    tokio::task::spawn_blocking(move || {
+        let env = [("ANTHROPIC_API_KEY", "sk-test")];
+        let path = other.display().to_string();
+        let t = Tui::start_with(&home, &env, &[path.as_str()], 120, 40);
+        let screen = t.wait_for("adf › solo › main");
+        assert!(screen.contains("1 agent ·"), "only the folder's agent: {screen}");
         t.quit();
     })
     .await

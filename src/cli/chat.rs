@@ -194,7 +194,7 @@ pub fn drive(out: &Out, path: &Path, work: Work<'_>) -> anyhow::Result<u8> {
         // A hangup (the SSH connection dropped), a kill or ctrl-c ends the
         // turn cleanly: checkpointed as interrupted, the file closed with
         // its marker, no sidecar left.
-        let mut stop = Stops::new();
+        let mut stop = crate::runtime::signals::Stops::new();
         let end = {
             let turn = async {
                 match work {
@@ -262,46 +262,5 @@ pub fn drive(out: &Out, path: &Path, work: Work<'_>) -> anyhow::Result<u8> {
             Ok(EXIT_AWAITING_OWNER)
         }
         TurnEnd::Failed { error, state } => anyhow::bail!("{}: {error} (agent is now {state})", path.display()),
-    }
-}
-
-/// SIGINT, SIGTERM and SIGHUP as one stream of names.
-pub struct Stops {
-    int: Option<tokio::signal::unix::Signal>,
-    term: Option<tokio::signal::unix::Signal>,
-    hup: Option<tokio::signal::unix::Signal>,
-}
-
-impl Stops {
-    pub fn new() -> Stops {
-        use tokio::signal::unix::{SignalKind, signal};
-        Stops {
-            int: signal(SignalKind::interrupt()).ok(),
-            term: signal(SignalKind::terminate()).ok(),
-            hup: signal(SignalKind::hangup()).ok(),
-        }
-    }
-
-    /// The next of the three to arrive.
-    pub async fn next(&mut self) -> &'static str {
-        async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
-            match s {
-                Some(s) => {
-                    s.recv().await;
-                }
-                None => std::future::pending::<()>().await,
-            }
-        }
-        tokio::select! {
-            _ = recv(&mut self.int) => "SIGINT",
-            _ = recv(&mut self.term) => "SIGTERM",
-            _ = recv(&mut self.hup) => "SIGHUP",
-        }
-    }
-}
-
-impl Default for Stops {
-    fn default() -> Self {
-        Stops::new()
     }
 }

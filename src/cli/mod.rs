@@ -28,7 +28,7 @@ pub use output::Out;
 
 /// Run and manage AI agents that each live in one .adf file.
 #[derive(Debug, Parser)]
-#[command(name = "adf", version, about, propagate_version = true)]
+#[command(name = "adf", version, about, propagate_version = true, args_conflicts_with_subcommands = true)]
 pub struct Cli {
     /// Print machine-readable JSON instead of text.
     #[arg(long, global = true)]
@@ -46,6 +46,10 @@ pub struct Cli {
     /// Terminal app: ASCII glyphs even where the locale is UTF-8.
     #[arg(long)]
     pub ascii: bool,
+    /// Terminal app: folders and agent files to open instead of the default
+    /// fleet (as `adf daemon` takes them).
+    #[arg(value_name = "DIR|FILE.adf")]
+    pub paths: Vec<PathBuf>,
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -477,6 +481,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
                 theme: cli.theme.clone(),
                 ascii: cli.ascii,
                 files: Vec::new(),
+                paths: cli.paths.clone(),
                 url: cli.url.clone(),
             })?;
             return Ok(0);

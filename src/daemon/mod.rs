@@ -13,6 +13,7 @@ pub mod bench;
 pub mod body;
 pub mod conn;
 pub mod hosts;
+pub mod local;
 pub mod memory;
 pub mod openapi;
 pub mod resources;
@@ -408,14 +409,7 @@ pub async fn serve_with(
     if let Some(r) = ready {
         let _ = r.send(Ready { addr, bus: bus.clone(), token: shared.token.clone() });
     }
-    // Outermost first: error answers as JSON, then the guard, then the body.
-    let limits = Arc::new(opts.limits.clone());
-    let app = routes::router(shared.clone())
-        .layer(axum::extract::DefaultBodyLimit::disable())
-        .layer(axum::middleware::from_fn_with_state(limits, body::read_body))
-        .layer(axum::middleware::from_fn_with_state(shared.clone(), guard))
-        .layer(axum::middleware::from_fn(body::json_errors))
-        .with_state(shared.clone());
+    let app = app_router(&shared, &opts.limits);
     tokio::spawn(async move {
         stop.await;
         let _ = closing_tx.send(true);
@@ -434,6 +428,19 @@ pub async fn serve_with(
         }
     }
     Ok(())
+}
+
+/// The control API's routes with their layers, outermost first: error
+/// answers as JSON, then the guard (token, `Host`, `Origin`), then the
+/// body limits.
+pub fn app_router(shared: &AppState, limits: &conn::Limits) -> axum::Router {
+    let limits = Arc::new(limits.clone());
+    routes::router(shared.clone())
+        .layer(axum::extract::DefaultBodyLimit::disable())
+        .layer(axum::middleware::from_fn_with_state(limits, body::read_body))
+        .layer(axum::middleware::from_fn_with_state(shared.clone(), guard))
+        .layer(axum::middleware::from_fn(body::json_errors))
+        .with_state(shared.clone())
 }
 
 impl Shared {

@@ -14,4 +14,5 @@ pub mod inject;
 pub mod mesh;
 pub mod prompt;
 pub mod shell;
+pub mod signals;
 pub mod triggers;

@@ -611,9 +611,11 @@ impl App {
     pub fn humanize(&self, msg: &str) -> String {
         let mut out = msg.to_string();
         for a in &self.agents {
-            if let Some(rest) = out.strip_prefix(&format!("{}: ", a.info.id))
-                && rest.starts_with("the agent has stopped")
-            {
+            let stopped = out
+                .strip_prefix(&format!("{}: ", a.info.id))
+                .is_some_and(|rest| rest.starts_with("the agent has stopped"))
+                || out.starts_with(&format!("{} has stopped", a.info.name));
+            if stopped {
                 return format!("{} has stopped; {} starts it", a.info.name, self.key_for("start"));
             }
             out = out.replace(&a.info.id, &a.info.name);

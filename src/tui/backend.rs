@@ -13,10 +13,11 @@ use crate::client::Client;
 use crate::protocol::{Command, Envelope};
 use crate::runtime::agent::{AgentCommand, OwnerWork};
 use crate::runtime::bus::{Filter, Item, Subscription};
-use crate::runtime::fleet::{AgentInfo, Fleet};
+use crate::runtime::fleet::AgentInfo;
 
 pub enum Backend {
-    Local(Fleet),
+    /// The fleet in this process, served to the CLI on a loopback port.
+    Local(crate::daemon::local::LocalApi),
     Remote(Client),
 }
 
@@ -48,7 +49,7 @@ impl Backend {
     /// The loaded agents and the folder they are grouped under.
     pub async fn agents(&self) -> anyhow::Result<(Vec<AgentInfo>, PathBuf)> {
         match self {
-            Backend::Local(f) => Ok((f.list(), crate::paths::fleet_dir())),
+            Backend::Local(l) => Ok((l.fleet().await.list(), l.shared.fleet_dir.clone())),
             Backend::Remote(c) => {
                 let list = c.get(&["agents"]).await.map_err(api)?;
                 let rt = c.get(&["runtime"]).await.map_err(api)?;
@@ -75,7 +76,7 @@ impl Backend {
     /// The event feed, starting now.
     pub async fn feed(&self) -> anyhow::Result<Feed> {
         match self {
-            Backend::Local(f) => Ok(Feed::Local(f.bus.subscribe(None, Filter::default()))),
+            Backend::Local(l) => Ok(Feed::Local(l.shared.bus.subscribe(None, Filter::default()))),
             Backend::Remote(c) => {
                 let rt = c.get(&["runtime"]).await.map_err(api)?;
                 let since = rt["eventCursor"].as_u64().unwrap_or(0);
@@ -87,9 +88,9 @@ impl Backend {
     }
 
     /// Agents whose identity belongs to another owner (local fleets).
-    pub fn foreign(&self) -> Vec<String> {
+    pub async fn foreign(&self) -> Vec<String> {
         match self {
-            Backend::Local(f) => f.foreign().iter().cloned().collect(),
+            Backend::Local(l) => l.fleet().await.foreign().iter().cloned().collect(),
             Backend::Remote(_) => Vec::new(),
         }
     }
@@ -100,7 +101,8 @@ impl Backend {
     /// connection.
     pub async fn unlock(&mut self, agent: &str, password: String) -> anyhow::Result<()> {
         match self {
-            Backend::Local(f) => {
+            Backend::Local(l) => {
+                let f = l.fleet().await;
                 let id = f.resolve(agent).map_err(anyhow::Error::msg)?;
                 let path = f
                     .list()
@@ -108,6 +110,7 @@ impl Backend {
                     .find(|a| a.id == id)
                     .map(|a| a.path)
                     .ok_or_else(|| anyhow::anyhow!("{agent}: not loaded"))?;
+                drop(f);
                 let inst = crate::identity::install::current().map_err(anyhow::Error::msg)?;
                 let opened = tokio::task::spawn_blocking(move || -> anyhow::Result<bool> {
                     let mut s = crate::store::Store::sibling(&path)?;
@@ -126,7 +129,7 @@ impl Backend {
     /// Claim a foreign agent: its new DID.
     pub async fn claim(&mut self, agent: &str) -> anyhow::Result<String> {
         match self {
-            Backend::Local(f) => f.claim(agent).await.map_err(anyhow::Error::msg),
+            Backend::Local(l) => l.fleet().await.claim(agent).await.map_err(anyhow::Error::msg),
             Backend::Remote(_) => {
                 anyhow::bail!("claim it on the daemon's machine: `adf claim PATH` (then reload it)")
             }
@@ -136,7 +139,7 @@ impl Backend {
     /// Agents loaded without a working provider: id → why.
     pub async fn unconfigured(&self) -> HashMap<String, String> {
         match self {
-            Backend::Local(f) => f.unconfigured().iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            Backend::Local(l) => l.fleet().await.unconfigured().iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
             Backend::Remote(c) => {
                 let Ok(rt) = c.get(&["runtime"]).await else { return HashMap::new() };
                 rt["agents"]
@@ -159,14 +162,14 @@ impl Backend {
     /// agent again so its name, provider and model take effect.
     pub async fn write_config(&mut self, agent: &str, config: Value) -> anyhow::Result<()> {
         match self {
-            Backend::Local(f) => {
+            Backend::Local(l) => {
                 let (tx, rx) = tokio::sync::oneshot::channel();
                 let work = OwnerWork(Box::new(move |ex| {
                     let _ = tx.send(ex.store.config_replace(config).map_err(|e| e.to_string()));
                 }));
-                f.send(agent, AgentCommand::With(work)).map_err(anyhow::Error::msg)?;
+                l.fleet().await.send(agent, AgentCommand::With(work)).map_err(anyhow::Error::msg)?;
                 rx.await.map_err(|_| anyhow::anyhow!("{agent}: the agent has stopped"))?.map_err(anyhow::Error::msg)?;
-                f.reload(agent).await.map_err(anyhow::Error::msg)?;
+                l.fleet().await.reload(agent).await.map_err(anyhow::Error::msg)?;
             }
             Backend::Remote(c) => {
                 let url = c.url(&["agents", agent, "config"], &[]).map_err(api)?;
@@ -178,7 +181,8 @@ impl Backend {
 
     pub async fn command(&mut self, cmd: Command) -> anyhow::Result<()> {
         let c = match self {
-            Backend::Local(f) => {
+            Backend::Local(l) => {
+                let mut f = l.fleet().await;
                 return match cmd {
                     Command::Start { agent } => f.start(&agent).await.map_err(anyhow::Error::msg),
                     other => f.command(other).map_err(anyhow::Error::msg),
@@ -223,14 +227,14 @@ impl Backend {
     /// Write a file as the owner: through the agent's actor, or the API.
     pub async fn write_file(&self, agent: &str, path: &str, content: String) -> anyhow::Result<()> {
         match self {
-            Backend::Local(fleet) => {
+            Backend::Local(l) => {
                 let (tx, rx) = tokio::sync::oneshot::channel();
                 let p = path.to_string();
                 let work = OwnerWork(Box::new(move |ex| {
                     let r = ex.owner_write(&p, content.as_bytes());
                     let _ = tx.send(r.map(|_| ()).map_err(|e| e.to_string()));
                 }));
-                fleet.send(agent, AgentCommand::With(work)).map_err(anyhow::Error::msg)?;
+                l.fleet().await.send(agent, AgentCommand::With(work)).map_err(anyhow::Error::msg)?;
                 rx.await
                     .map_err(|_| anyhow::anyhow!("{agent}: the agent stopped before writing {path}"))?
                     .map_err(anyhow::Error::msg)
@@ -246,7 +250,7 @@ impl Backend {
     /// Load a newly created agent file.
     pub async fn load(&mut self, path: &Path) -> anyhow::Result<()> {
         match self {
-            Backend::Local(f) => f.load(path).map(|_| ()).map_err(anyhow::Error::msg),
+            Backend::Local(l) => l.fleet().await.load(path).map(|_| ()).map_err(anyhow::Error::msg),
             Backend::Remote(c) => {
                 c.post(&["agents", "load"], &json!({"filePath": path})).await.map_err(api)?;
                 Ok(())
@@ -258,7 +262,8 @@ impl Backend {
     pub async fn reload_all(&mut self) -> anyhow::Result<()> {
         let (agents, _) = self.agents().await?;
         match self {
-            Backend::Local(f) => {
+            Backend::Local(l) => {
+                let mut f = l.fleet().await;
                 for a in agents {
                     f.reload(&a.id).await.map_err(anyhow::Error::msg)?;
                 }
@@ -276,7 +281,9 @@ impl Backend {
     /// In-process: stop the agents and close their files. Attached: leave
     /// the daemon's agents running.
     pub async fn shutdown(self) {
-        if let Backend::Local(f) = self {
+        if let Backend::Local(l) = self
+            && let Some(f) = l.stop().await
+        {
             for e in f.shutdown().await {
                 eprintln!("adf: {e}");
             }

@@ -51,6 +51,9 @@ pub struct Options {
     pub ascii: bool,
     /// Extra agent files to load besides the fleet folder.
     pub files: Vec<PathBuf>,
+    /// Folders and agent files to open instead of the default fleet
+    /// (`adf DIR FILE.adf …`).
+    pub paths: Vec<PathBuf>,
     /// Attach to the daemon at this URL instead of running the fleet here.
     pub url: Option<String>,
 }
@@ -125,7 +128,21 @@ pub fn run_with(opts: Options, factory: ProviderFactory) -> anyhow::Result<()> {
         None => theme::Theme::default_theme(),
     };
     let glyphs = if opts.ascii || !utf8_locale() { chat::ASCII } else { chat::UTF8 };
-    let dir = crate::paths::fleet_dir();
+    // Folders and files named on the command line, as `adf daemon` takes
+    // them: the first folder (else the first file's) is the root.
+    let dir = opts
+        .paths
+        .iter()
+        .find(|p| p.is_dir())
+        .cloned()
+        .or_else(|| opts.paths.first().and_then(|p| p.parent()).map(|p| p.to_path_buf()))
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or_else(|| if opts.paths.is_empty() { crate::paths::fleet_dir() } else { PathBuf::from(".") });
+    for p in &opts.paths {
+        if !p.exists() {
+            anyhow::bail!("{}: no such file or folder", p.display());
+        }
+    }
     // A daemon named, or running for this fleet: attach to it.
     let attach = opts.url.clone().or_else(|| crate::daemon::discover(&dir));
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
@@ -137,8 +154,22 @@ pub fn run_with(opts: Options, factory: ProviderFactory) -> anyhow::Result<()> {
         let mut backend = match attach {
             Some(url) => Backend::Remote(crate::client::Client::new(&url)),
             None => {
-                let (mut files, _) = crate::cli::ensure_fleet(&dir)?;
+                let mut files = if opts.paths.is_empty() {
+                    crate::cli::ensure_fleet(&dir)?.0
+                } else {
+                    let mut v = Vec::new();
+                    for p in &opts.paths {
+                        if p.is_dir() { v.extend(crate::cli::scan(p)) } else { v.push(p.clone()) }
+                    }
+                    v
+                };
                 files.extend(opts.files.iter().cloned());
+                let mut seen = std::collections::HashSet::new();
+                files.retain(|f| seen.insert(std::fs::canonicalize(f).unwrap_or_else(|_| f.clone())));
+                // The app serves the control API over its fleet (so CLI
+                // commands on its files go through it): the port first, so
+                // every lock record names it.
+                let bound = crate::daemon::local::bind().await?;
                 let mut fleet = Fleet::new(Bus::new(), factory).stream_deltas(true).lenient(true);
                 for f in &files {
                     if let Err(e) = fleet.load(f) {
@@ -153,10 +184,12 @@ pub fn run_with(opts: Options, factory: ProviderFactory) -> anyhow::Result<()> {
                     crate::runtime::mesh::server::DEFAULT_PORT,
                 )
                 .await;
-                Backend::Local(fleet)
+                Backend::Local(bound.serve(fleet, dir.clone())?)
             }
         };
         let (infos, root) = backend.agents().await?;
+        // In-process, the tree is rooted where the app was opened.
+        let root = if matches!(backend, Backend::Local(_)) { dir.clone() } else { root };
         let mut app = App::new(keymap, theme, glyphs);
         if let Backend::Remote(c) = &backend {
             app = app.with_source(Box::new(source::Remote { client: crate::client::Client::new(&c.base) }));
@@ -164,7 +197,19 @@ pub fn run_with(opts: Options, factory: ProviderFactory) -> anyhow::Result<()> {
         }
         app.set_unconfigured(backend.unconfigured().await);
         app.set_agents(infos, &root);
-        app.mark_foreign(&backend.foreign());
+        // Attached mid-turn: start from each agent's live state, not idle.
+        if let Backend::Remote(c) = &backend
+            && let Ok(list) = c.get(&["agents"]).await
+        {
+            for x in list.as_array().into_iter().flatten() {
+                if let (Some(id), Some(state)) = (x["id"].as_str(), x["state"].as_str())
+                    && let Some(a) = app.agents.iter_mut().find(|a| a.info.id == id)
+                {
+                    a.state = state.to_string();
+                }
+            }
+        }
+        app.mark_foreign(&backend.foreign().await);
         if let Some((did, phrase)) = phrase {
             app.overlay = app::Overlay::Phrase { did, phrase };
         }
@@ -172,6 +217,10 @@ pub fn run_with(opts: Options, factory: ProviderFactory) -> anyhow::Result<()> {
             app.status = Some(format!("not loaded: {p}"));
         }
         let result = event_loop(&mut app, &mut backend, &opts, &root).await;
+        // The app's own read connections go first, so each agent's writer
+        // closes its file last: it writes the marker and SQLite removes the
+        // WAL and its index with it.
+        drop(app);
         backend.shutdown().await;
         result
     };
@@ -224,6 +273,9 @@ async fn event_loop(app: &mut App, backend: &mut Backend, opts: &Options, dir: &
     let mut dirty = true;
     let mut last_draw = Instant::now() - FRAME;
     let mut clock = tokio::time::interval(Duration::from_secs(1));
+    // A hangup (the SSH connection dropped) or a kill: leave the loop, so
+    // every agent file is closed cleanly before the process ends.
+    let mut stops = crate::runtime::signals::Stops::new();
     loop {
         if dirty {
             let wait = FRAME.saturating_sub(last_draw.elapsed());
@@ -269,6 +321,7 @@ async fn event_loop(app: &mut App, backend: &mut Backend, opts: &Options, dir: &
                 dirty = true;
             }
             _ = frame_due => {}
+            _ = stops.next() => break,
         }
         for a in actions {
             // The editor owns the terminal's input while it runs: stop

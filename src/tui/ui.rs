@@ -146,7 +146,9 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
     };
     let burn = short_count(app.burn_per_min(None));
     let right = if area.width >= 100 {
-        format!("{} agents · {running} running · {waiting} waiting on you · {burn} tok/min   ? help ", app.agents.len())
+        let n = app.agents.len();
+        let s = if n == 1 { "" } else { "s" };
+        format!("{n} agent{s} · {running} running · {waiting} waiting on you · {burn} tok/min   ? help ")
     } else if waiting > 0 {
         format!("{} {waiting} waiting · ? help ", app.glyphs.warn)
     } else {
