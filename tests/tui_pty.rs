@@ -923,3 +923,63 @@ async fn the_app_opens_a_folder_named_on_the_command_line() {
     .await
     .unwrap();
 }
+
+/// `q` with a turn running asks first and says how to keep agents running;
+/// `adf --daemon` starts a daemon for the fleet in the background and
+/// attaches, so the turn finishes after the app is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quit_asks_while_turns_run_and_adf_daemon_keeps_them_running() {
+    let dir = tmp();
+    let home = home_with_agent(dir.path());
+    let mut slow = Scripted::sse(anthropic_text(&["cut ", "short"], 3, 2));
+    slow.pause_ms = 20_000;
+    let mut later = Scripted::sse(anthropic_text(&["Finished ", "after the app left.\n"], 3, 2));
+    later.pause_ms = 2_000;
+    let fake = Arc::new(FakeProvider::start(vec![slow, later]).await);
+    let f2 = fake.clone();
+    tokio::task::spawn_blocking(move || {
+        let base = f2.base_url.clone();
+        let env = [("ANTHROPIC_API_KEY", "sk-test"), ("ANTHROPIC_BASE_URL", base.as_str())];
+        let mut t = Tui::start_with(&home, &env, &[], 120, 40);
+        t.wait_for("adf --daemon");
+        t.send("i");
+        t.send("a long job");
+        t.send("\r");
+        t.send("\x1b");
+        while f2.requests().is_empty() {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        t.send("q");
+        t.wait_for("1 turn is running: quitting interrupts it");
+        assert!(t.child.try_wait().unwrap().is_none(), "the first q only asks");
+        t.quit();
+        // In a daemon of its own: quitting the app leaves the turn running.
+        let mut d = Tui::start_with(&home, &env, &["--daemon"], 120, 40);
+        d.wait_for("attached to the daemon");
+        d.send("i");
+        d.send("take your time");
+        d.send("\r");
+        d.send("\x1b");
+        while f2.requests().len() < 2 {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        d.quit();
+        let file = home.join("data/agents/a.adf");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let s = adf::store::Store::open_read_only(&file).unwrap();
+            let done = s.loop_rows(None).unwrap().iter().any(|r| r.content.to_string().contains("after the app left"));
+            s.close().unwrap();
+            if done {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the turn did not finish after the app left");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let info = std::fs::read_to_string(home.join("data/agents/.daemon.json")).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&info).unwrap();
+        unsafe { libc::kill(v["pid"].as_i64().unwrap() as i32, libc::SIGTERM) };
+    })
+    .await
+    .unwrap();
+}

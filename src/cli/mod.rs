@@ -46,6 +46,11 @@ pub struct Cli {
     /// Terminal app: ASCII glyphs even where the locale is UTF-8.
     #[arg(long)]
     pub ascii: bool,
+    /// Terminal app: run the fleet in a background daemon (started when
+    /// none runs; also `"daemon": true` in settings.json) and attach to it,
+    /// so closing the terminal never stops the agents.
+    #[arg(long)]
+    pub daemon: bool,
     /// Terminal app: folders and agent files to open instead of the default
     /// fleet (as `adf daemon` takes them).
     #[arg(value_name = "DIR|FILE.adf")]
@@ -482,6 +487,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
                 ascii: cli.ascii,
                 files: Vec::new(),
                 paths: cli.paths.clone(),
+                daemon: cli.daemon,
                 url: cli.url.clone(),
             })?;
             return Ok(0);

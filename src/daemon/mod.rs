@@ -18,6 +18,7 @@ pub mod memory;
 pub mod openapi;
 pub mod resources;
 pub mod routes;
+pub mod spawn;
 pub mod sse;
 pub mod token;
 

@@ -227,6 +227,10 @@ pub struct App {
     pub glyphs: Glyphs,
     pub status: Option<String>,
     pub quit: bool,
+    /// Attached to a daemon: quitting leaves its agents running.
+    pub attached: bool,
+    /// `q` was pressed once while turns ran (the next one quits).
+    pub(super) quit_armed: bool,
     pub now_ms: i64,
     /// Agents loaded without a model provider, by id, with why.
     pub unconfigured: HashMap<String, String>,
@@ -272,6 +276,8 @@ impl App {
             glyphs,
             status: None,
             quit: false,
+            attached: false,
+            quit_armed: false,
             now_ms: crate::store::now_ms(),
             unconfigured: HashMap::new(),
             windows: HashMap::new(),

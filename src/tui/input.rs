@@ -137,6 +137,20 @@ impl App {
         let name = commands::find(name).map(|c| c.name).unwrap_or(name);
         match name {
             "quit" => {
+                // In-process, quitting ends running turns: say so first,
+                // and how to keep agents running past the app.
+                let running = self.agents.iter().filter(|a| a.state == "active").count();
+                if running > 0 && !self.attached && !self.quit_armed {
+                    self.quit_armed = true;
+                    let (n, them) = if running == 1 { ("1 turn is", "it") } else { ("turns are", "them") };
+                    let n = if running == 1 { n.to_string() } else { format!("{running} {n}") };
+                    self.status = Some(format!(
+                        "{n} running: quitting interrupts {them} (what was written is kept). {} again quits; \
+                         `adf --daemon` keeps agents running after the app closes",
+                        self.key_for("quit")
+                    ));
+                    return Vec::new();
+                }
                 self.quit = true;
                 Vec::new()
             }

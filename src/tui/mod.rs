@@ -54,6 +54,9 @@ pub struct Options {
     /// Folders and agent files to open instead of the default fleet
     /// (`adf DIR FILE.adf …`).
     pub paths: Vec<PathBuf>,
+    /// Run the fleet in a background daemon (started when none runs) and
+    /// attach to it, so closing the app never stops the agents.
+    pub daemon: bool,
     /// Attach to the daemon at this URL instead of running the fleet here.
     pub url: Option<String>,
 }
@@ -143,8 +146,12 @@ pub fn run_with(opts: Options, factory: ProviderFactory) -> anyhow::Result<()> {
             anyhow::bail!("{}: no such file or folder", p.display());
         }
     }
-    // A daemon named, or running for this fleet: attach to it.
-    let attach = opts.url.clone().or_else(|| crate::daemon::discover(&dir));
+    // A daemon named, or running for this fleet: attach to it. With
+    // `--daemon` (or `"daemon": true` in settings.json) start one first.
+    let mut attach = opts.url.clone().or_else(|| crate::daemon::discover(&dir));
+    if attach.is_none() && (opts.daemon || crate::daemon::spawn::wanted_by_settings()) {
+        attach = Some(crate::daemon::spawn::start(&dir, &opts.paths)?);
+    }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let main = async move {
         let mut problems = Vec::new();
@@ -192,6 +199,7 @@ pub fn run_with(opts: Options, factory: ProviderFactory) -> anyhow::Result<()> {
         let root = if matches!(backend, Backend::Local(_)) { dir.clone() } else { root };
         let mut app = App::new(keymap, theme, glyphs);
         if let Backend::Remote(c) = &backend {
+            app.attached = true;
             app = app.with_source(Box::new(source::Remote { client: crate::client::Client::new(&c.base) }));
             app.status = Some(format!("attached to the daemon at {} (q leaves it running)", c.base));
         }
@@ -215,6 +223,9 @@ pub fn run_with(opts: Options, factory: ProviderFactory) -> anyhow::Result<()> {
         }
         if let Some(p) = problems.first() {
             app.status = Some(format!("not loaded: {p}"));
+        } else if !app.attached {
+            app.status =
+                Some("agents run in this app and stop when it closes; `adf --daemon` keeps them running".to_string());
         }
         let result = event_loop(&mut app, &mut backend, &opts, &root).await;
         // The app's own read connections go first, so each agent's writer
