@@ -200,8 +200,29 @@ impl Keymap {
         if let Some(p) = user.filter(|p| p.exists()) {
             let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
             km.merge(&text, &p.display().to_string())?;
+            km.check_exits(&p.display().to_string())?;
         }
         Ok(km)
+    }
+
+    /// A keymap must leave a way out of the app: a key for `quit`, or for
+    /// the `:` line or the palette (where `quit` can be typed), anywhere
+    /// but in the overlays.
+    pub fn check_exits(&self, name: &str) -> Result<(), String> {
+        let exits = ["quit", "command_line", "palette"];
+        let ok = self
+            .maps
+            .iter()
+            .filter(|(ctx, _)| !matches!(ctx.as_str(), "composer" | "palette" | "command_line" | "help"))
+            .any(|(_, m)| m.values().any(|c| exits.contains(&c.as_str())));
+        if ok {
+            Ok(())
+        } else {
+            Err(format!(
+                "{name}: this keymap leaves no way to quit: no key is bound to quit, command_line or palette; \
+                 keep one (e.g. \"q\" = \"quit\" under [global])"
+            ))
+        }
     }
 
     /// Add the bindings of one file; entries override earlier ones.
@@ -210,8 +231,20 @@ impl Keymap {
             let line = e.span().map(|s| text[..s.start].lines().count().max(1)).unwrap_or(1);
             format!("{name}:{line}: {}", e.message())
         })?;
-        for (section, v) in &table {
+        self.merge_table(&table, text, name)
+    }
+
+    fn merge_table(&mut self, table: &toml::Table, text: &str, name: &str) -> Result<(), String> {
+        for (section, v) in table {
             let at = |key: Option<&str>| line_of(text, section, key);
+            // `"Q" = "quit"` outside any section is a [global] binding.
+            if let Some(cmd) = v.as_str() {
+                let one: toml::Table = [(section.clone(), toml::Value::String(cmd.to_string()))].into_iter().collect();
+                let mut wrapped = toml::Table::new();
+                wrapped.insert("global".into(), toml::Value::Table(one));
+                self.merge_table(&wrapped, text, name)?;
+                continue;
+            }
             if !CONTEXTS.contains(&section.as_str()) {
                 return Err(format!(
                     "{name}:{}: unknown section [{section}] (known: {})",
@@ -328,6 +361,33 @@ mod tests {
         assert_eq!(km2.lookup(&["global"], &Key::parse("q").unwrap()), None);
         assert_eq!(km2.lookup(&["global"], &Key::parse("Q").unwrap()), Some("quit"));
         assert_eq!(km2.lookup(&["global"], &Key::parse("?").unwrap()), Some("help"));
+    }
+
+    /// The README's example, as written (entries outside any section are
+    /// [global] ones), loads from a user file; a keymap that unbinds every
+    /// way out of the app is refused at load, naming the file.
+    #[test]
+    fn the_readme_example_works_and_no_keymap_locks_the_owner_in() {
+        let dir = tempfile::tempdir().unwrap();
+        let readme = include_str!("../../README.md");
+        let example = readme
+            .split("```toml\n")
+            .nth(1)
+            .and_then(|rest| rest.split("```").next())
+            .expect("the README shows a keymaps.toml in a toml block");
+        let user = dir.path().join("keymaps.toml");
+        std::fs::write(&user, example).unwrap();
+        let km = Keymap::load(Some(&user)).unwrap();
+        assert_eq!(km.lookup(&["global"], &Key::parse("Q").unwrap()), Some("quit"));
+        assert_eq!(km.lookup(&["global"], &Key::parse("q").unwrap()), None);
+        std::fs::write(&user, "\"Q\" = \"quit\"\n\"q\" = \"none\"\n").unwrap();
+        assert!(Keymap::load(Some(&user)).is_ok(), "top-level entries are [global] ones");
+        std::fs::write(&user, "[global]\n\"q\" = \"none\"\n\":\" = \"none\"\n\"ctrl-p\" = \"none\"\n").unwrap();
+        let e = Keymap::load(Some(&user)).unwrap_err();
+        assert!(e.starts_with(&user.display().to_string()) && e.contains("no way to quit"), "{e}");
+        // One way out is enough.
+        std::fs::write(&user, "[global]\n\"q\" = \"none\"\n\"ctrl-p\" = \"none\"\n").unwrap();
+        assert!(Keymap::load(Some(&user)).is_ok(), "the : line still quits");
     }
 
     fn key_strategy() -> impl Strategy<Value = Key> {
