@@ -133,3 +133,115 @@ async fn chat_over_ssh_in_tmux() {
     .await
     .unwrap();
 }
+
+fn ssh_command(script: &Path) -> String {
+    let port = std::env::var("ADF_SSH_PORT").expect("ADF_SSH_PORT");
+    let key = std::env::var("ADF_SSH_KEY").expect("ADF_SSH_KEY");
+    let user = std::env::var("ADF_SSH_USER").unwrap_or_else(|_| "root".into());
+    format!(
+        "ssh -tt -o BatchMode=yes -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -i {key} -p {port} {user}@127.0.0.1 {}",
+        script.display()
+    )
+}
+
+/// The wrapper with extra arguments for `adf`.
+fn wrapper_with(dir: &Path, home: &Path, base: &str, name: &str, args: &str) -> std::path::PathBuf {
+    let script = dir.join(name);
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nexport ADF_HOME='{}' ANTHROPIC_API_KEY=sk-test ANTHROPIC_BASE_URL='{base}' LANG=C.UTF-8 TERM=xterm\nunset COLORTERM\nexec '{}' {args}\n",
+            home.display(),
+            env!("CARGO_BIN_EXE_adf")
+        ),
+    )
+    .unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    script
+}
+
+fn meta(file: &Path, key: &str) -> Option<String> {
+    let c = rusqlite::Connection::open_with_flags(file, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).ok()?;
+    c.query_row("SELECT value FROM adf_meta WHERE key = ?1", [key], |r| r.get(0)).ok()
+}
+
+/// The SSH connection drops while a turn runs. Without a daemon, the app
+/// gets the hangup and closes the file cleanly (turn interrupted, marker,
+/// no sidecar). With `adf --daemon`, the turn goes on in the daemon, and
+/// an app attached again over SSH mid-turn shows the agent working, then
+/// the reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the sshd of .ci/sshd.sh (ADF_SSH_PORT, ADF_SSH_KEY)"]
+async fn a_dropped_ssh_connection_mid_turn() {
+    let dir = tmp();
+    let home = dir.path().join("home");
+    let agents = home.join("data/agents");
+    std::fs::create_dir_all(&agents).unwrap();
+    ok(&adf(&agents, &["new", "a.adf", "--provider", "anthropic", "--model", "test-model"], None));
+    ok(&adf_home(&home, &agents, &["identity", "show", "--phrase", "--yes", "--json"]));
+    let mut cut = Scripted::sse(anthropic_text(&["never ", "seen"], 3, 2));
+    cut.pause_ms = 30_000;
+    let mut slow = Scripted::sse(anthropic_text(&["Done ", "in the daemon.\n"], 3, 2));
+    slow.pause_ms = 6_000;
+    let fake = std::sync::Arc::new(FakeProvider::start(vec![cut, slow]).await);
+    let plain = wrapper_with(dir.path(), &home, &fake.base_url, "plain.sh", "");
+    let daemon = wrapper_with(dir.path(), &home, &fake.base_url, "daemon.sh", "--daemon");
+    let file = agents.join("a.adf");
+    let f2 = fake.clone();
+    tokio::task::spawn_blocking(move || {
+        let wait_requests = |n: usize| {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while f2.requests().len() < n {
+                assert!(Instant::now() < deadline, "the turn never reached the model");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        };
+        // 1. No daemon: the hangup ends the app, which closes the file.
+        let tmux = Tmux { socket: format!("adf-drop-{}", std::process::id()) };
+        tmux.run(&["-f", "/dev/null", "new-session", "-d", "-s", "adf", "-x", "100", "-y", "30", &ssh_command(&plain)]);
+        tmux.wait_for("adf › a › main");
+        tmux.keys(&["i"]);
+        tmux.keys(&["-l", "a long job"]);
+        tmux.keys(&["Enter"]);
+        wait_requests(1);
+        // The connection drops: the ssh client is killed with its pane.
+        tmux.run(&["kill-server"]);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let closed = meta(&file, "adf_clean_close").is_some()
+                && ["-wal", "-shm", ".lock"].iter().all(|s| !agents.join(format!("a.adf{s}")).exists());
+            if closed {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the file was not closed cleanly after the SSH connection dropped");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let cp = meta(&file, "adf_runtime_turn_checkpoint").unwrap_or_default();
+        assert!(cp.contains("\"interrupted\""), "{cp}");
+        // 2. With a daemon: the turn outlives the connection.
+        let tmux = Tmux { socket: format!("adf-drop2-{}", std::process::id()) };
+        tmux.run(&["-f", "/dev/null", "new-session", "-d", "-s", "adf", "-x", "100", "-y", "30", &ssh_command(&daemon)]);
+        tmux.wait_for("attached to the daemon");
+        tmux.keys(&["i"]);
+        tmux.keys(&["-l", "take your time"]);
+        tmux.keys(&["Enter"]);
+        wait_requests(2);
+        tmux.run(&["kill-server"]);
+        // 3. Back over SSH while it still works: the agent shows as running.
+        let tmux = Tmux { socket: format!("adf-drop3-{}", std::process::id()) };
+        tmux.run(&["-f", "/dev/null", "new-session", "-d", "-s", "adf", "-x", "100", "-y", "30", &ssh_command(&plain)]);
+        tmux.wait_for("attached to the daemon");
+        tmux.wait_for("1 running");
+        tmux.wait_for("Done in the daemon.");
+        tmux.keys(&["q"]);
+        let info = std::fs::read_to_string(agents.join(".daemon.json")).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&info).unwrap();
+        unsafe { libc::kill(v["pid"].as_i64().unwrap() as i32, libc::SIGTERM) };
+    })
+    .await
+    .unwrap();
+}

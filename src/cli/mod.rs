@@ -478,6 +478,18 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
             };
             return remote::run(&out, url, r);
         }
+        // A word that is neither a command nor an existing path is a typo
+        // of a command (a usage error), not a folder to open.
+        None if cli.paths.iter().any(|p| !p.exists()) => {
+            let p = cli.paths.iter().find(|p| !p.exists()).cloned().unwrap_or_default();
+            let pathlike = p.extension().is_some_and(|e| e == "adf") || p.components().count() > 1;
+            if pathlike {
+                anyhow::bail!("{}: no such file or folder", p.display());
+            }
+            eprintln!("adf: unrecognized command '{}' (and no such file or folder)", p.display());
+            eprintln!("usage: adf [OPTIONS] [DIR|FILE.adf]... | adf <COMMAND> (see --help)");
+            return Ok(2);
+        }
         // Without a command: the terminal app on a terminal, the agent
         // list when the output is a pipe (scripts).
         None if std::io::IsTerminal::is_terminal(&std::io::stdout()) && !out.json => {
