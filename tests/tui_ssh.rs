@@ -164,8 +164,12 @@ fn wrapper_with(dir: &Path, home: &Path, base: &str, name: &str, args: &str) -> 
     script
 }
 
+/// A meta value, read without leaving sidecars (an immutable read: call it
+/// only when no process has the file open).
 fn meta(file: &Path, key: &str) -> Option<String> {
-    let c = rusqlite::Connection::open_with_flags(file, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).ok()?;
+    let uri = format!("file:{}?immutable=1", file.display());
+    let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_URI;
+    let c = rusqlite::Connection::open_with_flags(uri, flags).ok()?;
     c.query_row("SELECT value FROM adf_meta WHERE key = ?1", [key], |r| r.get(0)).ok()
 }
 
@@ -212,8 +216,8 @@ async fn a_dropped_ssh_connection_mid_turn() {
         tmux.run(&["kill-server"]);
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let closed = meta(&file, "adf_clean_close").is_some()
-                && ["-wal", "-shm", ".lock"].iter().all(|s| !agents.join(format!("a.adf{s}")).exists());
+            let closed = ["-wal", "-shm", ".lock"].iter().all(|s| !agents.join(format!("a.adf{s}")).exists())
+                && meta(&file, "adf_clean_close").is_some();
             if closed {
                 break;
             }
@@ -224,7 +228,19 @@ async fn a_dropped_ssh_connection_mid_turn() {
         assert!(cp.contains("\"interrupted\""), "{cp}");
         // 2. With a daemon: the turn outlives the connection.
         let tmux = Tmux { socket: format!("adf-drop2-{}", std::process::id()) };
-        tmux.run(&["-f", "/dev/null", "new-session", "-d", "-s", "adf", "-x", "100", "-y", "30", &ssh_command(&daemon)]);
+        tmux.run(&[
+            "-f",
+            "/dev/null",
+            "new-session",
+            "-d",
+            "-s",
+            "adf",
+            "-x",
+            "100",
+            "-y",
+            "30",
+            &ssh_command(&daemon),
+        ]);
         tmux.wait_for("attached to the daemon");
         tmux.keys(&["i"]);
         tmux.keys(&["-l", "take your time"]);

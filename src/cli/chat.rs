@@ -207,6 +207,9 @@ pub fn drive(out: &Out, path: &Path, work: Work<'_>) -> anyhow::Result<u8> {
                 tokio::select! {
                     biased;
                     sig = stop.next() => {
+                        if sig == "SIGHUP" {
+                            crate::runtime::signals::detach_from_terminal();
+                        }
                         signaled = Some(sig);
                         break None;
                     }

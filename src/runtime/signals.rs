@@ -44,3 +44,28 @@ impl Default for Stops {
         Stops::new()
     }
 }
+
+/// After a hangup the terminal is gone, and writing to it fails (and
+/// `eprintln!` panics on a failed write): point standard input, output and
+/// error at `/dev/null` so the clean shutdown that follows can say what it
+/// likes.
+pub fn detach_from_terminal() {
+    use std::os::fd::AsRawFd;
+    let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") else { return };
+    for fd in 0..3 {
+        // SAFETY: dup2 onto the standard descriptors with a valid open fd.
+        unsafe {
+            libc::dup2(null.as_raw_fd(), fd);
+        }
+    }
+}
+
+/// Whether the controlling terminal has gone (a hangup): its attributes
+/// can no longer be read.
+pub fn terminal_gone() -> bool {
+    // SAFETY: tcgetattr only fills the zeroed struct it is given.
+    unsafe {
+        let mut t: libc::termios = std::mem::zeroed();
+        libc::tcgetattr(1, &mut t) != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EIO)
+    }
+}

@@ -86,6 +86,12 @@ struct Guard {
 
 impl Drop for Guard {
     fn drop(&mut self) {
+        // Dropped before the terminal handle, whose own drop writes (and
+        // `println!`/`eprintln!` panic on a terminal that hung up).
+        if crate::runtime::signals::terminal_gone() {
+            crate::runtime::signals::detach_from_terminal();
+            return;
+        }
         if self.inline {
             let _ = terminal::disable_raw_mode();
             let _ = execute!(std::io::stdout(), crossterm::cursor::Show);
@@ -276,6 +282,17 @@ fn probe_windows(app: &App, backend: &Backend) -> tokio::sync::mpsc::UnboundedRe
 }
 
 async fn event_loop(app: &mut App, backend: &mut Backend, opts: &Options, dir: &Path) -> anyhow::Result<()> {
+    let out = event_loop_on(app, backend, opts, dir).await;
+    // The terminal went away under the loop (a read or a draw failed with
+    // it): nothing more may be written to it, or the clean shutdown that
+    // follows would fail with it.
+    if out.is_err() && crate::runtime::signals::terminal_gone() {
+        crate::runtime::signals::detach_from_terminal();
+    }
+    out
+}
+
+async fn event_loop_on(app: &mut App, backend: &mut Backend, opts: &Options, dir: &Path) -> anyhow::Result<()> {
     let mut term = setup(opts.inline)?;
     let _guard = Guard { inline: opts.inline };
     let mut keys = EventStream::new();
@@ -332,7 +349,12 @@ async fn event_loop(app: &mut App, backend: &mut Backend, opts: &Options, dir: &
                 dirty = true;
             }
             _ = frame_due => {}
-            _ = stops.next() => break,
+            sig = stops.next() => {
+                if sig == "SIGHUP" {
+                    crate::runtime::signals::detach_from_terminal();
+                }
+                break;
+            }
         }
         for a in actions {
             // The editor owns the terminal's input while it runs: stop
