@@ -983,3 +983,46 @@ async fn quit_asks_while_turns_run_and_adf_daemon_keeps_them_running() {
     .await
     .unwrap();
 }
+
+/// `:connect` connects a local model server: an OpenAI-compatible base
+/// URL with no key (llama.cpp, vLLM, LM Studio); an agent without a
+/// provider takes it up and talks at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_a_local_model_server_without_a_key() {
+    let dir = tmp();
+    let home = dir.path().join("home");
+    let agents = home.join("data/agents");
+    std::fs::create_dir_all(&agents).unwrap();
+    ok(&adf_home(&home, &agents, &["new", "l.adf"]));
+    ok(&adf_home(&home, &agents, &["identity", "show", "--phrase", "--yes", "--json"]));
+    let fake =
+        Arc::new(FakeProvider::start(vec![Scripted::sse(openai_text(&["Local ", "model here.\n"], 3, 2))]).await);
+    let f2 = fake.clone();
+    tokio::task::spawn_blocking(move || {
+        let url = format!("{}/v1", f2.base_url);
+        let mut t = Tui::start_with(&home, &[], &[], 120, 40);
+        t.wait_for("adf › l › main");
+        t.send(":connect\r");
+        t.wait_for("Connect a provider");
+        for _ in 0..3 {
+            t.send("\t");
+        }
+        t.wait_for("OpenAI-compatible base URL");
+        t.send(&url);
+        t.send("\r");
+        t.wait_for("local connected");
+        let settings = std::fs::read_to_string(home.join("config/settings.json")).unwrap();
+        assert!(settings.contains("\"local\"") && settings.contains(&url), "{settings}");
+        t.send("i");
+        t.send("hello");
+        t.send("\r");
+        t.wait_for("model here.");
+        let (headers, body) = f2.requests().last().unwrap().clone();
+        assert!(headers.get("authorization").is_none(), "no key was given, none is sent");
+        assert_eq!(body["model"], "local");
+        t.send("\x1b");
+        t.quit();
+    })
+    .await
+    .unwrap();
+}

@@ -12,7 +12,8 @@ use super::output::at;
 use crate::client::Client;
 use crate::store::{Store, StoreError, current_holder};
 
-/// Where a write goes.
+/// Where a write goes. One lives for one command: its size is no cost.
+#[allow(clippy::large_enum_variant)]
 pub enum Target {
     /// This process opened the file for writing.
     Local(Store),

@@ -250,7 +250,7 @@ pub fn unknown_provider(cfg: &serde_json::Value, settings: &Settings) -> Option<
 pub const AGENT_KEY_POINTER: &str = "/__credentials/apiKey";
 
 /// `OLLAMA_HOST` may be `host:port` or a URL; its OpenAI API is under `/v1`.
-fn ollama_base(host: &str) -> String {
+pub fn ollama_base(host: &str) -> String {
     let h = host.trim_end_matches('/');
     let h = if h.contains("://") { h.to_string() } else { format!("http://{h}") };
     format!("{h}/v1")

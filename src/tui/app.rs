@@ -170,7 +170,13 @@ pub struct AgentEntry {
 }
 
 /// Providers a key can be typed in for.
-pub const CONNECT: &[&str] = &["anthropic", "openai", "openrouter"];
+pub const CONNECT: &[&str] = &["anthropic", "openai", "openrouter", "local", "ollama"];
+
+/// Whether `:connect` asks this provider for an endpoint (a local model
+/// server) rather than a key.
+pub fn connect_is_local(provider: &str) -> bool {
+    matches!(provider, "local" | "ollama")
+}
 
 /// One agent's chat: blocks from its loop, the stream being written, the
 /// view position.

@@ -478,6 +478,30 @@ fn tempfile_dir() -> anyhow::Result<PathBuf> {
 fn save_key(provider: &str, key: &str) -> anyhow::Result<()> {
     use crate::providers::accounts::{self, Account, Kind};
     let mut s = accounts::load().map_err(anyhow::Error::msg)?;
+    // Local model servers: an endpoint, the key optional.
+    if app::connect_is_local(provider) {
+        let mut words = key.split_whitespace();
+        let (kind, base_url, api_key) = if provider == "ollama" {
+            let host = words.next().unwrap_or("127.0.0.1:11434");
+            (Kind::Ollama, accounts::ollama_base(host), None)
+        } else {
+            let url = words.next().unwrap_or("");
+            let parsed = url::Url::parse(url)
+                .map_err(|e| anyhow::anyhow!("\"{url}\" is not a URL ({e}); e.g. http://127.0.0.1:8080/v1"))?;
+            anyhow::ensure!(matches!(parsed.scheme(), "http" | "https"), "\"{url}\": use an http or https URL");
+            (Kind::OpenaiCompatible, url.trim_end_matches('/').to_string(), words.next().map(str::to_string))
+        };
+        s.accounts.retain(|a| a.id != provider);
+        s.accounts.push(Account {
+            id: provider.to_string(),
+            kind,
+            base_url: Some(base_url),
+            api_key,
+            api_key_env: None,
+            default_model: None,
+        });
+        return accounts::save(&s).map_err(anyhow::Error::msg);
+    }
     let kind = match provider {
         "anthropic" => Kind::Anthropic,
         "openrouter" => Kind::Openrouter,
@@ -519,11 +543,28 @@ async fn perform(
         Action::Run(cmd) => backend.command(cmd).await?,
         Action::SaveKey { provider, key } => {
             save_key(&provider, &key)?;
+            // A local model server: the selected agent, if it has no
+            // provider yet, uses it.
+            if app::connect_is_local(&provider)
+                && let Some(a) = app.selected().map(|a| a.info.id.clone())
+                && let Some(mut cfg) = app.source.config(&a)
+                && cfg.pointer("/model/provider").and_then(|v| v.as_str()).unwrap_or("").is_empty()
+            {
+                cfg["model"]["provider"] = serde_json::json!(provider);
+                if cfg.pointer("/model/model_id").and_then(|v| v.as_str()).unwrap_or("").is_empty() {
+                    cfg["model"]["model_id"] = serde_json::json!(provider);
+                }
+                backend.write_config(&a, cfg).await?;
+            }
             // Agents loaded without a provider take the new one up.
             backend.reload_all().await?;
             app.set_agents(backend.agents().await?.0, dir);
             app.set_unconfigured(backend.unconfigured().await);
-            app.status = Some(format!("{provider} connected; key saved (0600)"));
+            app.status = Some(if app::connect_is_local(&provider) {
+                format!("{provider} connected (saved to the settings file)")
+            } else {
+                format!("{provider} connected; key saved (0600)")
+            });
         }
         Action::EditFile { agent, path } => {
             if let Some(e) = app.file_entry(&agent, &path)

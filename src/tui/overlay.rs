@@ -185,7 +185,8 @@ impl App {
                     key.pop();
                     Vec::new()
                 }
-                KeyCode::Enter if !key.trim().is_empty() => {
+                // Ollama's host may be left empty (its default address).
+                KeyCode::Enter if !key.trim().is_empty() || CONNECT[*provider] == "ollama" => {
                     let a = Action::SaveKey { provider: CONNECT[*provider].to_string(), key: key.trim().to_string() };
                     self.overlay = Overlay::None;
                     vec![a]

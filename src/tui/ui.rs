@@ -735,12 +735,21 @@ fn draw_overlay(f: &mut Frame, app: &App, area: Rect) {
                 choices.push(Span::styled(format!(" {p} "), st));
                 choices.push(Span::raw(" "));
             }
-            let masked = "•".repeat(key.chars().count().min(48));
+            let chosen = super::app::CONNECT[*provider];
+            let (label, shown, hint) = match chosen {
+                "local" => (
+                    "URL:      ",
+                    key.clone(),
+                    "an OpenAI-compatible base URL (llama.cpp, vLLM, LM Studio), then a key if it wants one",
+                ),
+                "ollama" => ("host:     ", key.clone(), "empty: 127.0.0.1:11434; no key"),
+                _ => ("key:      ", "•".repeat(key.chars().count().min(48)), ""),
+            };
             let lines = vec![
                 Line::from(choices),
                 Line::default(),
-                Line::from(vec![Span::raw("key:      "), Span::raw(masked), Span::raw("▏")]),
-                Line::default(),
+                Line::from(vec![Span::raw(label), Span::raw(shown), Span::raw("▏")]),
+                Line::styled(hint.to_string(), app.theme.get("dim")),
                 Line::styled(
                     format!("saved to {} (mode 0600)", crate::providers::accounts::settings_path().display()),
                     app.theme.get("dim"),
