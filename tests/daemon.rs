@@ -721,3 +721,43 @@ async fn a_file_that_fails_to_load_is_not_called_loaded() {
     assert!(err.contains("not loaded"), "{err}");
     assert!(!err.lines().any(|l| l.contains("loaded, not started") && l.contains("broken.adf")), "{err}");
 }
+
+/// `adf events` names the agent beside its id on each line people read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adf_events_names_agents() {
+    let dir = tmp();
+    let home = home_with(dir.path(), &["scout"]);
+    let d = start(&home, "http://127.0.0.1:9", &[]);
+    let h = home.clone();
+    tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_adf"))
+            .args(["events"])
+            .env("ADF_HOME", &h)
+            .env_remove("ADF_DAEMON_URL")
+            .env_remove("ADF_DAEMON_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let v: Value = serde_json::from_str(&cli_ok(&h, &["agents", "--json"])).unwrap();
+        let id = v[0]["id"].as_str().unwrap().to_string();
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        // The ring replays the agent's load: a line with the agent in it.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let found = loop {
+            assert!(Instant::now() < deadline, "no event line named the agent");
+            let Some(Ok(line)) = lines.next() else { panic!("the stream ended") };
+            if line.contains(&id) {
+                break line;
+            }
+        };
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(found.contains(&format!("scout ({id})")), "{found}");
+    })
+    .await
+    .unwrap();
+    drop(d);
+}
