@@ -62,22 +62,7 @@ impl Drop for Tmux {
 }
 
 fn wrapper(dir: &Path, home: &Path, base: &str) -> std::path::PathBuf {
-    let script = dir.join("run-adf.sh");
-    std::fs::write(
-        &script,
-        format!(
-            "#!/bin/sh\nexport ADF_HOME='{}' ANTHROPIC_API_KEY=sk-test ANTHROPIC_BASE_URL='{base}' LANG=C.UTF-8 TERM=xterm\nunset COLORTERM\nexec '{}'\n",
-            home.display(),
-            env!("CARGO_BIN_EXE_adf")
-        ),
-    )
-    .unwrap();
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    script
+    wrapper_with(dir, home, base, "run-adf.sh", "")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

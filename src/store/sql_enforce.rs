@@ -17,22 +17,16 @@ use rusqlite::limits::Limit;
 use serde_json::{Map, Value};
 
 use super::error::StoreError;
+use super::sql_guard::READ_TABLES;
 
-/// Tables a guarded read may touch besides `local_*` (runtime.md §8.6).
-const READABLE: &[&str] = &[
-    "adf_loop",
-    "adf_inbox",
-    "adf_outbox",
-    "adf_timers",
-    "adf_files",
-    "adf_audit",
-    "adf_logs",
-    "adf_tasks",
-    "sqlite_master",
-    "sqlite_schema",
-    "sqlite_temp_master",
-    "sqlite_temp_schema",
-];
+/// SQLite's names for its schema table, which a guarded read may read
+/// besides the tables of `sql_guard::READ_TABLES`.
+const SCHEMA: &[&str] = &["sqlite_schema", "sqlite_temp_master", "sqlite_temp_schema"];
+
+fn readable(table: &str) -> bool {
+    let listed = |t: &&str| t.eq_ignore_ascii_case(table);
+    Policy::local(table) || READ_TABLES.iter().filter(|t| **t != "local_").any(listed) || SCHEMA.iter().any(listed)
+}
 
 /// Virtual table modules an agent may create (its own tables only).
 const MODULES: &[&str] = &["vec0", "fts5", "fts4", "fts3", "rtree", "rtree_i32"];
@@ -115,10 +109,10 @@ impl Policy {
         match code {
             ffi::SQLITE_SELECT | ffi::SQLITE_RECURSIVE => Ok(()),
             ffi::SQLITE_READ => {
-                if Policy::local(a) || READABLE.iter().any(|t| t.eq_ignore_ascii_case(a)) {
+                if readable(a) {
                     Ok(())
                 } else {
-                    Err(format!("Access to {a} is not allowed (only {}, local_*).", READABLE[..8].join(", ")))
+                    Err(format!("Access to {a} is not allowed (only {}*).", READ_TABLES[..9].join(", ")))
                 }
             }
             ffi::SQLITE_FUNCTION => {

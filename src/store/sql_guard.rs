@@ -23,7 +23,7 @@ fn value_size(v: &Sql) -> usize {
     }
 }
 
-const READ_TABLES: &[&str] = &[
+pub(crate) const READ_TABLES: &[&str] = &[
     "adf_loop",
     "adf_inbox",
     "adf_outbox",
