@@ -44,14 +44,7 @@ fn start(home: &Path, base: &str, extra: &[&str]) -> Daemon {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let info = fleet.join(".daemon.json");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !info.exists() {
-        assert!(Instant::now() < deadline, "the daemon did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(50));
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(&info).unwrap()).unwrap();
+    let v = daemon_info(&fleet, Duration::from_secs(20));
     let token = std::fs::read_to_string(home.join("config/daemon-token")).unwrap();
     Daemon {
         child,
@@ -666,14 +659,7 @@ async fn bound_beyond_loopback_it_answers_to_its_own_names() {
         home: home.clone(),
         http: adf::providers::http_client(),
     };
-    let info = fleet.join(".daemon.json");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !info.exists() {
-        assert!(Instant::now() < deadline, "the daemon did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(50));
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(&info).unwrap()).unwrap();
+    let v = daemon_info(&fleet, Duration::from_secs(20));
     d.url = v["url"].as_str().unwrap().to_string();
     let port = v["port"].as_u64().unwrap();
     let bearer = format!("Bearer {token}");

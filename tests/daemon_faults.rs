@@ -85,14 +85,7 @@ fn start(home: &Path, env: &[(&str, &str)]) -> Daemon {
         }
     }
     let child = cmd.spawn().unwrap();
-    let info = fleet.join(".daemon.json");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !info.exists() {
-        assert!(Instant::now() < deadline, "the daemon did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(50));
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(&info).unwrap()).unwrap();
+    let v = daemon_info(&fleet, Duration::from_secs(30));
     let token = std::fs::read_to_string(home.join("config/daemon-token")).unwrap();
     Daemon {
         child,

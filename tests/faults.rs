@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use adf::store::{NewAgent, Store};
 use common::fake_provider::*;
 use common::*;
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// A small deterministic generator (xorshift), seeded per test.
 struct Rng(u64);
@@ -231,14 +231,7 @@ fn start_daemon(home: &Path, base: &str) -> Daemon {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let info = fleet.join(".daemon.json");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !info.exists() {
-        assert!(Instant::now() < deadline, "the daemon did not start");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    std::thread::sleep(Duration::from_millis(30));
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(&info).unwrap()).unwrap();
+    let v = daemon_info(&fleet, Duration::from_secs(20));
     let token = std::fs::read_to_string(home.join("config/daemon-token")).unwrap();
     Daemon { child, url: v["url"].as_str().unwrap().to_string(), token: token.trim().to_string() }
 }

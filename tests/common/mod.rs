@@ -92,3 +92,17 @@ pub fn snapshot(path: &Path) -> Vec<(String, Option<Vec<u8>>)> {
         })
         .collect()
 }
+
+/// Wait for a daemon started on `fleet` to say where it listens (its
+/// `.daemon.json`), and return that record.
+pub fn daemon_info(fleet: &Path, within: std::time::Duration) -> serde_json::Value {
+    let info = fleet.join(".daemon.json");
+    let deadline = std::time::Instant::now() + within;
+    while !info.exists() {
+        assert!(std::time::Instant::now() < deadline, "the daemon did not start");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // Written whole by one call, but give the writer its moment.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    serde_json::from_str(&std::fs::read_to_string(&info).unwrap()).unwrap()
+}
