@@ -1236,6 +1236,7 @@ impl Executor {
             .iter()
             .filter(|d| d.is_enabled() && d.is_visible())
             .filter(|d| receive || !MSG_GATED.contains(&d.name.as_str()))
+            .filter(|d| tools::unavailable(&d.name).is_none())
             .filter_map(|d| {
                 let def = tools::def(&d.name)?;
                 Some(ToolSpec {

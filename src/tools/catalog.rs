@@ -236,6 +236,151 @@ static CATALOG: &[ToolDef] = &[
         },
         "required": ["url"]
     }),
+    tool!("adf_shell", "Run a shell command line over your own files and tools (a virtual shell: cat ls grep sed jq sqlite3 curl … and adf <tool> '<json>'; pipes, &&, ||, redirects, $VAR, $(…), heredocs, globs). `help` lists the commands. The result is JSON {exit_code, stdout, stderr}.", {
+        "type": "object",
+        "properties": {"command": {"type": "string", "minLength": 1}},
+        "required": ["command"]
+    }),
+    tool!("sys_create_adf", "Create a new agent file (a child of yours), optionally from a template .adf among your files, with files copied from yours and config overrides.", {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "minLength": 1},
+            "location": {"type": "string", "description": "Folder, relative to yours or absolute"},
+            "template": {"type": "string", "description": "Path of a .adf file among your files"},
+            "files": {"type": "array", "items": {"type": "object", "properties": {
+                "parent_path": {"type": "string", "minLength": 1},
+                "child_path": {"type": "string", "minLength": 1}
+            }, "required": ["parent_path", "child_path"]}},
+            "description": {"type": "string"},
+            "instructions": {"type": "string"},
+            "icon": {"type": "string"},
+            "handle": {"type": "string"},
+            "autonomous": {"type": "boolean"},
+            "autostart": {"type": "boolean"},
+            "start_in_state": {"type": "string", "enum": ["active", "idle", "hibernate"]},
+            "model": {"type": "object"},
+            "context": {"type": "object"},
+            "tools": {"type": "array"},
+            "triggers": {"type": "object"},
+            "security": {"type": "object"},
+            "limits": {"type": "object"},
+            "messaging": {"type": "object"},
+            "audit": {"type": "object"},
+            "code_execution": {"type": "object"},
+            "logging": {"type": "object"},
+            "mcp": {"type": "object"},
+            "adapters": {"type": "object"},
+            "serving": {"type": "object"},
+            "providers": {"type": "array"},
+            "ws_connections": {"type": "array"},
+            "locked_fields": {"type": "array", "items": {"type": "string"}},
+            "card": {"type": "object"},
+            "metadata": {"type": "object"}
+        },
+        "required": ["name"]
+    }),
+    tool!("fs_transfer", "Copy a file or folder between your files (vfs) and a compute workspace (isolated, shared, host).", {
+        "type": "object",
+        "properties": {
+            "from": {"type": "string", "enum": ["vfs", "isolated", "shared", "host"]},
+            "to": {"type": "string", "enum": ["vfs", "isolated", "shared", "host"]},
+            "path": {"type": "string", "minLength": 1},
+            "save_as": {"type": "string"}
+        },
+        "required": ["from", "to", "path"]
+    }),
+    tool!("chat_info", "Describe a chat of a connected channel adapter: title, description, participants.", {
+        "type": "object",
+        "properties": {
+            "adapter": {"type": "string", "minLength": 1},
+            "chat_id": {"type": "string", "minLength": 1},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 100}
+        },
+        "required": ["adapter", "chat_id"]
+    }),
+    tool!("compute_exec", "Run a command in a compute environment (a container or the host).", {
+        "type": "object",
+        "properties": {
+            "command": {"type": "string", "minLength": 1},
+            "timeout_ms": {"type": "integer", "exclusiveMinimum": 0, "maximum": 120000},
+            "target": {"type": "string"}
+        },
+        "required": ["command"]
+    }),
+    tool!("ws_connect", "Open a WebSocket connection (a configured one by id, or a URL).", {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "url": {"type": "string"},
+            "did": {"type": "string"},
+            "lambda": {"type": "string"},
+            "persist": {"type": "boolean"},
+            "auto_reconnect": {"type": "boolean"},
+            "reconnect_delay_ms": {"type": "integer"},
+            "keepalive_interval_ms": {"type": "integer"}
+        }
+    }),
+    tool!("ws_disconnect", "Close a WebSocket connection.", {
+        "type": "object",
+        "properties": {"connection_id": {"type": "string"}, "id": {"type": "string"}}
+    }),
+    tool!("ws_connections", "List open WebSocket connections.", {
+        "type": "object",
+        "properties": {"direction": {"type": "string", "enum": ["inbound", "outbound"]}}
+    }),
+    tool!("ws_send", "Send data on a WebSocket connection.", {
+        "type": "object",
+        "properties": {
+            "connection_id": {"type": "string"},
+            "data": {"type": "string"},
+            "binary": {"type": "boolean"}
+        },
+        "required": ["connection_id", "data"]
+    }),
+    tool!("stream_bind", "Bind two stream endpoints so bytes flow between them.", {
+        "type": "object",
+        "properties": {
+            "a": {"type": "object"},
+            "b": {"type": "object"},
+            "bidirectional": {"type": "boolean"},
+            "options": {"type": "object"}
+        },
+        "required": ["a", "b"]
+    }),
+    tool!("stream_unbind", "Remove a stream binding.", {
+        "type": "object",
+        "properties": {"binding_id": {"type": "string"}},
+        "required": ["binding_id"]
+    }),
+    tool!("stream_bindings", "List stream bindings.", {"type": "object", "properties": {}}),
+    tool!("mcp_install", "Install and connect an MCP server; its tools become yours (approval-gated).", {
+        "type": "object",
+        "properties": {
+            "package": {"type": "string"},
+            "type": {"type": "string", "enum": ["npm", "pypi", "custom", "http"]},
+            "url": {"type": "string"},
+            "name": {"type": "string"},
+            "args": {"type": "array", "items": {"type": "string"}},
+            "host": {"type": "boolean"},
+            "env_keys": {"type": "array", "items": {"type": "string"}},
+            "env": {"type": "object", "additionalProperties": {"type": "string"}},
+            "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+            "header_env": {"type": "array"},
+            "bearer_token_env_var": {"type": "string"},
+            "auth": {"type": "boolean"},
+            "auth_args": {"type": "array", "items": {"type": "string"}}
+        }
+    }),
+    tool!("mcp_restart", "Reconnect an MCP server and rediscover its tools.", {
+        "type": "object",
+        "properties": {"name": {"type": "string", "minLength": 1}},
+        "required": ["name"]
+    }),
+    tool!("mcp_uninstall", "Remove an MCP server and its tools.", {
+        "type": "object",
+        "properties": {"name": {"type": "string", "minLength": 1}},
+        "required": ["name"]
+    }),
 ];
 
 pub fn catalog() -> &'static [ToolDef] {

@@ -156,10 +156,40 @@ pub fn execute(ctx: &mut Ctx<'_>, name: &str, input: &Value) -> ToolOutput {
             signal: Some(Signal::Clear { start: clean["start"].as_i64(), end: clean["end"].as_i64() }),
             ..Default::default()
         },
+        "chat_info" => chat_info(&clean),
+        _ if unavailable(name).is_some() => {
+            ToolOutput::err(format!("NOT_AVAILABLE: {name} needs {}.", unavailable(name).unwrap_or_default()))
+        }
         // `ask` is answered by the executor; reaching here means no one can.
         "ask" => ToolOutput::err("ask is answered by the runtime and cannot run here."),
         _ => ToolOutput::err(format!("Unknown tool: {name}")),
     }
+}
+
+/// Why a declared tool cannot run in this build: the capability it needs
+/// (a later part of adf). `None` for tools that run.
+pub fn unavailable(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "compute_exec" => "a compute environment (a container or host access), which this adf does not provide yet",
+        "ws_connect" | "ws_disconnect" | "ws_connections" | "ws_send" => {
+            "WebSocket connections, which this adf does not provide yet"
+        }
+        "stream_bind" | "stream_unbind" | "stream_bindings" => "stream bindings, which this adf does not provide yet",
+        "mcp_install" | "mcp_restart" | "mcp_uninstall" => "MCP server support, which this adf does not provide yet",
+        _ if name.starts_with("mcp_") => "MCP server support, which this adf does not provide yet",
+        _ => return None,
+    })
+}
+
+/// `chat_info` (tools.md §4): chat metadata from a connected channel
+/// adapter. No adapter is connected in this build, which is an answer, not
+/// an error.
+fn chat_info(input: &Value) -> ToolOutput {
+    let adapter = input["adapter"].as_str().unwrap_or_default();
+    ToolOutput::json(&json!({
+        "supported": false,
+        "reason": format!("no \"{adapter}\" channel adapter is connected to this agent"),
+    }))
 }
 
 /// A panic inside a tool must not take the agent down.
