@@ -54,7 +54,7 @@ fn pdf() -> Vec<u8> {
         out.extend_from_slice(format!("{} 0 obj\n{body}\nendobj\n", i + 1).as_bytes());
     }
     let xref = out.len();
-    out.extend_from_slice(format!("xref\n0 6\n0000000000 65535 f \n").as_bytes());
+    out.extend_from_slice(b"xref\n0 6\n0000000000 65535 f \n");
     for o in offsets {
         out.extend_from_slice(format!("{o:010} 00000 n \n").as_bytes());
     }

@@ -12,6 +12,10 @@ use super::{DocError, Sheet, archive, guard};
 
 /// What a spreadsheet may expand to (bytes of XML inside its zip).
 const MAX_EXPANDED: u64 = 512 << 20;
+/// The largest sheet area (rows × columns of its used range). calamine
+/// allocates the whole rectangle, so two cells at A1 and XFD1048576 would
+/// ask for billions of cells and abort the process.
+const MAX_CELLS: u64 = 10_000_000;
 
 fn malformed(path: &str, detail: impl ToString) -> DocError {
     DocError::Malformed { path: path.into(), what: "spreadsheet", detail: detail.to_string() }
@@ -56,7 +60,7 @@ fn cell(d: &Data) -> Value {
         Data::Bool(b) => Value::Bool(*b),
         Data::DateTime(dt) => iso(dt),
         Data::DateTimeIso(s) | Data::DurationIso(s) => Value::from(s.as_str()),
-        Data::Error(e) => Value::from(format!("#{e:?}")),
+        Data::Error(e) => Value::from(e.to_string()),
     }
 }
 
@@ -65,6 +69,29 @@ fn open(path: &str, bytes: &[u8]) -> Result<Sheets<Cursor<&[u8]>>, DocError> {
         archive::check_expansion(path, bytes, MAX_EXPANDED)?;
     }
     calamine::open_workbook_auto_from_rs(Cursor::new(bytes)).map_err(|e| malformed(path, e))
+}
+
+/// Refuse an xlsx sheet whose used range is too large to hold, measured
+/// by streaming its cells before calamine allocates the range.
+fn check_area(path: &str, book: &mut Sheets<Cursor<&[u8]>>, name: &str) -> Result<(), DocError> {
+    let Sheets::Xlsx(x) = book else { return Ok(()) };
+    let Ok(mut cells) = x.worksheet_cells_reader(name) else { return Ok(()) };
+    let (mut r0, mut r1, mut c0, mut c1) = (u32::MAX, 0u32, u32::MAX, 0u32);
+    while let Ok(Some(cell)) = cells.next_cell() {
+        let (r, c) = cell.get_position();
+        (r0, r1, c0, c1) = (r0.min(r), r1.max(r), c0.min(c), c1.max(c));
+    }
+    if r0 > r1 {
+        return Ok(());
+    }
+    let area = u64::from(r1 - r0 + 1) * u64::from(c1 - c0 + 1);
+    if area > MAX_CELLS {
+        return Err(DocError::Limit {
+            path: path.into(),
+            what: format!("sheet \"{name}\" spans {area} cells, more than the {MAX_CELLS} this reads"),
+        });
+    }
+    Ok(())
 }
 
 fn read_all(path: &str, bytes: &[u8], only: Option<&str>) -> Result<Vec<Sheet>, DocError> {
@@ -79,6 +106,7 @@ fn read_all(path: &str, bytes: &[u8], only: Option<&str>) -> Result<Vec<Sheet>, 
     };
     let mut out = Vec::with_capacity(wanted.len());
     for name in wanted {
+        check_area(path, &mut book, &name)?;
         let range = book.worksheet_range(&name).map_err(|e| malformed(path, format!("sheet \"{name}\": {e}")))?;
         let rows = range.rows().map(|r| r.iter().map(cell).collect()).collect();
         out.push(Sheet { name, rows });
@@ -186,6 +214,17 @@ mod tests {
         let text = as_csv_text("book.xlsx", &samples::xlsx()).unwrap();
         assert!(text.starts_with("# sheet: Q1\nitem,amount,when\nWidget,42,2024-03-15\n"), "{text}");
         assert!(text.contains("Blank,,true\n# sheet: Q2\nonly\n"), "{text}");
+    }
+
+    #[test]
+    fn a_sheet_spanning_the_whole_grid_is_refused_not_allocated() {
+        let mut book = rust_xlsxwriter::Workbook::new();
+        let ws = book.add_worksheet();
+        ws.write_string(0, 0, "a").unwrap();
+        ws.write_string(1_048_575, 16_383, "z").unwrap();
+        let bytes = book.save_to_buffer().unwrap();
+        let e = sheets("wide.xlsx", &bytes, None).unwrap_err();
+        assert!(e.to_string().starts_with("wide.xlsx: sheet \"Sheet1\" spans 17179869184 cells"), "{e}");
     }
 
     #[test]

@@ -16,9 +16,9 @@ fn yaml_error(e: serde_yaml_ng::Error) -> DocError {
     let message = e.to_string();
     match e.location() {
         Some(at) => {
-            // The crate appends " at line L column C"; the location leads instead.
-            let cut = message.find(" at line ").map(|i| &message[..i]).unwrap_or(&message);
-            DocError::YamlAt { line: at.line(), column: at.column(), message: cut.to_string() }
+            // The crate says " at line L column C" mid-message; the location leads instead.
+            let message = message.replacen(&format!(" at line {} column {}", at.line(), at.column()), "", 1);
+            DocError::YamlAt { line: at.line(), column: at.column(), message }
         }
         None => DocError::Yaml(message),
     }
