@@ -2,13 +2,14 @@
 //!
 //! The crate is one binary with a library behind it so that integration
 //! tests and benchmarks drive the same code the binary runs. Seams:
-//! `store` (the file), `runtime` (executors, fleet, bus), `sandbox` (agent
+//! `store` (the file), `docs` (office documents as text and rows), `runtime` (executors, fleet, bus), `sandbox` (agent
 //! code in boa workers), `tools`, `providers`, `daemon`, `client`, `tui`,
 //! `cli` (argument parsing and printing).
 
 pub mod cli;
 pub mod client;
 pub mod daemon;
+pub mod docs;
 pub mod identity;
 pub mod paths;
 pub mod protocol;

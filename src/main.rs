@@ -12,6 +12,10 @@ fn main() -> ExitCode {
         adf::sandbox::worker::main();
     }
     std::panic::set_hook(Box::new(|info| {
+        // A document parser failing on a bad file: reported as an error.
+        if adf::docs::panic_is_contained() {
+            return;
+        }
         // The terminal app may have the terminal in raw mode.
         adf::tui::restore_terminal();
         let msg = info

@@ -55,6 +55,12 @@ const CODE_ONLY: &[&str] = &[
     "attestation_list",
     "attestation_add",
     "attestation_issue",
+    "doc_text",
+    "doc_table",
+    "zip_list",
+    "zip_extract",
+    "yaml_parse",
+    "yaml_stringify",
 ];
 
 /// How long unauthorized code waits for the owner on a protection denial.
@@ -540,6 +546,7 @@ impl Executor {
             "task_resolve" => self.task_resolve(cx, &args).await,
             "identity_status" | "get_identity" | "set_identity" | "attestation_list" | "attestation_add"
             | "attestation_issue" => self.identity_method(method, &args).map_err(|(c, m)| err(c, m)),
+            m if super::docs_code::DOC_METHODS.contains(&m) => self.doc_method(cx, method, &args).await,
             _ => Err(err("NOT_CONFIGURED", format!("\"{method}\" is not available in this runtime yet"))),
         }
     }

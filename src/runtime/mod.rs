@@ -5,6 +5,7 @@ pub mod agent;
 pub mod bus;
 pub mod code;
 pub mod diff;
+pub mod docs_code;
 pub mod egress;
 pub mod executor;
 pub mod fetch;

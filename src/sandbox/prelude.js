@@ -65,7 +65,8 @@
       return Promise.reject(Object.assign(new Error(reply.err.message), { code: reply.err.code }));
     }
     let v = reply.ok;
-    if (typeof v === "string") {
+    // Text results stay text (a CSV that looks like JSON is still a CSV).
+    if (typeof v === "string" && name !== "doc_text" && name !== "yaml_stringify") {
       try {
         v = JSON.parse(v);
       } catch (_) {}
