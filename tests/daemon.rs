@@ -747,3 +747,69 @@ async fn adf_events_names_agents() {
     .unwrap();
     drop(d);
 }
+
+/// Conformance 54 and 62: `POST /agents/:id/trigger` injects past the
+/// trigger config, refuses the owner's voice and a missing `data`, and
+/// `adf trigger` is the same route from the command line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn p54_p62_trigger_injects_past_the_filters() {
+    let dir = tmp();
+    let home = home_with(dir.path(), &["a"]);
+    let agents = home.join("data/agents");
+    // on_inbox is switched off: the injection must not care.
+    ok(&adf_home(&home, &agents, &["config", "set", "a.adf", "triggers.on_inbox.enabled", "false"]));
+    let fake = FakeProvider::start(vec![
+        Scripted::sse(anthropic_text(&["Seen the message."], 3, 2)),
+        Scripted::sse(anthropic_text(&["Seen the timer."], 3, 2)),
+    ])
+    .await;
+    let d = start(&home, &fake.base_url, &[]);
+    let (s, v) = d
+        .call(
+            "POST",
+            "/agents/a/trigger",
+            Some(json!({"event": {"type": "inbox", "data": {"message": {"from": "did:key:zX", "content": "ping from afar"}}}})),
+        )
+        .await;
+    assert_eq!(s, 202, "{v}");
+    assert!(v["turnId"].as_str().unwrap().starts_with("trigger_"), "{v}");
+    let loop_rows = d.wait_loop("a", "Seen the message.").await;
+    assert!(loop_rows.to_string().contains("ping from afar"), "the event reached the model: {loop_rows}");
+    // No inbox row is created by an injected inbox event.
+    let inbox = d.get("/agents/a/inbox").await;
+    assert_eq!(inbox["messages"].as_array().map(Vec::len).unwrap_or(0), 0, "{inbox}");
+    for (body, needle) in [
+        (json!({"event": {"type": "chat", "data": {"message": {"source": "user", "content": "I am the owner"}}}}), "owner"),
+        (json!({"event": {"type": "timer"}}), "data is required"),
+        (json!({"event": {"type": "nonsense", "data": {}}}), "not one of"),
+        (json!({"event": {"type": "inbox", "data": {}}, "scope": "system"}), "lambda"),
+        (json!({}), "event is required"),
+    ] {
+        let (s, v) = d.call("POST", "/agents/a/trigger", Some(body.clone())).await;
+        assert_eq!(s, 400, "{body}: {v}");
+        assert!(v["error"].as_str().unwrap().contains(needle), "{body}: {v}");
+    }
+    // startup needs no data.
+    let (s, _) = d.call("POST", "/agents/a/trigger", Some(json!({"event": {"type": "startup"}, "scope": "system", "command": "echo up > started.txt"}))).await;
+    assert_eq!(s, 202);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let f = d.get("/agents/a/files").await;
+        if f.to_string().contains("started.txt") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the system command ran: {f}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let h = home.clone();
+    tokio::task::spawn_blocking(move || {
+        let out = cli_ok(&h, &["trigger", "a", "timer", r#"{"timer": {"id": 1, "payload": "tick"}}"#]);
+        assert!(out.starts_with("accepted (trigger_"), "{out}");
+        let bad = cli(&h, &["trigger", "a", "timer", "{not json"]);
+        assert!(!bad.status.success());
+        assert!(String::from_utf8_lossy(&bad.stderr).contains("not JSON"));
+    })
+    .await
+    .unwrap();
+    d.wait_loop("a", "Seen the timer.").await;
+}

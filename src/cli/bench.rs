@@ -28,6 +28,9 @@ pub enum Suite {
     /// Identity and messaging: sign, verify, seal, open a message; unwrap an
     /// envelope slot; unlock with a password (scrypt 2^17) off the runtime.
     Crypto,
+    /// The agent's shell: cat | grep | wc and jq over 1 MB, sqlite3 through
+    /// the SQL guard against the bare query.
+    Shell,
 }
 
 #[derive(Debug, Serialize)]
@@ -60,7 +63,33 @@ pub fn run(out: &Out, suite: Suite, iterations: usize) -> anyhow::Result<()> {
         Suite::Daemon => daemon(out),
         Suite::Lambda => lambda(out),
         Suite::Crypto => crypto(out, iterations),
+        Suite::Shell => shell(out, iterations),
     }
+}
+
+fn shell(out: &Out, iterations: usize) -> anyhow::Result<()> {
+    let r = crate::runtime::shell::bench::run(iterations.min(200))?;
+    if out.json {
+        return out.json(&r);
+    }
+    let rows = vec![
+        vec![
+            "cat | grep | wc over 1 MB p50 / p99".into(),
+            format!("{:.2} / {:.2} ms", r.cat_grep_wc_1mb_p50_ms, r.cat_grep_wc_1mb_p99_ms),
+            "< 5 ms".into(),
+        ],
+        vec![
+            "jq over 1 MB of JSON p50 / p99".into(),
+            format!("{:.2} / {:.2} ms", r.jq_1mb_p50_ms, r.jq_1mb_p99_ms),
+            "< 20 ms".into(),
+        ],
+        vec![
+            "sqlite3 through the guard, over the bare query (p50)".into(),
+            format!("{:.0} µs ({:.0} vs {:.0})", r.sqlite3_over_bare_us, r.sqlite3_p50_us, r.bare_query_p50_us),
+            "< 1 ms".into(),
+        ],
+    ];
+    out.table(&["measure", "result", "target"], &rows)
 }
 
 fn crypto(out: &Out, iterations: usize) -> anyhow::Result<()> {

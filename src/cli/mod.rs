@@ -224,6 +224,23 @@ pub enum Command {
     },
     /// Reject the tool call a paused turn waits on, with feedback the model sees.
     Deny { path: PathBuf, task_id: String, reason: Vec<String> },
+    /// Daemon: put an event straight into an agent, past its trigger
+    /// filters (`adf trigger AGENT inbox '{"message": …}'`). Agent scope
+    /// wakes the model; `--lambda`/`--command` run a system target.
+    Trigger {
+        agent: PathBuf,
+        /// inbox, outbox, file_change, chat, timer, tool_call, task_create,
+        /// task_complete, log_entry, llm_call or startup.
+        event_type: String,
+        /// The event's data as JSON (required except for startup).
+        data: Option<String>,
+        /// Run this lambda (path[:fn]) in system scope.
+        #[arg(long, conflicts_with = "command")]
+        lambda: Option<String>,
+        /// Run this shell command in system scope.
+        #[arg(long)]
+        command: Option<String>,
+    },
     /// Daemon: an agent's live status.
     Status { agent: String },
     /// Daemon: start an agent (load it if it is off, lift a suspension).
@@ -392,6 +409,37 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
                 return remote::run(&out, Some(&via.client.base), remote::Remote::Chat(via.agent, text, !no_wait));
             }
             return chat::run(&out, path, &text, loop_name);
+        }
+        Some(Command::Trigger { agent, event_type, data, lambda, command }) => {
+            let data = match data {
+                Some(d) => Some(serde_json::from_str::<serde_json::Value>(d).map_err(|e| {
+                    anyhow::anyhow!("the event data is not JSON: {e} (e.g. '{{\"message\": {{\"content\": \"hi\"}}}}')")
+                })?),
+                None => None,
+            };
+            let mut event = serde_json::json!({"type": event_type});
+            if let Some(d) = data {
+                event["data"] = d;
+            }
+            let mut req = serde_json::json!({"event": event});
+            if let Some(l) = lambda {
+                req["scope"] = "system".into();
+                req["lambda"] = l.clone().into();
+            }
+            if let Some(c) = command {
+                req["scope"] = "system".into();
+                req["command"] = c.clone().into();
+            }
+            if agent.is_file() {
+                if let Some(via) = held::holder_api(agent) {
+                    return remote::run(&out, Some(&via.client.base), remote::Remote::Trigger(via.agent, req));
+                }
+                anyhow::bail!(
+                    "{} is not running: triggers go to a running agent (start the app or `adf daemon` first)",
+                    agent.display()
+                );
+            }
+            return remote::run(&out, url, remote::Remote::Trigger(arg(agent), req));
         }
         Some(Command::Approve { path, task_id, always }) => {
             missing(path)?;

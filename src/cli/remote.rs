@@ -34,6 +34,8 @@ pub enum Remote {
     Events(Option<String>),
     /// Agent, message, and whether to follow the turn to its end.
     Chat(String, String, bool),
+    /// Agent and the `/trigger` request body.
+    Trigger(String, Value),
 }
 
 fn s(v: &Value) -> String {
@@ -440,6 +442,10 @@ async fn exec(out: &Out, c: &Client, cmd: Remote) -> anyhow::Result<u8> {
             Box::new(|_| out.line("answered")),
         ),
         Remote::Chat(id, text, wait) => return chat(out, c, &id, &text, wait).await,
+        Remote::Trigger(id, req) => (
+            c.post(&at(&id, &["trigger"]), &req).await?,
+            Box::new(|v| out.line(format!("accepted ({})", s(&v["turnId"])))),
+        ),
         Remote::Events(agent) => return follow(out, c, agent).await,
     };
     if out.json {

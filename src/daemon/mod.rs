@@ -13,6 +13,7 @@ pub mod bench;
 pub mod body;
 pub mod conn;
 pub mod hosts;
+pub mod inject;
 pub mod local;
 pub mod memory;
 pub mod openapi;

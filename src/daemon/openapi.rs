@@ -56,6 +56,14 @@ pub const ROUTES: &[Route] = &[
         ),
         &["text:text!", "turnId:turnid"],
     ),
+    b(
+        r(
+            "post",
+            "/agents/{id}/trigger",
+            "Put an event straight into the agent, past its trigger config; 202 with a trigger id",
+        ),
+        &["event:event!", "scope:agent|system", "lambda:string", "command:string", "warm:boolean"],
+    ),
     q(r("get", "/agents/{id}/chat", "The tail of the loop for a chat view"), &["limit:integer"]),
     r("delete", "/agents/{id}/chat", "Clear the loop"),
     r("get", "/agents/{id}/config", "The config document"),
@@ -140,6 +148,11 @@ fn field(spec: &str) -> (String, Value, bool) {
         "text" => json!({"type": "string", "pattern": "\\S"}),
         "string" => json!({"type": "string"}),
         "turnid" => json!({"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}),
+        "event" => json!({"type": "object", "required": ["type"], "properties": {
+            "type": {"type": "string", "enum": crate::daemon::inject::EVENT_TYPES},
+            "data": {},
+            "source": {"type": "string"}
+        }}),
         choices => json!({"type": "string", "enum": choices.split('|').collect::<Vec<_>>()}),
     };
     (name.to_string(), schema, required)
@@ -187,7 +200,7 @@ pub fn document() -> Value {
             op["responses"]["200"] = json!({"description": "An SSE stream of `{cursor, event}` frames",
                 "content": {"text/event-stream": {}}});
         }
-        if route.method == "post" && route.path.ends_with("/chat") {
+        if route.method == "post" && (route.path.ends_with("/chat") || route.path.ends_with("/trigger")) {
             op["responses"]["202"] =
                 json!({"description": "Accepted", "content": {"application/json": {"schema": {}}}});
         }

@@ -68,6 +68,7 @@ pub fn router(_s: AppState) -> Router<AppState> {
         .route("/agents/{id}/unload", post(stop))
         .route("/agents/{id}/abort", post(abort))
         .route("/agents/{id}/state", post(set_state))
+        .route("/agents/{id}/trigger", post(super::inject::trigger))
         .route("/agents/{id}/chat", post(chat).get(resources::chat_history).delete(resources::clear_loop))
         .route("/runtime", get(runtime))
         .route("/runtime/providers", get(providers))

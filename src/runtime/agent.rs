@@ -268,11 +268,17 @@ pub fn spawn_with(
                                 continue;
                             }
                             Some(AgentCommand::Approve { task_id, always }) => {
-                                paused = Some((task_id, Decision::Approve { always }));
+                                let d = Decision::Approve { always };
+                                if !ex.answer_async(&task_id, &d) {
+                                    paused = Some((task_id, d));
+                                }
                                 continue;
                             }
                             Some(AgentCommand::Deny { task_id, feedback }) => {
-                                paused = Some((task_id, Decision::Deny { feedback }));
+                                let d = Decision::Deny { feedback };
+                                if !ex.answer_async(&task_id, &d) {
+                                    paused = Some((task_id, d));
+                                }
                                 continue;
                             }
                             Some(AgentCommand::With(w)) => {

@@ -918,7 +918,7 @@ impl Executor {
                     return Ok(Some(TurnEnd::AwaitingOwner { task_id }));
                 }
             };
-            let mut out = limit(typed, &name, out);
+            let mut out = limit(typed, &name, read_guard(typed, &name, &input, out));
             if let Some(sig) = out.signal.take() {
                 signals.push(sig);
             }
@@ -949,6 +949,8 @@ impl Executor {
         }
         self.append("user", &Value::Array(results), None, None)?;
         self.touch_checkpoint();
+        // Background calls of a bare executor (no fleet to run them on).
+        self.finish_async_calls().await;
         for signal in signals {
             match signal {
                 tools::Signal::Compact { instructions } => {
@@ -1398,6 +1400,9 @@ impl Executor {
             }
         }
         let justification = input.get("_reason").and_then(Value::as_str).map(str::to_string);
+        if super::background::async_capable(name) && super::background::wants_async(&input) {
+            return Ok(Gate::Done(self.start_async(name, &input, decl.is_restricted(), source)?));
+        }
         if name == "ask" {
             return self.ask(&input, id, source).await;
         }
@@ -1478,6 +1483,7 @@ impl Executor {
             "sys_fetch" => self.sys_fetch(input, None).await,
             "msg_send" => self.msg_send(input).await,
             "agent_discover" => self.agent_discover(input).await,
+            "adf_shell" => self.adf_shell(input, &crate::store::create::nanoid(10), true, false).await,
             _ => self.run_tool(name, input, Caller::AGENT),
         }
     }
@@ -1668,7 +1674,7 @@ impl Executor {
         self.store.config_replace(next)
     }
 
-    fn run_tool(&mut self, name: &str, input: &Value, caller: Caller) -> ToolOutput {
+    pub(crate) fn run_tool(&mut self, name: &str, input: &Value, caller: Caller) -> ToolOutput {
         let source = self.current.as_ref().map(|c| format!("agent:{}", c.0)).unwrap_or_else(|| "system:tools".into());
         let mut events: Vec<(&'static str, Value)> = Vec::new();
         let out = {
@@ -1717,6 +1723,74 @@ pub fn usage_json(u: &Usage) -> Value {
 }
 
 /// Tool-result limits for the model's context (runtime.md §9.1).
+/// `fs_read` for the model (runtime.md §9.1): text over
+/// `max_file_read_tokens` is cut at whole lines with a footer saying how to
+/// read on; a whole file over 300 lines shows its first 50 and how to read
+/// the rest; binary content is named. The JSON stays; only `content` moves.
+fn read_guard(cfg: &AgentConfig, name: &str, input: &Value, mut out: ToolOutput) -> ToolOutput {
+    if name != "fs_read" || out.is_error {
+        return out;
+    }
+    let Ok(mut v) = serde_json::from_str::<Value>(&out.content) else { return out };
+    let max = cfg.limits.as_ref().and_then(|l| l.max_file_read_tokens).unwrap_or(30_000) as usize;
+    let size = |n: u64| match n {
+        n if n >= 1 << 20 => format!("{:.1} MB", n as f64 / (1 << 20) as f64),
+        n if n >= 1 << 10 => format!("{:.1} KB", n as f64 / 1024.0),
+        n => format!("{n} bytes"),
+    };
+    let bytes = v["size"].as_u64().unwrap_or(0);
+    let path = v["path"].as_str().unwrap_or("").to_string();
+    let ranged = input.get("start_line").is_some() || input.get("end_line").is_some();
+    let new = match &v["content"] {
+        Value::String(text) => {
+            let lines = text.lines().count();
+            let tokens = text.chars().count() / 4;
+            if tokens > max {
+                let budget = max * 4;
+                let mut kept = String::new();
+                let mut n = 0;
+                for l in text.split_inclusive('\n') {
+                    if kept.len() + l.len() > budget {
+                        break;
+                    }
+                    kept.push_str(l);
+                    n += 1;
+                }
+                let from = input.get("start_line").and_then(Value::as_u64).unwrap_or(1) as usize;
+                Some(format!(
+                    "{kept}\n--- TRUNCATED at ~{max} tokens (file has {lines} lines, {}) ---\n\
+                     Read on with fs_read start_line: {} (and end_line), or search with grep in adf_shell.",
+                    size(bytes),
+                    from + n
+                ))
+            } else if lines > 300 && !ranged {
+                let first: String = text.split_inclusive('\n').take(50).collect();
+                Some(format!(
+                    "[Large file: {lines} lines, {}, ~{tokens} tokens]\nUse start_line/end_line to read the part you \
+                     need. The first 50 lines:\n{first}",
+                    size(bytes)
+                ))
+            } else {
+                None
+            }
+        }
+        Value::Null if !path.is_empty() => {
+            let mime = v["mime_type"].as_str().unwrap_or("application/octet-stream").to_string();
+            let kind = ["image", "audio", "video"].into_iter().find(|k| mime.starts_with(&format!("{k}/")));
+            Some(match kind {
+                Some(k) => format!("[{k}: {path} ({mime})]"),
+                None => format!("[binary content: {path} ({mime}, {})]", size(bytes)),
+            })
+        }
+        _ => None,
+    };
+    if let Some(c) = new {
+        v["content"] = Value::String(c);
+        out.content = serde_json::to_string_pretty(&v).unwrap_or(out.content);
+    }
+    out
+}
+
 fn limit(cfg: &AgentConfig, name: &str, mut out: ToolOutput) -> ToolOutput {
     let lim = cfg.limits.as_ref();
     let max_tokens = lim.and_then(|l| l.max_tool_result_tokens).unwrap_or(16_000) as usize;

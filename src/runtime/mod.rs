@@ -2,6 +2,7 @@
 //! executor (the turn loop).
 
 pub mod agent;
+pub mod background;
 pub mod bus;
 pub mod code;
 pub mod diff;

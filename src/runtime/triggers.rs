@@ -616,6 +616,18 @@ impl Dispatcher {
         }
     }
 
+    /// Run a background tool call (`_async` from the model) on a runner.
+    pub fn spawn_task(&self, task_id: String, tool: String, args: Value) {
+        let me = self.me.clone();
+        tokio::spawn(async move {
+            let Some(d) = me.upgrade() else { return };
+            if let Some(mut ex) = d.runner() {
+                ex.run_task(&task_id, &tool, &args).await;
+                d.give_back(ex);
+            }
+        });
+    }
+
     /// Run a lane's jobs until it is empty, on one runner.
     fn spawn_lane(&self, first: Job) {
         let me = self.me.clone();

@@ -157,6 +157,10 @@ pub fn execute(ctx: &mut Ctx<'_>, name: &str, input: &Value) -> ToolOutput {
             ..Default::default()
         },
         "chat_info" => chat_info(&clean),
+        "fs_transfer" if clean["from"] == clean["to"] => ToolOutput::err(format!(
+            "'from' and 'to' must be different (both are '{}').",
+            clean["from"].as_str().unwrap_or_default()
+        )),
         _ if unavailable(name).is_some() => {
             ToolOutput::err(format!("NOT_AVAILABLE: {name} needs {}.", unavailable(name).unwrap_or_default()))
         }
@@ -171,6 +175,9 @@ pub fn execute(ctx: &mut Ctx<'_>, name: &str, input: &Value) -> ToolOutput {
 pub fn unavailable(name: &str) -> Option<&'static str> {
     Some(match name {
         "compute_exec" => "a compute environment (a container or host access), which this adf does not provide yet",
+        "fs_transfer" => {
+            "a compute workspace (isolated, shared or host) to transfer to or from, which this adf does not provide yet"
+        }
         "ws_connect" | "ws_disconnect" | "ws_connections" | "ws_send" => {
             "WebSocket connections, which this adf does not provide yet"
         }

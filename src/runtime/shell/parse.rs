@@ -1,0 +1,274 @@
+//! From text to the shell's own small plan, through a real bash grammar
+//! (brush's parser): and/or lists, pipelines, simple commands with their
+//! assignments and redirects, heredocs. Words stay unexpanded here: `$?`,
+//! `$(…)` and globs take their values when the command runs. What the
+//! virtual shell does not run (if/for/while/case, subshells, `{ }` groups,
+//! functions, `[[ ]]`, process substitution) is refused at parse time with
+//! a message naming it, never guessed at.
+
+use brush_parser::ast;
+
+/// How a pipeline joins the one before it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Join {
+    Seq,
+    And,
+    Or,
+}
+
+/// One redirect, words unexpanded.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Redir {
+    /// `< file`
+    In(String),
+    /// `> file`, `>> file`, `2> file` (fd 1 or 2).
+    Out { fd: u32, target: String, append: bool },
+    /// `&> file`, `&>> file`.
+    Both { target: String, append: bool },
+    /// `2>&1` (from 2, to 1) or `>&2` (from 1, to 2).
+    Dup { from: u32, to: u32 },
+    /// A heredoc body (expand = the delimiter was unquoted) or `<<< word`.
+    Here { body: String, expand: bool },
+    HereString(String),
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Cmd {
+    /// `NAME=value` words before the command.
+    pub assigns: Vec<(String, String)>,
+    pub words: Vec<String>,
+    pub redirects: Vec<Redir>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Pipeline {
+    pub bang: bool,
+    pub cmds: Vec<Cmd>,
+}
+
+/// A script: pipelines with their joins, run left to right with bash's
+/// and/or precedence (each `;`/newline item is its own and/or list).
+pub type Script = Vec<(Join, Pipeline)>;
+
+fn options() -> brush_parser::ParserOptions {
+    brush_parser::ParserOptions { enable_extended_globbing: false, ..Default::default() }
+}
+
+/// The options used to split words into pieces at run time.
+pub fn word_options() -> brush_parser::ParserOptions {
+    options()
+}
+
+/// Parse a script. A trailing `&` (background) runs in sequence.
+pub fn parse(src: &str) -> Result<Script, String> {
+    let mut parser = brush_parser::Parser::new(std::io::Cursor::new(src.as_bytes()), &options());
+    let program = parser.parse_program().map_err(|e| e.to_string())?;
+    let mut script = Script::new();
+    for list in program.complete_commands {
+        for ast::CompoundListItem(and_or, _sep) in list.0 {
+            script.push((Join::Seq, pipeline(&and_or.first)?));
+            for next in &and_or.additional {
+                match next {
+                    ast::AndOr::And(p) => script.push((Join::And, pipeline(p)?)),
+                    ast::AndOr::Or(p) => script.push((Join::Or, pipeline(p)?)),
+                }
+            }
+        }
+    }
+    Ok(script)
+}
+
+fn pipeline(p: &ast::Pipeline) -> Result<Pipeline, String> {
+    if p.timed.is_some() {
+        return Err("`time` is not supported".into());
+    }
+    let cmds = p.seq.iter().map(command).collect::<Result<Vec<_>, _>>()?;
+    Ok(Pipeline { bang: p.bang, cmds })
+}
+
+fn command(c: &ast::Command) -> Result<Cmd, String> {
+    let s = match c {
+        ast::Command::Simple(s) => s,
+        ast::Command::Compound(cc, _) => {
+            let what = match cc {
+                ast::CompoundCommand::Subshell(_) => "subshells `( … )`",
+                ast::CompoundCommand::BraceGroup(_) => "`{ … }` groups",
+                ast::CompoundCommand::Arithmetic(_) | ast::CompoundCommand::ArithmeticForClause(_) => {
+                    "arithmetic `(( … ))`"
+                }
+                ast::CompoundCommand::ForClause(_) => "`for` loops",
+                ast::CompoundCommand::CaseClause(_) => "`case`",
+                ast::CompoundCommand::IfClause(_) => "`if`",
+                ast::CompoundCommand::WhileClause(_) | ast::CompoundCommand::UntilClause(_) => {
+                    "`while`/`until` loops"
+                }
+                #[allow(unreachable_patterns)]
+                _ => "compound commands",
+            };
+            return Err(format!(
+                "{what} are not supported by this shell; run one command at a time, or use sys_code for logic"
+            ));
+        }
+        ast::Command::Function(_) => return Err("function definitions are not supported by this shell".into()),
+        ast::Command::ExtendedTest(..) => return Err("`[[ … ]]` tests are not supported by this shell".into()),
+    };
+    let mut cmd = Cmd::default();
+    let mut items: Vec<&ast::CommandPrefixOrSuffixItem> = Vec::new();
+    if let Some(p) = &s.prefix {
+        items.extend(p.0.iter());
+    }
+    let mut words_started = false;
+    for item in items {
+        item_into(item, &mut cmd, &mut words_started)?;
+    }
+    if let Some(w) = &s.word_or_name {
+        cmd.words.push(w.value.clone());
+    }
+    if let Some(sfx) = &s.suffix {
+        words_started = true;
+        for item in &sfx.0 {
+            item_into(item, &mut cmd, &mut words_started)?;
+        }
+    }
+    Ok(cmd)
+}
+
+fn item_into(item: &ast::CommandPrefixOrSuffixItem, cmd: &mut Cmd, words_started: &mut bool) -> Result<(), String> {
+    match item {
+        ast::CommandPrefixOrSuffixItem::IoRedirect(r) => cmd.redirects.push(redirect(r)?),
+        ast::CommandPrefixOrSuffixItem::Word(w) => cmd.words.push(w.value.clone()),
+        ast::CommandPrefixOrSuffixItem::AssignmentWord(a, w) => {
+            if *words_started {
+                // `cmd x=1`: an ordinary argument.
+                cmd.words.push(w.value.clone());
+            } else {
+                let ast::AssignmentName::VariableName(name) = &a.name else {
+                    return Err("array assignments are not supported".into());
+                };
+                let ast::AssignmentValue::Scalar(v) = &a.value else {
+                    return Err("array assignments are not supported".into());
+                };
+                if a.append {
+                    return Err("`+=` assignments are not supported".into());
+                }
+                cmd.assigns.push((name.clone(), v.value.clone()));
+            }
+        }
+        ast::CommandPrefixOrSuffixItem::ProcessSubstitution(..) => {
+            return Err("process substitution `<( … )` is not supported".into());
+        }
+    }
+    Ok(())
+}
+
+fn fd_of(fd: &Option<ast::IoFd>, default: u32) -> Result<u32, String> {
+    match fd {
+        None => Ok(default),
+        Some(n) => u32::try_from(*n).map_err(|_| format!("file descriptor {n} is not supported")),
+    }
+}
+
+fn redirect(r: &ast::IoRedirect) -> Result<Redir, String> {
+    use ast::{IoFileRedirectKind as K, IoFileRedirectTarget as T};
+    Ok(match r {
+        ast::IoRedirect::File(fd, kind, target) => match (kind, target) {
+            (K::Read, T::Filename(w)) => {
+                if fd_of(fd, 0)? != 0 {
+                    return Err("input redirects other than stdin are not supported".into());
+                }
+                Redir::In(w.value.clone())
+            }
+            (K::Write | K::Clobber | K::Append, T::Filename(w)) => {
+                let fd = fd_of(fd, 1)?;
+                if fd != 1 && fd != 2 {
+                    return Err(format!("redirecting file descriptor {fd} is not supported"));
+                }
+                Redir::Out { fd, target: w.value.clone(), append: matches!(kind, K::Append) }
+            }
+            (K::DuplicateOutput, T::Fd(to)) => dup(fd_of(fd, 1)?, *to)?,
+            (K::DuplicateOutput, T::Duplicate(w)) => {
+                let to: i32 = w.value.parse().map_err(|_| format!("`>&{}` is not supported", w.value))?;
+                dup(fd_of(fd, 1)?, to)?
+            }
+            _ => return Err(format!("the redirect `{r}` is not supported")),
+        },
+        ast::IoRedirect::HereDocument(_, doc) => {
+            Redir::Here { body: doc.doc.value.clone(), expand: doc.requires_expansion }
+        }
+        ast::IoRedirect::HereString(_, w) => Redir::HereString(w.value.clone()),
+        ast::IoRedirect::OutputAndError(w, append) => Redir::Both { target: w.value.clone(), append: *append },
+    })
+}
+
+fn dup(from: u32, to: ast::IoFd) -> Result<Redir, String> {
+    match (from, to) {
+        (2, 1) | (1, 2) => Ok(Redir::Dup { from, to: to as u32 }),
+        _ => Err(format!("`{from}>&{to}` is not supported")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(s: &Script) -> Vec<Vec<Vec<String>>> {
+        s.iter().map(|(_, p)| p.cmds.iter().map(|c| c.words.clone()).collect()).collect()
+    }
+
+    #[test]
+    fn lists_pipelines_and_precedence() {
+        let s = parse("echo 'a  b' \"hi $NAME\"; false || echo ok && echo yes\ncat x | grep y | wc -l").unwrap();
+        assert_eq!(s.iter().map(|(j, _)| *j).collect::<Vec<_>>(), vec![
+            Join::Seq,
+            Join::Seq,
+            Join::Or,
+            Join::And,
+            Join::Seq
+        ]);
+        let w = words(&s);
+        assert_eq!(w[0][0], vec!["echo", "'a  b'", "\"hi $NAME\""]);
+        assert_eq!(w[4].len(), 3);
+    }
+
+    #[test]
+    fn redirects_heredocs_and_assignments() {
+        let s = parse("X=1 Y=two cmd a > out.txt 2>&1\nls >> all.txt < in.txt\ncat <<EOF\nhello $X\nEOF\n").unwrap();
+        let c = &s[0].1.cmds[0];
+        assert_eq!(c.assigns, vec![("X".into(), "1".into()), ("Y".into(), "two".into())]);
+        assert_eq!(c.words, vec!["cmd", "a"]);
+        assert_eq!(c.redirects, vec![Redir::Out { fd: 1, target: "out.txt".into(), append: false }, Redir::Dup {
+            from: 2,
+            to: 1
+        }]);
+        assert_eq!(s[1].1.cmds[0].redirects, vec![
+            Redir::Out { fd: 1, target: "all.txt".into(), append: true },
+            Redir::In("in.txt".into())
+        ]);
+        match &s[2].1.cmds[0].redirects[0] {
+            Redir::Here { body, expand } => {
+                assert_eq!(body, "hello $X\n");
+                assert!(*expand);
+            }
+            other => panic!("{other:?}"),
+        }
+        let q = parse("cat <<'EOF'\n$X\nEOF\n").unwrap();
+        assert!(matches!(&q[0].1.cmds[0].redirects[0], Redir::Here { expand: false, .. }));
+    }
+
+    #[test]
+    fn what_does_not_run_is_refused_by_name() {
+        for (bad, says) in [
+            ("if true; then echo; fi", "`if`"),
+            ("for f in a b; do echo $f; done", "`for`"),
+            ("(cd x)", "subshells"),
+            ("f() { echo; }", "function"),
+            ("diff <(ls) <(ls)", "process substitution"),
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        for bad in ["echo 'open", "a &&", "| b", "echo >"] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+    }
+}
