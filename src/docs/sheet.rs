@@ -64,7 +64,7 @@ fn cell(d: &Data) -> Value {
     }
 }
 
-fn open(path: &str, bytes: &[u8]) -> Result<Sheets<Cursor<&[u8]>>, DocError> {
+fn open<'a>(path: &str, bytes: &'a [u8]) -> Result<Sheets<Cursor<&'a [u8]>>, DocError> {
     if bytes.starts_with(b"PK") {
         archive::check_expansion(path, bytes, MAX_EXPANDED)?;
     }
