@@ -4,7 +4,7 @@
 
 use proptest::prelude::*;
 
-use super::{samples, table, to_text, zip_extract, zip_list, ZipLimits};
+use super::{ZipLimits, samples, table, to_text, zip_extract, zip_list};
 
 fn valid() -> Vec<(&'static str, Vec<u8>)> {
     vec![

@@ -151,9 +151,8 @@ fn walk_xml(path: &str, xml: &str) -> Result<String, DocError> {
 pub(super) fn docx_text(path: &str, bytes: &[u8]) -> Result<String, DocError> {
     let xml = archive::read_entry(path, bytes, "word/document.xml", MAX_XML)?;
     let xml = String::from_utf8_lossy(&xml);
-    super::guard::contained(|| walk_xml(path, &xml)).unwrap_or_else(|why| {
-        Err(DocError::ParserFailed { path: path.into(), what: "DOCX", detail: why })
-    })
+    super::guard::contained(|| walk_xml(path, &xml))
+        .unwrap_or_else(|why| Err(DocError::ParserFailed { path: path.into(), what: "DOCX", detail: why }))
 }
 
 #[cfg(test)]
