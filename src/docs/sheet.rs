@@ -31,7 +31,7 @@ fn iso(dt: &calamine::ExcelDateTime) -> Value {
         }
     } else if let Some(t) = dt.as_datetime() {
         let midnight = t.time() == chrono::NaiveTime::MIN;
-        return Value::from(if dt.as_f64() < 1.0 && dt.as_f64() >= 0.0 {
+        return Value::from(if (0.0..1.0).contains(&dt.as_f64()) {
             t.format("%H:%M:%S").to_string()
         } else if midnight {
             t.format("%Y-%m-%d").to_string()
