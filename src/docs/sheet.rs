@@ -166,8 +166,9 @@ fn csv_value(field: &str) -> Value {
     }
     let t = field.trim();
     // Leading zeros (ZIP codes, ids) and lone signs stay text.
+    let leading_zero = t.len() > 1 && t.starts_with('0') && !t.starts_with("0.");
     let plain = !t.is_empty()
-        && !(t.len() > 1 && t.starts_with('0') && !t.starts_with("0."))
+        && !leading_zero
         && t.bytes().all(|b| b.is_ascii_digit() || matches!(b, b'-' | b'+' | b'.' | b'e' | b'E'))
         && t.bytes().any(|b| b.is_ascii_digit());
     if plain {
