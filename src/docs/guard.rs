@@ -63,10 +63,7 @@ pub enum Stopped {
 /// that runs past the limit is abandoned: its thread finishes on its own
 /// and its result is dropped. Rust cannot stop a thread, so this bounds
 /// the wait, not the work.
-pub fn with_deadline<T: Send + 'static>(
-    limit: Duration,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, Stopped> {
+pub fn with_deadline<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> Result<T, Stopped> {
     let (tx, rx) = mpsc::channel();
     let spawned = std::thread::Builder::new().name("adf-doc-parse".into()).spawn(move || {
         let _ = tx.send(contained(f));

@@ -7,12 +7,12 @@
 //! hostile: sizes are capped, panics are contained (`guard`), and errors
 //! say which file and what is wrong with it.
 
+mod archive;
 mod guard;
 mod office;
 mod pdf;
 mod sheet;
 mod yaml;
-mod archive;
 
 #[cfg(test)]
 mod hostile_tests;
@@ -22,9 +22,9 @@ mod samples;
 use serde::Serialize;
 use serde_json::Value;
 
+pub use archive::{ZipEntry, ZipLimits, zip_extract, zip_list};
 pub use guard::panic_is_contained;
 pub use yaml::{json_to_yaml, yaml_to_json};
-pub use archive::{ZipEntry, ZipLimits, zip_extract, zip_list};
 
 /// The largest document any function here reads.
 pub const MAX_INPUT: usize = 64 << 20;
@@ -226,11 +226,9 @@ pub fn table(path: &str, bytes: &[u8], sheet: Option<&str>) -> Result<Vec<Sheet>
         DocKind::Csv => {
             let one = sheet::csv_sheet(path, bytes)?;
             match sheet {
-                Some(want) if want != one.name => Err(DocError::SheetNotFound {
-                    path: path.into(),
-                    sheet: want.into(),
-                    sheets: one.name.clone(),
-                }),
+                Some(want) if want != one.name => {
+                    Err(DocError::SheetNotFound { path: path.into(), sheet: want.into(), sheets: one.name.clone() })
+                }
                 _ => Ok(vec![one]),
             }
         }

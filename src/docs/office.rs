@@ -119,11 +119,11 @@ fn walk_xml(path: &str, xml: &str) -> Result<String, DocError> {
                 }
             }
             Event::Text(t) if w.in_text => w.para.push_str(&t.xml10_content()),
-            Event::CData(t) if w.in_text => w.para.push_str(&String::from_utf8_lossy(&t)),
+            Event::CData(t) if w.in_text => w.para.push_str(&t),
             Event::GeneralRef(r) if w.in_text => {
                 let c = match r.resolve_char_ref() {
                     Ok(Some(c)) => Some(c),
-                    _ => match r.as_ref() {
+                    _ => match &*r {
                         "amp" => Some('&'),
                         "lt" => Some('<'),
                         "gt" => Some('>'),
@@ -151,9 +151,8 @@ fn walk_xml(path: &str, xml: &str) -> Result<String, DocError> {
 pub(super) fn docx_text(path: &str, bytes: &[u8]) -> Result<String, DocError> {
     let xml = archive::read_entry(path, bytes, "word/document.xml", MAX_XML)?;
     let xml = String::from_utf8_lossy(&xml);
-    super::guard::contained(|| walk_xml(path, &xml)).unwrap_or_else(|why| {
-        Err(DocError::ParserFailed { path: path.into(), what: "DOCX", detail: why })
-    })
+    super::guard::contained(|| walk_xml(path, &xml))
+        .unwrap_or_else(|why| Err(DocError::ParserFailed { path: path.into(), what: "DOCX", detail: why }))
 }
 
 #[cfg(test)]

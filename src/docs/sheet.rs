@@ -31,7 +31,7 @@ fn iso(dt: &calamine::ExcelDateTime) -> Value {
         }
     } else if let Some(t) = dt.as_datetime() {
         let midnight = t.time() == chrono::NaiveTime::MIN;
-        return Value::from(if dt.as_f64() < 1.0 && dt.as_f64() >= 0.0 {
+        return Value::from(if (0.0..1.0).contains(&dt.as_f64()) {
             t.format("%H:%M:%S").to_string()
         } else if midnight {
             t.format("%Y-%m-%d").to_string()
@@ -64,7 +64,7 @@ fn cell(d: &Data) -> Value {
     }
 }
 
-fn open(path: &str, bytes: &[u8]) -> Result<Sheets<Cursor<&[u8]>>, DocError> {
+fn open<'a>(path: &str, bytes: &'a [u8]) -> Result<Sheets<Cursor<&'a [u8]>>, DocError> {
     if bytes.starts_with(b"PK") {
         archive::check_expansion(path, bytes, MAX_EXPANDED)?;
     }
@@ -116,9 +116,8 @@ fn read_all(path: &str, bytes: &[u8], only: Option<&str>) -> Result<Vec<Sheet>, 
 
 /// The sheets of a workbook (all, or the one named `only`).
 pub(super) fn sheets(path: &str, bytes: &[u8], only: Option<&str>) -> Result<Vec<Sheet>, DocError> {
-    guard::contained(|| read_all(path, bytes, only)).unwrap_or_else(|why| {
-        Err(DocError::ParserFailed { path: path.into(), what: "spreadsheet", detail: why })
-    })
+    guard::contained(|| read_all(path, bytes, only))
+        .unwrap_or_else(|why| Err(DocError::ParserFailed { path: path.into(), what: "spreadsheet", detail: why }))
 }
 
 fn csv_field(v: &Value) -> String {
@@ -154,7 +153,8 @@ pub(super) fn csv_sheet(path: &str, bytes: &[u8]) -> Result<Sheet, DocError> {
     let mut r = csv::ReaderBuilder::new().has_headers(false).flexible(true).delimiter(delimiter).from_reader(bytes);
     let mut rows = Vec::new();
     for rec in r.byte_records() {
-        let rec = rec.map_err(|e| DocError::Malformed { path: path.into(), what: "CSV file", detail: e.to_string() })?;
+        let rec =
+            rec.map_err(|e| DocError::Malformed { path: path.into(), what: "CSV file", detail: e.to_string() })?;
         rows.push(rec.iter().map(|f| csv_value(&String::from_utf8_lossy(f))).collect());
     }
     Ok(Sheet { name, rows })
@@ -166,8 +166,9 @@ fn csv_value(field: &str) -> Value {
     }
     let t = field.trim();
     // Leading zeros (ZIP codes, ids) and lone signs stay text.
+    let leading_zero = t.len() > 1 && t.starts_with('0') && !t.starts_with("0.");
     let plain = !t.is_empty()
-        && !(t.len() > 1 && t.starts_with('0') && !t.starts_with("0."))
+        && !leading_zero
         && t.bytes().all(|b| b.is_ascii_digit() || matches!(b, b'-' | b'+' | b'.' | b'e' | b'E'))
         && t.bytes().any(|b| b.is_ascii_digit());
     if plain {
@@ -230,7 +231,10 @@ mod tests {
     #[test]
     fn csv_fields_become_numbers_only_when_they_are_numbers() {
         let s = csv_sheet("x.csv", b"a,007,1e3,-,\"x,y\",,3.25\n").unwrap();
-        assert_eq!(s.rows[0], vec![json!("a"), json!("007"), json!(1000.0), json!("-"), json!("x,y"), Value::Null, json!(3.25)]);
+        assert_eq!(
+            s.rows[0],
+            vec![json!("a"), json!("007"), json!(1000.0), json!("-"), json!("x,y"), Value::Null, json!(3.25)]
+        );
         let s = csv_sheet("x.tsv", b"a\tb\n").unwrap();
         assert_eq!(s.rows[0].len(), 2);
     }

@@ -104,7 +104,8 @@ mod tests {
         for i in 0..9 {
             let prev = (b'a' + i) as char;
             let next = (b'a' + i + 1) as char;
-            doc.push_str(&format!("{next}: &{next} [*{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}]\n"));
+            let refs = vec![format!("*{prev}"); 10].join(", ");
+            doc.push_str(&format!("{next}: &{next} [{refs}]\n"));
         }
         assert!(yaml_to_json(&doc).is_err());
     }

@@ -103,7 +103,7 @@ impl Executor {
         let b64 = base64::engine::general_purpose::STANDARD;
         let mut written = Vec::new();
         for (target, (_, data)) in targets.into_iter().zip(files) {
-            let input = json!({"path": target, "content": b64.encode(&data), "encoding": "base64",
+            let input = json!({"mode": "write", "path": target, "content": b64.encode(&data), "encoding": "base64",
                 "mime_type": crate::store::mime::for_path(&target)});
             let mut events: Vec<(&'static str, Value)> = Vec::new();
             let out = {
@@ -116,7 +116,11 @@ impl Executor {
                 self.emit(k, &cx.source, v);
             }
             if out.is_error {
-                let done = if written.is_empty() { String::new() } else { format!(" (already written: {})", written.join(", ")) };
+                let done = if written.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (already written: {})", written.join(", "))
+                };
                 let code = if out.denial.is_some() { "PROTECTION_DENIED" } else { "TOOL_ERROR" };
                 return Err(err(code, format!("{target}: {}{done}", out.content)));
             }
