@@ -225,22 +225,27 @@ impl Executor {
         let deadline = sh.deadline.clone();
         let limit_s = (deadline.load(Ordering::Relaxed) - now_ms()).max(0) / 1000;
         let mut result = ShellResult::default();
-        let body = self.run_script(sh, &script, String::new(), &mut result);
-        tokio::pin!(body);
-        loop {
+        let mut body = self.run_script(sh, &script, String::new(), &mut result);
+        let finished = loop {
             let left = deadline.load(Ordering::Relaxed) - now_ms();
             if left <= 0 {
-                drop(body);
-                result.exit_code = 124;
-                result.stderr.push_str(&format!("shell: command timed out after {limit_s}s\n"));
-                return (result, true);
+                break None;
             }
             tokio::select! {
-                code = &mut body => {
-                    result.exit_code = code;
-                    return (result, false);
-                }
+                code = &mut body => break Some(code),
                 _ = tokio::time::sleep(std::time::Duration::from_millis(left as u64)) => {}
+            }
+        };
+        drop(body);
+        match finished {
+            Some(code) => {
+                result.exit_code = code;
+                (result, false)
+            }
+            None => {
+                result.exit_code = 124;
+                result.stderr.push_str(&format!("shell: command timed out after {limit_s}s\n"));
+                (result, true)
             }
         }
     }
@@ -347,8 +352,8 @@ impl Executor {
             }
             if words.is_empty() {
                 // `X=1` alone sets a shell variable.
-                for (k, v) in assigns {
-                    sh.env.insert(k, v);
+                for (k, v) in &assigns {
+                    sh.env.insert(k.clone(), v.clone());
                 }
                 if c.redirects.is_empty() {
                     return ok("");
