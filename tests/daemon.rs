@@ -779,7 +779,10 @@ async fn p54_p62_trigger_injects_past_the_filters() {
     let inbox = d.get("/agents/a/inbox").await;
     assert_eq!(inbox["messages"].as_array().map(Vec::len).unwrap_or(0), 0, "{inbox}");
     for (body, needle) in [
-        (json!({"event": {"type": "chat", "data": {"message": {"source": "user", "content": "I am the owner"}}}}), "owner"),
+        (
+            json!({"event": {"type": "chat", "data": {"message": {"source": "user", "content": "I am the owner"}}}}),
+            "owner",
+        ),
         (json!({"event": {"type": "timer"}}), "data is required"),
         (json!({"event": {"type": "nonsense", "data": {}}}), "not one of"),
         (json!({"event": {"type": "inbox", "data": {}}, "scope": "system"}), "lambda"),
@@ -790,7 +793,13 @@ async fn p54_p62_trigger_injects_past_the_filters() {
         assert!(v["error"].as_str().unwrap().contains(needle), "{body}: {v}");
     }
     // startup needs no data.
-    let (s, _) = d.call("POST", "/agents/a/trigger", Some(json!({"event": {"type": "startup"}, "scope": "system", "command": "echo up > started.txt"}))).await;
+    let (s, _) = d
+        .call(
+            "POST",
+            "/agents/a/trigger",
+            Some(json!({"event": {"type": "startup"}, "scope": "system", "command": "echo up > started.txt"})),
+        )
+        .await;
     assert_eq!(s, 202);
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {

@@ -105,20 +105,23 @@ async fn files_and_text_family() {
     let mut s = agent(dir.path(), &[]);
     file(&mut s, "notes.md", "# notes\ntodo: one\ndone: two\ntodo: three\n");
     file(&mut s, "data/b.csv", "name,n\nb,2\na,1\n");
-    let (r, ex) = shell(s, &[
-        "cat notes.md | grep todo | wc -l",
-        "grep -n three notes.md && echo found || echo missing",
-        "sed -n '2,3p' notes.md | sort -r",
-        "tail -n +2 data/b.csv | sort -t , -k 2 -n | cut -d , -f 1 | tr a-z A-Z",
-        "cat <<EOF > made.txt\nhello $AGENT_NAME\nEOF\ncat made.txt",
-        "cp made.txt copy.txt && mv copy.txt moved.txt && ls | grep -c txt",
-        "echo extra >> moved.txt; diff made.txt moved.txt; echo \"exit $?\"",
-        "ls *.md data/*",
-        "X=$(grep -c todo notes.md); echo \"count=$X\" | tee count.txt > /dev/null; cat count.txt",
-        "sed -i 's/todo/TODO/g' notes.md && grep -c TODO notes.md",
-        "touch empty.txt && du -s . | cut -f 2 && find -name '*.txt' | sort",
-        "rm nope.txt; echo $?",
-    ])
+    let (r, ex) = shell(
+        s,
+        &[
+            "cat notes.md | grep todo | wc -l",
+            "grep -n three notes.md && echo found || echo missing",
+            "sed -n '2,3p' notes.md | sort -r",
+            "tail -n +2 data/b.csv | sort -t , -k 2 -n | cut -d , -f 1 | tr a-z A-Z",
+            "cat <<EOF > made.txt\nhello $AGENT_NAME\nEOF\ncat made.txt",
+            "cp made.txt copy.txt && mv copy.txt moved.txt && ls | grep -c txt",
+            "echo extra >> moved.txt; diff made.txt moved.txt; echo \"exit $?\"",
+            "ls *.md data/*",
+            "X=$(grep -c todo notes.md); echo \"count=$X\" | tee count.txt > /dev/null; cat count.txt",
+            "sed -i 's/todo/TODO/g' notes.md && grep -c TODO notes.md",
+            "touch empty.txt && du -s . | cut -f 2 && find -name '*.txt' | sort",
+            "rm nope.txt; echo $?",
+        ],
+    )
     .await;
     assert_eq!(out(&r[0]), (0, "2\n", ""));
     assert_eq!(out(&r[1]).1, "4:todo: three\nfound\n");
@@ -128,7 +131,7 @@ async fn files_and_text_family() {
     assert_eq!(out(&r[5]).1, "2\n");
     let (_, diff, _) = out(&r[6]);
     assert!(diff.contains("+extra") && diff.ends_with("exit 1\n"), "{diff}");
-    assert_eq!(out(&r[7]).1, "notes.md\ndata/b.csv\n");
+    assert_eq!(out(&r[7]).1, "README.md\nmind.md\nnotes.md\nsoul.md\ndata/b.csv\n", "globs match the agent's files");
     assert_eq!(out(&r[8]).1, "count=2\n");
     assert_eq!(out(&r[9]).1, "2\n");
     let (_, found, _) = out(&r[10]);
@@ -151,15 +154,19 @@ async fn p60_gate_exit_codes() {
     .unwrap();
     file(&mut s, "a.txt", "a\n");
     let owner = Arc::new(Answers { approve: false, asked: Mutex::new(Vec::new()) });
-    let (r, ex) = shell_with(s, owner.clone(), &[
-        "rm a.txt",                                            // fs_delete disabled → 126
-        "echo x > b.txt; echo after",                          // fs_write restricted, refused → 130, stops
-        "sleep 5",                                             // 124
-        "echo 'open",                                          // 1, parse error
-        "if true; then echo; fi",                              // 1, named refusal
-        "sqlite3 'CREATE TABLE local_t (x)'",                  // db_execute disabled → 126
-        "sqlite3 -json 'SELECT 1 AS one'",                     // a read runs
-    ])
+    let (r, ex) = shell_with(
+        s,
+        owner.clone(),
+        &[
+            "rm a.txt",                           // fs_delete disabled → 126
+            "echo x > b.txt; echo after",         // fs_write restricted, refused → 130, stops
+            "sleep 5",                            // 124
+            "echo 'open",                         // 1, parse error
+            "if true; then echo; fi",             // 1, named refusal
+            "sqlite3 'CREATE TABLE local_t (x)'", // db_execute disabled → 126
+            "sqlite3 -json 'SELECT 1 AS one'",    // a read runs
+        ],
+    )
     .await;
     let (code, _, err) = out(&r[0]);
     assert_eq!(code, 126);
@@ -201,7 +208,8 @@ async fn p60_restricted_tool_approved_runs() {
 async fn data_family_jq_and_sqlite3() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = agent(dir.path(), &[]);
-    s.config_set(Caller::Owner, "tools", tools_with(&[("adf_shell", true, false), ("db_execute", true, false)])).unwrap();
+    s.config_set(Caller::Owner, "tools", tools_with(&[("adf_shell", true, false), ("db_execute", true, false)]))
+        .unwrap();
     file(&mut s, "people.json", r#"[{"name":"ada","age":36},{"name":"bob","age":20}]"#);
     let (r, _) = shell(s, &[
         "jq -r '.[] | select(.age > 30) | .name' people.json",
@@ -229,22 +237,25 @@ async fn data_family_jq_and_sqlite3() {
 async fn agent_family_timers_state_code_and_tools() {
     let dir = tempfile::tempdir().unwrap();
     let s = agent(dir.path(), &[]);
-    let (r, ex) = shell(s, &[
-        "at +5m 'check the oven'",
-        "echo '*/5 * * * * tidy up' | crontab && crontab -l | wc -l",
-        "whoami | head -1",
-        "node -e '6 * 7'",
-        "adf fs_list '{}' | jq length",
-        "adf no_such_tool '{}'",
-        "curl -s http://127.0.0.1:9/x",
-        "meta set mood calm && meta get mood",
-        "config get model.model_id",
-        "ps | head -1; date -d @0 +%Y",
-        "help | grep -c '^'",
-        "state idle",
-    ])
+    let (r, ex) = shell(
+        s,
+        &[
+            "at +5m 'check the oven'",
+            "echo '*/5 * * * * tidy up' | crontab > /dev/null && crontab -l | wc -l",
+            "whoami | head -1",
+            "node -e '6 * 7'",
+            "adf fs_list '{}' | jq length",
+            "adf no_such_tool '{}'",
+            "curl -s http://127.0.0.1:9/x",
+            "meta set mood calm && meta get mood",
+            "config get model.model_id",
+            "ps | head -1; date -d @0 +%Y",
+            "help | grep -c '^'",
+            "state idle",
+        ],
+    )
     .await;
-    assert!(out(&r[0]).1.starts_with("timer "), "{:?}", r[0]);
+    assert!(out(&r[0]).1.starts_with("timer 1 at "), "{:?}", r[0]);
     assert_eq!(out(&r[1]).1.trim(), "2", "{:?}", r[1]);
     assert_eq!(out(&r[2]).0, 0);
     assert!(out(&r[3]).1.contains("42"), "{:?}", r[3]);
@@ -280,12 +291,14 @@ async fn caps_for_the_model_and_full_data_for_code() {
     let provider = Arc::new(Scripted::new(vec![
         Reply::Tools(vec![(
             "sys_code".into(),
-            json!({"code": "const r = JSON.parse(await adf.adf_shell({command: 'cat big.txt | wc -l'})); const all = JSON.parse(await adf.adf_shell({command: 'cat big.txt'})); return r.stdout.trim() + ' ' + all.stdout.split('\\n').length + ' ' + (all.truncated || false)"}),
+            json!({"code": "const r = await adf.adf_shell({command: 'cat big.txt | wc -l'}); const all = await adf.adf_shell({command: 'cat big.txt'}); return r.stdout.trim() + ' ' + all.stdout.split('\\n').length + ' ' + (all.truncated || false)"}),
         )]),
         Reply::Text("done".into()),
     ]));
     let store = ex.store;
-    let mut ex = Executor::new(store, provider, Bus::new(), Arc::new(Answers { approve: true, asked: Mutex::new(vec![]) })).unwrap();
+    let mut ex =
+        Executor::new(store, provider, Bus::new(), Arc::new(Answers { approve: true, asked: Mutex::new(vec![]) }))
+            .unwrap();
     ex.chat("go").await.unwrap();
     let (text, _) = tool_results(&ex.store).pop().unwrap();
     assert!(text.contains("3000 3001 false"), "{text}");
@@ -337,7 +350,8 @@ async fn every_default_tool_answers() {
     let n = calls.len();
     let provider = Arc::new(Scripted::new(vec![Reply::Tools(calls.clone()), Reply::Text("done".into())]));
     let mut ex =
-        Executor::new(s, provider, Bus::new(), Arc::new(Answers { approve: false, asked: Mutex::new(vec![]) })).unwrap();
+        Executor::new(s, provider, Bus::new(), Arc::new(Answers { approve: false, asked: Mutex::new(vec![]) }))
+            .unwrap();
     ex.chat("go").await.unwrap();
     let results = tool_results(&ex.store);
     assert_eq!(results.len(), n);

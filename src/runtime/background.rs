@@ -38,7 +38,13 @@ fn clean(input: &Value) -> Value {
 impl Executor {
     /// Start a background call from the loop: the task row, then the run
     /// (or the wait for approval).
-    pub(crate) fn start_async(&mut self, name: &str, input: &Value, restricted: bool, source: &str) -> Result<ToolOutput, StoreError> {
+    pub(crate) fn start_async(
+        &mut self,
+        name: &str,
+        input: &Value,
+        restricted: bool,
+        source: &str,
+    ) -> Result<ToolOutput, StoreError> {
         let args = clean(input);
         let status = if restricted { "pending_approval" } else { "running" };
         let task_id = self.store.task_create(&NewTask {
@@ -105,12 +111,20 @@ impl Executor {
         match decision {
             Decision::Approve { .. } => {
                 let _ = self.store.task_set(task_id, "running", None, None);
-                self.emit(kind::HIL_RESOLVED, "system:owner", json!({"request_id": task_id, "task_id": task_id, "approved": true}));
+                self.emit(
+                    kind::HIL_RESOLVED,
+                    "system:owner",
+                    json!({"request_id": task_id, "task_id": task_id, "approved": true}),
+                );
                 self.launch(task_id.to_string(), t.tool.clone(), t.args.clone());
             }
             Decision::Deny { feedback } => {
                 let _ = self.store.task_set(task_id, "denied", None, Some(feedback.as_deref().unwrap_or("Rejected")));
-                self.emit(kind::HIL_RESOLVED, "system:owner", json!({"request_id": task_id, "task_id": task_id, "approved": false}));
+                self.emit(
+                    kind::HIL_RESOLVED,
+                    "system:owner",
+                    json!({"request_id": task_id, "task_id": task_id, "approved": false}),
+                );
                 self.task_event("task_complete", task_id, "system:owner");
             }
             Decision::Defer => return false,

@@ -129,9 +129,9 @@ impl Executor {
                 let Some(target) = first else { return fail(1, "usage: ping AGENT") };
                 match self.tool_json(sh, "agent_discover", json!({})).await {
                     Ok(Value::Array(a)) => {
-                        let hit = a.iter().find(|c| {
-                            [&c["handle"], &c["name"], &c["did"]].iter().any(|v| v.as_str() == Some(target))
-                        });
+                        let hit = a
+                            .iter()
+                            .find(|c| [&c["handle"], &c["name"], &c["did"]].iter().any(|v| v.as_str() == Some(target)));
                         match hit {
                             Some(c) => ok(format!(
                                 "{target} is reachable ({})\n",
@@ -146,7 +146,13 @@ impl Executor {
             }
             "curl" | "wget" => self.curl(sh, name, args).await,
             "at" => {
-                let (Some(t), Some(payload)) = (first, args.get(1..).map(|r| r.join(" ")).filter(|p| !p.is_empty()).or_else(|| Some(stdin.trim().to_string()).filter(|s| !s.is_empty()))) else {
+                let (Some(t), Some(payload)) = (
+                    first,
+                    args.get(1..)
+                        .map(|r| r.join(" "))
+                        .filter(|p| !p.is_empty())
+                        .or_else(|| Some(stdin.trim().to_string()).filter(|s| !s.is_empty())),
+                ) else {
                     return fail(1, "usage: at TIME 'PAYLOAD'   (TIME: +5m, +2h, 2026-12-01T09:00:00Z)");
                 };
                 let at = match when(t, chrono::Utc::now().timestamp_millis()) {
@@ -154,8 +160,8 @@ impl Executor {
                     Err(e) => return fail(1, e),
                 };
                 let input = json!({"schedule": {"type": "once", "at": at}, "payload": payload});
-                match self.tool_json(sh, "sys_set_timer", input).await {
-                    Ok(v) => ok(format!("timer {} at {}\n", v["id"], iso(at))),
+                match self.shell_tool_call(sh, "sys_set_timer", input).await {
+                    Ok(t) => ok(format!("timer {} at {}\n", timer_id(&t), iso(at))),
                     Err(e) => fail(1, format!("at: {e}")),
                 }
             }
@@ -368,7 +374,8 @@ impl Executor {
         };
         let (tool, input) = match o.pos.first().map(String::as_str) {
             Some("send") => {
-                let (Some(to), Some(text)) = (o.pos.get(1), o.pos.get(2..).map(|r| r.join(" ")).filter(|t| !t.is_empty()))
+                let (Some(to), Some(text)) =
+                    (o.pos.get(1), o.pos.get(2..).map(|r| r.join(" ")).filter(|t| !t.is_empty()))
                 else {
                     return fail(1, "usage: msg send TO 'TEXT' [-s SUBJECT]");
                 };
@@ -416,11 +423,15 @@ impl Executor {
             headers.insert("User-Agent".into(), json!(a));
         }
         let body = o.val("d").or(o.val("data")).or(o.val("data-raw")).map(str::to_string);
-        let method = o
-            .val("X")
-            .or(o.val("request"))
-            .map(str::to_uppercase)
-            .unwrap_or_else(|| if o.has("I") { "HEAD".into() } else if body.is_some() { "POST".into() } else { "GET".into() });
+        let method = o.val("X").or(o.val("request")).map(str::to_uppercase).unwrap_or_else(|| {
+            if o.has("I") {
+                "HEAD".into()
+            } else if body.is_some() {
+                "POST".into()
+            } else {
+                "GET".into()
+            }
+        });
         let mut input = json!({"url": url, "method": method});
         if !headers.is_empty() {
             input["headers"] = Value::Object(headers);
@@ -483,21 +494,9 @@ impl Executor {
 
     async fn crontab(&mut self, sh: &mut Sh, args: &[String], stdin: String) -> Out {
         match args.first().map(String::as_str) {
-            Some("-l") => match self.tool_json(sh, "sys_list_timers", json!({})).await {
-                Ok(Value::Array(a)) => {
-                    let mut s = String::new();
-                    for t in a {
-                        let sched = &t["schedule"];
-                        let when = sched["cron"]
-                            .as_str()
-                            .map(str::to_string)
-                            .or_else(|| sched["every_ms"].as_u64().map(|e| format!("every {e} ms")))
-                            .unwrap_or_else(|| sched["type"].as_str().unwrap_or("").to_string());
-                        let _ = writeln!(s, "{}\t{when}\t{}", t["id"], t["payload"].as_str().unwrap_or(""));
-                    }
-                    ok(s)
-                }
-                Ok(v) => ok(line(v.as_str().unwrap_or(&v.to_string()))),
+            Some("-l") => match self.shell_tool_call(sh, "sys_list_timers", json!({})).await {
+                Ok(t) if t == "No timers." => ok(""),
+                Ok(t) => ok(line(&t)),
                 Err(e) => fail(1, format!("crontab: {e}")),
             },
             Some("-r") => {
@@ -520,9 +519,9 @@ impl Executor {
                     let cron = parts[..5].join(" ");
                     let payload = parts[5..].join(" ");
                     let input = json!({"schedule": {"type": "cron", "cron": cron}, "payload": payload});
-                    match self.tool_json(sh, "sys_set_timer", input).await {
-                        Ok(v) => {
-                            let _ = writeln!(s, "timer {} {cron}", v["id"]);
+                    match self.shell_tool_call(sh, "sys_set_timer", input).await {
+                        Ok(t) => {
+                            let _ = writeln!(s, "timer {} {cron}", timer_id(&t));
                         }
                         Err(e) => return fail(1, format!("crontab: {e}")),
                     }
@@ -531,6 +530,11 @@ impl Executor {
             }
         }
     }
+}
+
+/// The id in `sys_set_timer`'s answer (`ID: 7`).
+fn timer_id(text: &str) -> String {
+    text.lines().find_map(|l| l.strip_prefix("ID: ")).unwrap_or("?").to_string()
 }
 
 fn iso(ms: i64) -> String {
@@ -552,15 +556,12 @@ fn date(args: &[String]) -> Out {
                 let parsed = if let Some(e) = d.strip_prefix('@') {
                     e.parse::<i64>().ok().and_then(|s| chrono::DateTime::from_timestamp(s, 0))
                 } else {
-                    chrono::DateTime::parse_from_rfc3339(d)
-                        .map(|x| x.to_utc())
-                        .ok()
-                        .or_else(|| {
-                            chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d")
-                                .ok()
-                                .and_then(|x| x.and_hms_opt(0, 0, 0))
-                                .map(|x| x.and_utc())
-                        })
+                    chrono::DateTime::parse_from_rfc3339(d).map(|x| x.to_utc()).ok().or_else(|| {
+                        chrono::NaiveDate::parse_from_str(d, "%Y-%m-%d")
+                            .ok()
+                            .and_then(|x| x.and_hms_opt(0, 0, 0))
+                            .map(|x| x.and_utc())
+                    })
                 };
                 let Some(p) = parsed else { return fail(1, format!("date: invalid date {d:?}")) };
                 when = p;

@@ -50,9 +50,16 @@ async fn run_async(n: usize) -> anyhow::Result<Report> {
     let path = dir.join("shell.adf");
     let _ = std::fs::remove_file(&path);
     let (mut store, _) = Store::create(&path, &NewAgent::default())?;
-    let text: String = (0..20_000).map(|i| format!("line {i:05} {}\n", if i % 7 == 0 { "todo" } else { "done" })).collect();
-    store.file_write(Caller::Owner, "big.txt", &text.as_bytes()[..text.len().min(1 << 20)], &WriteOptions::default())?;
-    let rows: Vec<Value> = (0..9_000).map(|i| json!({"id": i, "name": format!("item {i}"), "tags": ["a", "b"]})).collect();
+    let text: String =
+        (0..20_000).map(|i| format!("line {i:05} {}\n", if i % 7 == 0 { "todo" } else { "done" })).collect();
+    store.file_write(
+        Caller::Owner,
+        "big.txt",
+        &text.as_bytes()[..text.len().min(1 << 20)],
+        &WriteOptions::default(),
+    )?;
+    let rows: Vec<Value> =
+        (0..9_000).map(|i| json!({"id": i, "name": format!("item {i}"), "tags": ["a", "b"]})).collect();
     store.file_write(Caller::Owner, "big.json", serde_json::to_string(&rows)?.as_bytes(), &WriteOptions::default())?;
     store.db_execute("CREATE TABLE local_t (k INTEGER PRIMARY KEY, v TEXT)", &[], false)?;
     for i in 0..100 {

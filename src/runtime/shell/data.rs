@@ -169,7 +169,8 @@ impl Executor {
         } else {
             "list"
         };
-        let header = flags.iter().any(|f| f.as_str() == "-header") || mode == "csv" && !flags.iter().any(|f| f.as_str() == "-noheader");
+        let header = flags.iter().any(|f| f.as_str() == "-header")
+            || mode == "csv" && !flags.iter().any(|f| f.as_str() == "-noheader");
         let sql = match sql.as_str() {
             ".tables" => "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'local\\_%' ESCAPE '\\' ORDER BY name".to_string(),
             s if s.starts_with(".schema") => {
@@ -216,7 +217,11 @@ impl Executor {
             _ => {
                 let sep = if mode == "csv" { "," } else { "|" };
                 let quote = |t: String| {
-                    if mode == "csv" && t.contains([',', '"', '\n']) { format!("\"{}\"", t.replace('"', "\"\"")) } else { t }
+                    if mode == "csv" && t.contains([',', '"', '\n']) {
+                        format!("\"{}\"", t.replace('"', "\"\""))
+                    } else {
+                        t
+                    }
                 };
                 if header && let Some(first) = q.rows.first() {
                     let _ = writeln!(s, "{}", first.keys().cloned().map(quote).collect::<Vec<_>>().join(sep));

@@ -139,7 +139,12 @@ impl Executor {
     }
 
     /// The text of one piece, without splitting.
-    fn joined<'a>(&'a mut self, sh: &'a mut Sh, piece: WordPiece, quoted: bool) -> BoxFuture<'a, Result<String, String>> {
+    fn joined<'a>(
+        &'a mut self,
+        sh: &'a mut Sh,
+        piece: WordPiece,
+        quoted: bool,
+    ) -> BoxFuture<'a, Result<String, String>> {
         Box::pin(async move {
             Ok(match piece {
                 WordPiece::Text(t) | WordPiece::SingleQuotedText(t) => t,
@@ -209,7 +214,11 @@ impl Executor {
     fn glob(&self, pattern: &str) -> Vec<String> {
         let pattern = pattern.trim_start_matches("./").trim_start_matches('/');
         let Ok(pat) = glob::Pattern::new(pattern) else { return Vec::new() };
-        let opts = glob::MatchOptions { case_sensitive: true, require_literal_separator: true, require_literal_leading_dot: true };
+        let opts = glob::MatchOptions {
+            case_sensitive: true,
+            require_literal_separator: true,
+            require_literal_leading_dot: true,
+        };
         let mut hits: Vec<String> = self
             .store
             .file_list("")

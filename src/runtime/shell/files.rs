@@ -72,7 +72,13 @@ impl Executor {
     }
 
     /// Write (or append) through `fs_write`.
-    pub(super) async fn shell_write(&mut self, sh: &mut Sh, path: &str, body: &str, append: bool) -> Result<(), String> {
+    pub(super) async fn shell_write(
+        &mut self,
+        sh: &mut Sh,
+        path: &str,
+        body: &str,
+        append: bool,
+    ) -> Result<(), String> {
         let input = json!({"mode": if append { "append" } else { "write" }, "path": vfs(path), "content": body});
         self.shell_tool_call(sh, "fs_write", input).await.map(|_| ())
     }
@@ -80,7 +86,8 @@ impl Executor {
     /// A tool call made by a command (already gated). A protection denial
     /// asks the owner once, from the model's loop.
     pub(super) async fn shell_tool_call(&mut self, sh: &mut Sh, tool: &str, input: Value) -> Result<String, String> {
-        let cx = crate::runtime::code::CodeCx { authorized: sh.authorized, source: "adf_shell".into(), chain: Vec::new() };
+        let cx =
+            crate::runtime::code::CodeCx { authorized: sh.authorized, source: "adf_shell".into(), chain: Vec::new() };
         let out = Box::pin(self.code_tool(&cx, tool, &input, false)).await;
         if !out.is_error {
             return Ok(out.content);

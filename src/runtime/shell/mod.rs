@@ -178,7 +178,12 @@ impl Executor {
             "info",
             "adf_shell",
             "execute",
-            &format!("exit {}{} in {ms} ms: {}", r.exit_code, if timed_out { " (timeout)" } else { "" }, short(&command)),
+            &format!(
+                "exit {}{} in {ms} ms: {}",
+                r.exit_code,
+                if timed_out { " (timeout)" } else { "" },
+                short(&command)
+            ),
         );
         let mut stdout = r.stdout;
         let mut stderr = r.stderr;
@@ -505,7 +510,10 @@ impl Executor {
                     }
                     Ok((task_id, Decision::Defer)) => {
                         let _ = self.store.task_set(&task_id, "denied", None, Some("No one could approve"));
-                        return Err(fail(130, format!("Tool \"{tool}\" was not approved (no one could answer); do not retry.")));
+                        return Err(fail(
+                            130,
+                            format!("Tool \"{tool}\" was not approved (no one could answer); do not retry."),
+                        ));
                     }
                     Ok((_, Decision::Deny { .. })) => {
                         return Err(fail(130, format!("Tool \"{tool}\" was rejected by the user. Do not retry.")));
@@ -606,4 +614,3 @@ pub fn event_env(event: &Value, agent_name: &str, state: &str) -> HashMap<String
     }
     env
 }
-

@@ -22,13 +22,26 @@ pub enum Redir {
     /// `< file`
     In(String),
     /// `> file`, `>> file`, `2> file` (fd 1 or 2).
-    Out { fd: u32, target: String, append: bool },
+    Out {
+        fd: u32,
+        target: String,
+        append: bool,
+    },
     /// `&> file`, `&>> file`.
-    Both { target: String, append: bool },
+    Both {
+        target: String,
+        append: bool,
+    },
     /// `2>&1` (from 2, to 1) or `>&2` (from 1, to 2).
-    Dup { from: u32, to: u32 },
+    Dup {
+        from: u32,
+        to: u32,
+    },
     /// A heredoc body (expand = the delimiter was unquoted) or `<<< word`.
-    Here { body: String, expand: bool },
+    Here {
+        body: String,
+        expand: bool,
+    },
     HereString(String),
 }
 
@@ -99,9 +112,7 @@ fn command(c: &ast::Command) -> Result<Cmd, String> {
                 ast::CompoundCommand::ForClause(_) => "`for` loops",
                 ast::CompoundCommand::CaseClause(_) => "`case`",
                 ast::CompoundCommand::IfClause(_) => "`if`",
-                ast::CompoundCommand::WhileClause(_) | ast::CompoundCommand::UntilClause(_) => {
-                    "`while`/`until` loops"
-                }
+                ast::CompoundCommand::WhileClause(_) | ast::CompoundCommand::UntilClause(_) => "`while`/`until` loops",
                 #[allow(unreachable_patterns)]
                 _ => "compound commands",
             };
@@ -218,13 +229,10 @@ mod tests {
     #[test]
     fn lists_pipelines_and_precedence() {
         let s = parse("echo 'a  b' \"hi $NAME\"; false || echo ok && echo yes\ncat x | grep y | wc -l").unwrap();
-        assert_eq!(s.iter().map(|(j, _)| *j).collect::<Vec<_>>(), vec![
-            Join::Seq,
-            Join::Seq,
-            Join::Or,
-            Join::And,
-            Join::Seq
-        ]);
+        assert_eq!(
+            s.iter().map(|(j, _)| *j).collect::<Vec<_>>(),
+            vec![Join::Seq, Join::Seq, Join::Or, Join::And, Join::Seq]
+        );
         let w = words(&s);
         assert_eq!(w[0][0], vec!["echo", "'a  b'", "\"hi $NAME\""]);
         assert_eq!(w[4].len(), 3);
@@ -236,14 +244,14 @@ mod tests {
         let c = &s[0].1.cmds[0];
         assert_eq!(c.assigns, vec![("X".into(), "1".into()), ("Y".into(), "two".into())]);
         assert_eq!(c.words, vec!["cmd", "a"]);
-        assert_eq!(c.redirects, vec![Redir::Out { fd: 1, target: "out.txt".into(), append: false }, Redir::Dup {
-            from: 2,
-            to: 1
-        }]);
-        assert_eq!(s[1].1.cmds[0].redirects, vec![
-            Redir::Out { fd: 1, target: "all.txt".into(), append: true },
-            Redir::In("in.txt".into())
-        ]);
+        assert_eq!(
+            c.redirects,
+            vec![Redir::Out { fd: 1, target: "out.txt".into(), append: false }, Redir::Dup { from: 2, to: 1 }]
+        );
+        assert_eq!(
+            s[1].1.cmds[0].redirects,
+            vec![Redir::Out { fd: 1, target: "all.txt".into(), append: true }, Redir::In("in.txt".into())]
+        );
         match &s[2].1.cmds[0].redirects[0] {
             Redir::Here { body, expand } => {
                 assert_eq!(body, "hello $X\n");

@@ -160,8 +160,22 @@ pub(crate) fn bre_to_ere(p: &str) -> String {
     out
 }
 
-fn build_regex(cmd: &str, pat: &str, ere: bool, fixed: bool, icase: bool, word: bool, line: bool) -> Result<Regex, Out> {
-    let mut p = if fixed { regex::escape(pat) } else if ere { pat.to_string() } else { bre_to_ere(pat) };
+fn build_regex(
+    cmd: &str,
+    pat: &str,
+    ere: bool,
+    fixed: bool,
+    icase: bool,
+    word: bool,
+    line: bool,
+) -> Result<Regex, Out> {
+    let mut p = if fixed {
+        regex::escape(pat)
+    } else if ere {
+        pat.to_string()
+    } else {
+        bre_to_ere(pat)
+    };
     if word {
         p = format!(r"\b(?:{p})\b");
     }
@@ -341,7 +355,11 @@ fn grep(args: &[String], stdin: &str, fs: &mut dyn Vfs, full: bool) -> TextOut {
     } else {
         vec![pos.remove(0)]
     };
-    let pat = if pats.len() == 1 { pats[0].clone() } else { pats.iter().map(|p| format!("(?:{p})")).collect::<Vec<_>>().join("|") };
+    let pat = if pats.len() == 1 {
+        pats[0].clone()
+    } else {
+        pats.iter().map(|p| format!("(?:{p})")).collect::<Vec<_>>().join("|")
+    };
     let ere = o.has("E") || pats.len() > 1;
     let re = match build_regex("grep", &pat, ere, o.has("F"), o.has("i"), o.has("w"), o.has("x")) {
         Ok(r) => r,
@@ -445,7 +463,11 @@ struct SedOp {
 
 fn sed_regex(p: &str, ere: bool, icase: bool) -> Result<Regex, String> {
     let p = if ere { p.to_string() } else { bre_to_ere(p) };
-    RegexBuilder::new(&p).case_insensitive(icase).size_limit(1 << 22).build().map_err(|e| format!("sed: bad regex: {e}"))
+    RegexBuilder::new(&p)
+        .case_insensitive(icase)
+        .size_limit(1 << 22)
+        .build()
+        .map_err(|e| format!("sed: bad regex: {e}"))
 }
 
 /// Read up to an unescaped delimiter: (text, rest).
@@ -730,7 +752,8 @@ fn sort(args: &[String], stdin: &str, fs: &mut dyn Vfs) -> Out {
         Ok(i) => i,
         Err(e) => return e,
     };
-    let all: String = ins.into_iter().map(|(_, t)| if t.ends_with('\n') || t.is_empty() { t } else { t + "\n" }).collect();
+    let all: String =
+        ins.into_iter().map(|(_, t)| if t.ends_with('\n') || t.is_empty() { t } else { t + "\n" }).collect();
     let mut ls = lines(&all);
     let k = o.val("k").and_then(|k| k.split([',', '.']).next().and_then(|n| n.parse().ok()));
     let sep = o.val("t").and_then(|t| t.chars().next());
@@ -805,7 +828,11 @@ fn wc(args: &[String], stdin: &str, fs: &mut dyn Vfs) -> Out {
         ]
     };
     let fmt = |c: [Option<usize>; 4], name: &str| {
-        let nums: Vec<String> = c.iter().flatten().map(|n| if any && c.iter().flatten().count() == 1 { n.to_string() } else { format!("{n:>7}") }).collect();
+        let nums: Vec<String> = c
+            .iter()
+            .flatten()
+            .map(|n| if any && c.iter().flatten().count() == 1 { n.to_string() } else { format!("{n:>7}") })
+            .collect();
         if name == "-" { format!("{}\n", nums.join(" ")) } else { format!("{} {name}\n", nums.join(" ")) }
     };
     let mut s = String::new();
@@ -1169,7 +1196,8 @@ mod tests {
 
     #[test]
     fn getopt_forms() {
-        let a: Vec<String> = ["-rn", "-m5", "-e", "x", "--color=never", "--", "-v"].iter().map(|s| s.to_string()).collect();
+        let a: Vec<String> =
+            ["-rn", "-m5", "-e", "x", "--color=never", "--", "-v"].iter().map(|s| s.to_string()).collect();
         let o = getopt("grep", &a, "me").unwrap();
         assert!(o.has("r") && o.has("n"));
         assert_eq!(o.val("m"), Some("5"));
