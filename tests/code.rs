@@ -124,7 +124,7 @@ async fn the_gate_refuses_what_the_matrix_refuses() {
         v,
         json!({"sys_update_config": "REQUIRES_AUTHORIZED_CODE", "attestation_issue": "REQUIRES_AUTHORIZED_CODE",
                "fs_delete": "DISABLED", "no_such_tool": "NOT_FOUND", "authorize_file": "REQUIRES_AUTHORIZED_CODE",
-               "adf_shell": "NOT_FOUND"})
+               "adf_shell": "DISABLED"})
     );
 }
 

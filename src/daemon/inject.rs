@@ -98,11 +98,11 @@ pub async fn trigger(
     let (id, _) = s.agent(&id).await?;
     let turn = format!("trigger_{}", crate::store::create::nanoid(12));
     let cmd = match scope.as_str() {
-        "agent" => {
-            let ty = events[0].ty.to_string();
-            AgentCommand::Wake { text: wake_text(&events), event_type: ty }
-        }
+        // Not the event's own type: an injected inbox event has no inbox
+        // row for the wake to read back.
+        "agent" => AgentCommand::Wake { text: wake_text(&events), event_type: "injected".into() },
         "system" => {
+            let is_command = lambda.is_none() && command.is_some();
             let Some(target) = lambda.or(command) else {
                 return Err(ApiError::bad("system scope needs a lambda (path[:fn]) or a command"));
             };
@@ -117,6 +117,7 @@ pub async fn trigger(
             AgentCommand::With(OwnerWork(Box::new(move |ex| {
                 let job = crate::runtime::code::SystemJob { trigger, lambda: target, event, warm, source };
                 match ex.dispatcher.clone() {
+                    Some(d) if is_command => d.submit_command(job),
                     Some(d) => d.submit_job(job),
                     None => ex.system_queue.push(job),
                 }

@@ -547,10 +547,20 @@ impl Dispatcher {
 
     /// A timer's own lambda (timers carry their execution config).
     pub fn submit_job(&self, job: super::code::SystemJob) {
+        let shell = job.lambda.ends_with(".sh");
+        self.submit_system(job, shell);
+    }
+
+    /// A shell command line run in system scope (an injected event's
+    /// `command`).
+    pub fn submit_command(&self, job: super::code::SystemJob) {
+        self.submit_system(job, true);
+    }
+
+    fn submit_system(&self, job: super::code::SystemJob, shell: bool) {
         if self.closed.load(std::sync::atomic::Ordering::Relaxed) {
             return;
         }
-        let shell = job.lambda.ends_with(".sh");
         self.enqueue(Job {
             lane: format!("{}:{}", job.trigger, job.lambda),
             trigger: job.trigger.to_string(),
