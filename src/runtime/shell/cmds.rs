@@ -95,7 +95,7 @@ pub(super) fn tools_for(name: &str, args: &[String]) -> Vec<&'static str> {
         },
         "state" if first.is_some() => v.push("sys_set_state"),
         "adf" => {
-            if let Some(t) = first.and_then(|t| crate::tools::def(t)) {
+            if let Some(t) = first.and_then(crate::tools::def) {
                 v.push(t.name);
             }
         }

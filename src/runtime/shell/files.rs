@@ -170,10 +170,10 @@ impl Executor {
                 }
                 if name == "mv" {
                     let caller = Self::shell_caller(sh);
-                    if matches!(self.store.file_stat(&dst), Ok(Some(_))) {
-                        if let Err(e) = self.shell_tool_call(sh, "fs_delete", json!({"path": dst})).await {
-                            return fail(1, format!("mv: {e}"));
-                        }
+                    if matches!(self.store.file_stat(&dst), Ok(Some(_)))
+                        && let Err(e) = self.shell_tool_call(sh, "fs_delete", json!({"path": dst})).await
+                    {
+                        return fail(1, format!("mv: {e}"));
                     }
                     return match self.store.file_rename(caller, &src, &dst) {
                         Ok(()) => {

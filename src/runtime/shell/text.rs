@@ -494,7 +494,7 @@ fn until_delim(s: &str, d: char) -> Result<(String, &str), String> {
     Err(format!("sed: unterminated expression (missing `{d}`)"))
 }
 
-fn parse_addr<'a>(s: &'a str, ere: bool) -> Result<(Option<Addr>, &'a str), String> {
+fn parse_addr(s: &str, ere: bool) -> Result<(Option<Addr>, &str), String> {
     let s = s.trim_start();
     if let Some(rest) = s.strip_prefix('$') {
         return Ok((Some(Addr::Last), rest));
@@ -723,7 +723,7 @@ fn sed(args: &[String], stdin: &str, fs: &mut dyn Vfs) -> TextOut {
 }
 
 /// The sort key of a line: field `k` (1-based) split by `sep` or blanks.
-fn key<'a>(l: &'a str, k: Option<usize>, sep: Option<char>) -> &'a str {
+fn key(l: &str, k: Option<usize>, sep: Option<char>) -> &str {
     let Some(k) = k else { return l };
     let mut fields: Box<dyn Iterator<Item = &str>> = match sep {
         Some(c) => Box::new(l.split(c)),
@@ -824,7 +824,7 @@ fn wc(args: &[String], stdin: &str, fs: &mut dyn Vfs) -> Out {
             (o.has("l") || !any).then(|| t.bytes().filter(|&b| b == b'\n').count()),
             (o.has("w") || !any).then(|| t.split_whitespace().count()),
             o.has("m").then(|| t.chars().count()),
-            (o.has("c") || !any).then(|| t.len()),
+            (o.has("c") || !any).then_some(t.len()),
         ]
     };
     let fmt = |c: [Option<usize>; 4], name: &str| {
