@@ -836,7 +836,7 @@ async fn new_rename_and_config_commands() {
     let acts = key(&mut a, KeyCode::Enter);
     assert_eq!(
         acts,
-        vec![Action::NewAgent { name: "scout".into(), provider: "openai".into(), model: "gpt-5-mini".into() }]
+        vec![Action::NewAgent { name: "scout".into(), provider: "openai".into(), model: "gpt-5-mini".into(), from: None }]
     );
     keys(&mut a, ":new Night Owl");
     key(&mut a, KeyCode::Enter);

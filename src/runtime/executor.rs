@@ -1478,6 +1478,7 @@ impl Executor {
             "sys_fetch" => self.sys_fetch(input, None).await,
             "msg_send" => self.msg_send(input).await,
             "agent_discover" => self.agent_discover(input).await,
+            "sys_create_adf" => self.sys_create_adf(input).await,
             _ => self.run_tool(name, input, Caller::AGENT),
         }
     }
