@@ -216,10 +216,8 @@ fn parent(dir: &Path, template: &[u8]) -> Store {
 /// Run one scripted turn that calls `sys_create_adf` with `input`; the
 /// tool's result text and the owner's approvals.
 async fn create_turn(store: Store, input: Value) -> (String, Vec<String>, Executor) {
-    let provider = Arc::new(Scripted::new([
-        Reply::Tools(vec![("sys_create_adf".into(), input)]),
-        Reply::Text("done".into()),
-    ]));
+    let provider =
+        Arc::new(Scripted::new([Reply::Tools(vec![("sys_create_adf".into(), input)]), Reply::Text("done".into())]));
     let owner = Arc::new(Yes::default());
     let mut ex = Executor::new(store, provider.clone(), Bus::new(), owner.clone()).unwrap();
     ex.chat("make a child").await.unwrap();

@@ -71,7 +71,8 @@ pub fn clone(out: &Out, src: &Path, dst: &Path, opts: CloneOptions) -> anyhow::R
 /// `adf template save SRC TEMPLATE`.
 pub fn template(out: &Out, cmd: TemplateCmd) -> anyhow::Result<()> {
     let TemplateCmd::Save { src, template, lock } = cmd;
-    let made = derive::save_template(&src, &template, &lock).map_err(|e| at(&[&src, &template], e))?;
+    let made =
+        derive::save_template(&src, &template, &lock).map_err(|e| at(&[src.as_path(), template.as_path()], e))?;
     if out.json {
         return out.json(&json!({
             "path": made.path, "source": made.source, "id": made.id, "name": made.name,

@@ -3,8 +3,8 @@
 //! `main` as one line naming the file and the cause.
 
 mod bench;
-mod chat;
 pub mod bench_spawn;
+mod chat;
 mod clone;
 mod config;
 mod files;

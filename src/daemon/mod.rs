@@ -78,10 +78,7 @@ impl Default for Options {
 /// What every handler shares.
 /// Load and start the agent files agents created with `autostart`
 /// (`sys_create_adf`), until the fleet goes.
-pub(crate) fn serve_load_requests(
-    shared: &Arc<Shared>,
-    rx: Option<tokio::sync::mpsc::UnboundedReceiver<PathBuf>>,
-) {
+pub(crate) fn serve_load_requests(shared: &Arc<Shared>, rx: Option<tokio::sync::mpsc::UnboundedReceiver<PathBuf>>) {
     let Some(mut rx) = rx else { return };
     let weak = Arc::downgrade(shared);
     tokio::spawn(async move {

@@ -7,7 +7,6 @@
 //! runtime that runs the parent loads and starts the child.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
@@ -103,7 +102,7 @@ fn build(job: Job) -> Result<Made, String> {
         })?),
         _ => None,
     };
-    let seal_to = crate::identity::install::load(&crate::paths::config_dir()).ok().flatten().map(Arc::new);
+    let seal_to = crate::identity::install::load(&crate::paths::config_dir()).ok().flatten();
     let spec = ChildSpec {
         new: NewAgent {
             seal_to,
@@ -122,7 +121,8 @@ fn build(job: Job) -> Result<Made, String> {
     let created = derive::create_child(&job.dest, &spec).map_err(|e| e.to_string())?;
     drop(temp);
     // The parent's creation counts as the owner's review of the child.
-    crate::review::mark_reviewed(&created.id).map_err(|e| format!("{}: recording the review: {e}", job.dest.display()))?;
+    crate::review::mark_reviewed(&created.id)
+        .map_err(|e| format!("{}: recording the review: {e}", job.dest.display()))?;
     Ok(Made { id: created.id, did: created.did })
 }
 

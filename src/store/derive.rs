@@ -107,24 +107,30 @@ pub fn merge_config(base: &mut Value, over: &Value, skip: &[&str]) {
         if skip.contains(&k.as_str()) {
             continue;
         }
-        match (k.as_str(), b.get_mut(k)) {
+        let merged = match (k.as_str(), b.get_mut(k)) {
             ("tools", Some(Value::Array(tools))) => {
                 for t in v.as_array().into_iter().flatten() {
                     let name = t.get("name").and_then(Value::as_str);
-                    match tools.iter_mut().find(|e| name.is_some() && e.get("name").and_then(Value::as_str) == name) {
-                        Some(Value::Object(e)) => {
+                    let at = tools.iter().position(|e| name.is_some() && e.get("name").and_then(Value::as_str) == name);
+                    match at.and_then(|i| tools[i].as_object_mut()) {
+                        Some(e) => {
                             for (f, x) in t.as_object().into_iter().flatten() {
                                 e.insert(f.clone(), x.clone());
                             }
                         }
-                        _ => tools.push(t.clone()),
+                        None => tools.push(t.clone()),
                     }
                 }
+                true
             }
-            ("triggers" | "limits" | "security" | "messaging" | "code_execution" | "metadata", Some(Value::Object(m))) => {
+            (
+                "triggers" | "limits" | "security" | "messaging" | "code_execution" | "metadata",
+                Some(Value::Object(m)),
+            ) => {
                 for (f, x) in v.as_object().into_iter().flatten() {
                     m.insert(f.clone(), x.clone());
                 }
+                true
             }
             ("locked_fields", Some(Value::Array(list))) => {
                 for x in v.as_array().into_iter().flatten() {
@@ -132,10 +138,12 @@ pub fn merge_config(base: &mut Value, over: &Value, skip: &[&str]) {
                         list.push(x.clone());
                     }
                 }
+                true
             }
-            _ => {
-                b.insert(k.clone(), v.clone());
-            }
+            _ => false,
+        };
+        if !merged {
+            b.insert(k.clone(), v.clone());
         }
     }
 }
@@ -172,8 +180,13 @@ fn touched(prefix: &str, v: &Value, out: &mut Vec<String>) {
 pub fn lock_on(cfg: &Value, path: &str) -> Option<String> {
     let covered =
         |lock: &str| path == lock || path.starts_with(&format!("{lock}.")) || lock.starts_with(&format!("{path}."));
-    if let Some(lock) =
-        cfg.get("locked_fields").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).find(|l| covered(l))
+    if let Some(lock) = cfg
+        .get("locked_fields")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .find(|l| covered(l))
     {
         return Some(format!("\"{path}\" is locked by the template (locked_fields: {lock})"));
     }
@@ -240,8 +253,7 @@ pub fn create_child(path: &Path, spec: &ChildSpec<'_>) -> Result<Created> {
     }
     let finish = |tx: &Transaction<'_>, tmp: &Path| -> Result<()> {
         let now = now_iso();
-        let text: String =
-            tx.query_row("SELECT config_json FROM adf_config WHERE id = 1", [], |r| r.get(0)).at(tmp)?;
+        let text: String = tx.query_row("SELECT config_json FROM adf_config WHERE id = 1", [], |r| r.get(0)).at(tmp)?;
         let mut cfg: Value = serde_json::from_str(&text)
             .map_err(|e| StoreError::Invalid(format!("{}: new config: {e}", path.display())))?;
         let explicit = cfg.clone();
@@ -558,7 +570,7 @@ fn strip_secrets(cfg: &Value) -> Value {
             _ => {}
         }
     }
-    let mut c = crate::tools::sys::redact(cfg);
+    let mut c = crate::tools::redact(cfg);
     walk(&mut c);
     c
 }

@@ -273,6 +273,8 @@ mod tests {
         for c in "scout.adf".chars() {
             f.key(&k(KeyCode::Char(c)));
         }
-        assert!(matches!(f.key(&k(KeyCode::Enter)), FormKey::Create { from: Some(StartFrom::Clone(p)), .. } if p == "scout.adf"));
+        assert!(
+            matches!(f.key(&k(KeyCode::Enter)), FormKey::Create { from: Some(StartFrom::Clone(p)), .. } if p == "scout.adf")
+        );
     }
 }

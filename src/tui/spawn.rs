@@ -18,7 +18,13 @@ fn source(dir: &Path, typed: &str) -> PathBuf {
 }
 
 /// Create the agent at `path`; returns its id.
-pub fn create(path: &Path, name: &str, new: NewAgent<'_>, from: Option<&StartFrom>, dir: &Path) -> anyhow::Result<String> {
+pub fn create(
+    path: &Path,
+    name: &str,
+    new: NewAgent<'_>,
+    from: Option<&StartFrom>,
+    dir: &Path,
+) -> anyhow::Result<String> {
     match from {
         None => Ok(create_file(path, &new)?.id),
         Some(StartFrom::Template(t)) => {

@@ -224,7 +224,7 @@ fn draw_tree(f: &mut Frame, app: &App, area: Rect) {
         };
         let name_w = w.saturating_sub(indent.width() + 3 + badge.width());
         let mut line = Line::from(vec![
-            Span::raw(indent),
+            Span::raw(indent.clone()),
             Span::styled(format!("{g} "), gs),
             Span::raw(format!("{:<name_w$}", fit(&a.info.name, name_w))),
             Span::styled(
