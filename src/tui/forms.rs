@@ -193,7 +193,7 @@ pub fn draw_new_agent(f: &mut Frame, app: &App, form: &NewAgentForm, area: Rect)
         }
         lines.push(Line::from(source));
     }
-    lines.push(Line::styled(format!("  {file} · ←/→ picks the provider and the start"), app.theme.get("dim")));
+    lines.push(Line::styled(format!("  {file} · ←/→ picks a choice"), app.theme.get("dim")));
     if let Some(e) = &form.error {
         lines.push(Line::styled(format!("  {e}"), app.theme.get("error")));
     }
