@@ -68,3 +68,15 @@ pub fn run(iterations: usize) -> anyhow::Result<Value> {
         "release": !cfg!(debug_assertions),
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn spawning_from_a_template_is_measured_and_cleaned_up() {
+        let v = super::run(3).unwrap();
+        assert_eq!(v["iterations"], 3);
+        assert!(v["p50_ms"].as_f64().unwrap() > 0.0);
+        assert!(v["p99_ms"].as_f64().unwrap() >= v["p50_ms"].as_f64().unwrap());
+        eprintln!("spawn bench (debug build): {v}");
+    }
+}
