@@ -836,7 +836,12 @@ async fn new_rename_and_config_commands() {
     let acts = key(&mut a, KeyCode::Enter);
     assert_eq!(
         acts,
-        vec![Action::NewAgent { name: "scout".into(), provider: "openai".into(), model: "gpt-5-mini".into() }]
+        vec![Action::NewAgent {
+            name: "scout".into(),
+            provider: "openai".into(),
+            model: "gpt-5-mini".into(),
+            from: None
+        }]
     );
     keys(&mut a, ":new Night Owl");
     key(&mut a, KeyCode::Enter);
@@ -934,4 +939,60 @@ async fn every_screen_in_ascii_mode_is_ascii() {
     }
     assert_eq!(ui::ascii_misses(), 0, "a glyph without an ASCII stand-in was drawn as ?");
     assert!(screens[0].1.contains("adf > research > main"), "{}", screens[0].1);
+}
+
+#[tokio::test]
+async fn snapshot_of_the_new_agent_form_starting_from_a_clone() {
+    let dir = tmp();
+    let mut a = loaded(dir.path()).await;
+    a.focus = Focus::Fleet;
+    keys(&mut a, "n");
+    keys(&mut a, "twin");
+    for _ in 0..3 {
+        key(&mut a, KeyCode::Tab);
+    }
+    key(&mut a, KeyCode::Right);
+    both("new_agent_from_template", &a);
+    key(&mut a, KeyCode::Right);
+    key(&mut a, KeyCode::Tab);
+    keys(&mut a, "research.adf");
+    both("new_agent_from_clone", &a);
+    let acts = key(&mut a, KeyCode::Enter);
+    assert!(
+        matches!(&acts[..], [Action::NewAgent { name, from: Some(adf::tui::forms::StartFrom::Clone(p)), .. }]
+            if name == "twin" && p == "research.adf"),
+        "{acts:?}"
+    );
+}
+
+/// An agent file made by `parent` (or by nobody), for the tree.
+fn child_of(root: &Path, file: &str, name: &str, parent: Option<&str>) -> AgentInfo {
+    let path = root.join(file);
+    let spec = adf::store::derive::ChildSpec {
+        new: NewAgent { name: Some(name), provider: Some("scripted"), model: Some("mock-1"), ..Default::default() },
+        parent_did: parent.map(String::from),
+        ..Default::default()
+    };
+    let made = adf::store::derive::create_child(&path, &spec).unwrap();
+    AgentInfo { id: made.id, name: name.into(), handle: made.handle, path }
+}
+
+#[test]
+fn children_show_under_their_parent_and_orphans_stay_top_level() {
+    let dir = tmp();
+    let root = dir.path();
+    std::fs::create_dir(root.join("kids")).unwrap();
+    let boss = child_of(root, "boss.adf", "boss", None);
+    let boss_did = Store::open_read_only(&boss.path).unwrap().meta_get("adf_did").unwrap().unwrap().value;
+    let worker = child_of(root, "kids/worker.adf", "worker", Some(&boss_did));
+    let worker_did = Store::open_read_only(&worker.path).unwrap().meta_get("adf_did").unwrap().unwrap().value;
+    let helper = child_of(root, "helper.adf", "helper", Some(&worker_did));
+    let orphan = child_of(root, "orphan.adf", "orphan", Some("did:key:z6MkGone"));
+    let alpha = child_of(root, "alpha.adf", "alpha", None);
+    let mut a = app();
+    a.set_agents(vec![orphan, helper, worker, boss, alpha], root);
+    let order: Vec<(&str, usize)> = a.agents.iter().map(|x| (x.info.name.as_str(), x.depth)).collect();
+    assert_eq!(order, [("alpha", 0), ("boss", 0), ("worker", 1), ("helper", 2), ("orphan", 0)]);
+    a.focus = Focus::Fleet;
+    both("tree_children_under_parents", &a);
 }

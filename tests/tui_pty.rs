@@ -1026,3 +1026,40 @@ async fn connect_a_local_model_server_without_a_key() {
     .await
     .unwrap();
 }
+
+/// `n`, then "clone" and a source path: a copy of an agent with its own
+/// identity, named as typed, in the fleet folder and the tree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_agent_as_a_clone_in_the_app() {
+    let dir = tmp();
+    let home = home_with_agent(dir.path());
+    let fake = FakeProvider::start(vec![]).await;
+    let base = fake.base_url.clone();
+    let home2 = home.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut t = Tui::start(&home2, &base, None, 120, 40);
+        t.wait_for("adf › a › main");
+        t.send("n");
+        t.wait_for("New agent");
+        t.send("twin");
+        for _ in 0..3 {
+            t.send("\t");
+        }
+        t.send("\x1b[C");
+        t.send("\x1b[C");
+        t.wait_for("[clone]");
+        t.send("\t");
+        t.send("a.adf");
+        t.send("\r");
+        t.wait_for("created twin (twin.adf");
+        t.wait_for("adf › twin › main");
+        let (src, twin) = (home2.join("data/agents/a.adf"), home2.join("data/agents/twin.adf"));
+        let did = |p: &Path| sql(p, "SELECT value FROM adf_meta WHERE key = 'adf_did'");
+        assert_ne!(did(&twin), did(&src), "a fresh identity");
+        assert_eq!(sql(&twin, "SELECT scope FROM adf_attestations WHERE role = 'clone'"), did(&src));
+        assert_eq!(sql(&twin, "SELECT json_extract(config_json, '$.name') FROM adf_config"), "twin");
+        t.quit();
+    })
+    .await
+    .unwrap();
+}

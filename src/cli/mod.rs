@@ -3,7 +3,9 @@
 //! `main` as one line naming the file and the cause.
 
 mod bench;
+pub mod bench_spawn;
 mod chat;
+mod clone;
 mod config;
 mod files;
 mod fleet;
@@ -87,7 +89,30 @@ pub enum Command {
         /// One-line description.
         #[arg(long)]
         description: Option<String>,
+        /// Make it from a template (`adf template save`): its config, files
+        /// and locks, with a fresh identity.
+        #[arg(long, value_name = "TEMPLATE.adf")]
+        template: Option<PathBuf>,
     },
+    /// Copy an agent with a fresh identity (keys, DID, id) and a `clone`
+    /// attestation naming the source; config, meta and the default
+    /// documents always, the rest only when asked. The source is only read.
+    Clone {
+        src: PathBuf,
+        dst: PathBuf,
+        /// Also the loop, inbox, outbox, logs, tasks and audit rows.
+        #[arg(long)]
+        history: bool,
+        /// Also every file, not only the default documents.
+        #[arg(long)]
+        files: bool,
+        /// Also the agent's local_* tables.
+        #[arg(long)]
+        tables: bool,
+    },
+    /// Templates: `save` an agent as one (`adf new --template` uses it).
+    #[command(subcommand)]
+    Template(clone::TemplateCmd),
     /// Summarise an agent file: versions, identity, meta, config, files, tables.
     Inspect { path: PathBuf },
     /// Check a damaged agent file and repair it: the original is kept under
@@ -584,9 +609,23 @@ fn run_simple(command: Option<Command>, out: &Out) -> anyhow::Result<()> {
         Some(Command::Review { path }) => fleet::review(out, &path),
         // Answered with its exit status in `run`.
         Some(Command::Msg { cmd: MsgCmd::Verify { file } }) => msg::verify(out, &file).map(|_| ()),
-        Some(Command::New { path, name, handle, provider, model, description }) => {
+        Some(Command::New { path, name, handle, provider, model, description, template: Some(t) }) => {
+            let o = clone::FromTemplate {
+                name: name.as_deref(),
+                handle: handle.as_deref(),
+                provider: provider.as_deref(),
+                model: model.as_deref(),
+                description: description.as_deref(),
+            };
+            clone::new_from_template(out, &path, &t, o)
+        }
+        Some(Command::New { path, name, handle, provider, model, description, template: None }) => {
             fleet::new(out, &path, name, handle, provider, model, description)
         }
+        Some(Command::Clone { src, dst, history, files, tables }) => {
+            clone::clone(out, &src, &dst, crate::store::derive::CloneOptions { history, files, tables })
+        }
+        Some(Command::Template(cmd)) => clone::template(out, cmd),
         Some(Command::Inspect { path }) => inspect::run(out, &path),
         Some(Command::Identity(cmd)) => identity::identity(out, cmd),
         Some(Command::Unlock { path }) => identity::unlock(out, &path),

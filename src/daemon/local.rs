@@ -44,6 +44,8 @@ impl Bound {
         let token = token::load_or_mint().map_err(anyhow::Error::msg)?;
         let port = self.listener.local_addr()?.port();
         let (closing_tx, closing) = tokio::sync::watch::channel(false);
+        let mut fleet = fleet;
+        let load_requests = fleet.take_load_requests();
         let shared = Arc::new(Shared {
             bus: fleet.bus.clone(),
             fleet: tokio::sync::Mutex::new(fleet),
@@ -55,6 +57,7 @@ impl Bound {
             closing: closing.clone(),
             reads: Arc::new(tokio::sync::Semaphore::new(memory::read_permits())),
         });
+        super::serve_load_requests(&shared, load_requests);
         let limits = conn::Limits::default();
         let app = super::app_router(&shared, &limits);
         let task = tokio::spawn(conn::serve(self.listener, app, limits, closing));

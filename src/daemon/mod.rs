@@ -77,6 +77,21 @@ impl Default for Options {
 }
 
 /// What every handler shares.
+/// Load and start the agent files agents created with `autostart`
+/// (`sys_create_adf`), until the fleet goes.
+pub(crate) fn serve_load_requests(shared: &Arc<Shared>, rx: Option<tokio::sync::mpsc::UnboundedReceiver<PathBuf>>) {
+    let Some(mut rx) = rx else { return };
+    let weak = Arc::downgrade(shared);
+    tokio::spawn(async move {
+        while let Some(path) = rx.recv().await {
+            let Some(shared) = weak.upgrade() else { break };
+            if let Err(e) = shared.fleet.lock().await.load(&path) {
+                eprintln!("adf: a created agent did not start: {e}");
+            }
+        }
+    });
+}
+
 pub struct Shared {
     pub fleet: tokio::sync::Mutex<Fleet>,
     pub bus: Arc<Bus>,
@@ -381,6 +396,7 @@ pub async fn serve_with(
     let info = json!({"url": url, "pid": std::process::id(), "port": port, "mesh": mesh_url});
     std::fs::write(info_path(&fleet_dir), info.to_string())?;
     let (closing_tx, closing) = tokio::sync::watch::channel(false);
+    let load_requests = fleet.take_load_requests();
     let shared = Arc::new(Shared {
         fleet: tokio::sync::Mutex::new(fleet),
         bus: bus.clone(),
@@ -392,6 +408,7 @@ pub async fn serve_with(
         closing: closing.clone(),
         reads: Arc::new(tokio::sync::Semaphore::new(memory::read_permits())),
     });
+    serve_load_requests(&shared, load_requests);
     bus.publish(crate::protocol::Envelope::new(
         crate::protocol::kind::DAEMON_STARTED,
         None,

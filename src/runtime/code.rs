@@ -491,6 +491,7 @@ impl Executor {
             "sys_fetch" => self.sys_fetch(args, Some(cx)).await,
             "msg_send" => self.msg_send(args).await,
             "agent_discover" => self.agent_discover(args).await,
+            "sys_create_adf" => Box::pin(self.sys_create_adf(args)).await,
             "adf_shell" => {
                 let id = crate::store::create::nanoid(10);
                 Box::pin(self.adf_shell(args, &id, false, cx.authorized)).await

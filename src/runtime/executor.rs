@@ -1484,6 +1484,7 @@ impl Executor {
             "msg_send" => self.msg_send(input).await,
             "agent_discover" => self.agent_discover(input).await,
             "adf_shell" => self.adf_shell(input, &crate::store::create::nanoid(10), true, false).await,
+            "sys_create_adf" => self.sys_create_adf(input).await,
             _ => self.run_tool(name, input, Caller::AGENT),
         }
     }

@@ -82,6 +82,8 @@ pub struct Fleet {
     pub mesh: Arc<super::mesh::Mesh>,
     /// Agents whose identity is sealed to another owner (claimable).
     foreign: std::collections::BTreeSet<String>,
+    /// Files agents created and asked to start (see `load_requested`).
+    load_requests: Option<tokio::sync::mpsc::UnboundedReceiver<PathBuf>>,
 }
 
 impl Fleet {
@@ -104,8 +106,11 @@ impl Fleet {
             });
         }
         let mesh = super::mesh::Mesh::new(bus.clone(), states.clone());
+        let (load_tx, load_rx) = tokio::sync::mpsc::unbounded_channel();
+        mesh.set_loader(load_tx);
         Fleet {
             mesh,
+            load_requests: Some(load_rx),
             foreign: Default::default(),
             bus,
             factory,
@@ -141,6 +146,25 @@ impl Fleet {
             serde_json::json!({"filePath": l.path.display().to_string()}),
         ));
         Ok(())
+    }
+
+    /// The stream of files agents created with `autostart`, for an owner
+    /// that serves it from its own task (the daemon); afterwards
+    /// `load_requested` finds nothing.
+    pub fn take_load_requests(&mut self) -> Option<tokio::sync::mpsc::UnboundedReceiver<PathBuf>> {
+        self.load_requests.take()
+    }
+
+    /// Load (started) the files agents created with `autostart` since the
+    /// last call; returns what loaded and what did not.
+    pub fn load_requested(&mut self) -> Vec<Result<AgentInfo, String>> {
+        let mut paths = Vec::new();
+        if let Some(rx) = self.load_requests.as_mut() {
+            while let Ok(p) = rx.try_recv() {
+                paths.push(p);
+            }
+        }
+        paths.iter().map(|p| self.load(p)).collect()
     }
 
     /// Loaded agents whose identity belongs to another owner.

@@ -17,4 +17,5 @@ pub mod mesh;
 pub mod prompt;
 pub mod shell;
 pub mod signals;
+pub mod spawn;
 pub mod triggers;

@@ -74,8 +74,18 @@ fn valid_handle(h: &str) -> bool {
         && h.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
 }
 
+/// Work done inside a new file's transaction, after the defaults are
+/// written and before the identity is (a child's template and overrides).
+pub(crate) type Finish<'f> = &'f dyn Fn(&rusqlite::Transaction<'_>, &Path) -> Result<()>;
+
 /// Create a new agent file at `path` (which must not exist).
 pub fn create_file(path: &Path, opts: &NewAgent<'_>) -> Result<Created> {
+    create_file_with(path, opts, &|_, _| Ok(()))
+}
+
+/// Create a new agent file, running `finish` in its transaction: a failure
+/// there leaves nothing behind either.
+pub(crate) fn create_file_with(path: &Path, opts: &NewAgent<'_>, finish: Finish<'_>) -> Result<Created> {
     if path.exists() {
         return Err(StoreError::Exists { path: path.to_path_buf() });
     }
@@ -124,6 +134,7 @@ pub fn create_file(path: &Path, opts: &NewAgent<'_>) -> Result<Created> {
             keys: &keys,
             seal_to: opts.seal_to.as_deref(),
         },
+        finish,
     )
     .and_then(|deks| {
         // No-clobber rename: a hard link fails if the target appeared meanwhile.
@@ -150,11 +161,11 @@ pub fn create_file(path: &Path, opts: &NewAgent<'_>) -> Result<Created> {
     Ok(Created { path: path.to_path_buf(), id, name: name.to_string(), handle, did: keys.did })
 }
 
-const CREATING: &str = ".creating-";
+pub(crate) const CREATING: &str = ".creating-";
 
 /// Remove what a killed `adf new` left in `dir`: hidden `.NAME.creating-PID`
 /// files (and their sidecars) whose process is gone.
-fn sweep_abandoned(dir: &Path) {
+pub(crate) fn sweep_abandoned(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
@@ -192,7 +203,7 @@ struct NewFile<'a> {
     seal_to: Option<&'a crate::identity::install::Install>,
 }
 
-fn write_new(tmp: &Path, f: &NewFile<'_>) -> Result<Option<(Dek, Option<Dek>)>> {
+fn write_new(tmp: &Path, f: &NewFile<'_>, finish: Finish<'_>) -> Result<Option<(Dek, Option<Dek>)>> {
     let _ = std::fs::remove_file(tmp);
     let mut c = conn::open(tmp, true, false)?;
     let tx = c.transaction().at(tmp)?;
@@ -226,6 +237,7 @@ fn write_new(tmp: &Path, f: &NewFile<'_>) -> Result<Option<(Dek, Option<Dek>)>> 
         )
         .at(tmp)?;
     }
+    finish(&tx, tmp)?;
     let deks = match f.seal_to {
         Some(inst) => Some(keyring::provision(&tx, tmp, inst, f.keys, f.now, true)?),
         None => {

@@ -11,6 +11,7 @@ pub mod config;
 mod conn;
 pub mod create;
 pub mod defaults;
+pub mod derive;
 mod error;
 pub mod files;
 pub mod identity;

@@ -15,6 +15,7 @@ use serde_json::{Map, Value, json};
 
 pub use catalog::{ToolDef, catalog, def};
 pub use fs::DIFF_SOURCE_MAX;
+pub(crate) use sys::redact;
 pub use timers::next_cron;
 
 use crate::store::{Caller, Denial, Store, StoreError};

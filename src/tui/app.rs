@@ -37,11 +37,13 @@ pub enum Action {
     },
     /// Write the composer's text in `$EDITOR`.
     ComposeInEditor,
-    /// Create a new agent in the fleet folder (the file named after it).
+    /// Create a new agent in the fleet folder (the file named after it),
+    /// blank or from a template or a clone of another agent file.
     NewAgent {
         name: String,
         provider: String,
         model: String,
+        from: Option<super::forms::StartFrom>,
     },
     /// Give an agent a new name (its config's `name`; the file keeps its own).
     Rename {
@@ -167,6 +169,64 @@ pub struct AgentEntry {
     /// The last system lambda failure (`path:fn: message`), until that
     /// lambda next succeeds.
     pub lambda_error: Option<String>,
+    /// The agent's DID and its parent's (`adf_parent_did`), from its file.
+    pub did: String,
+    pub parent_did: String,
+    /// How deep under its parent it shows in the tree (0: top level).
+    pub depth: usize,
+}
+
+/// An agent file's DID and parent DID (empty when unreadable).
+fn lineage(path: &std::path::Path) -> (String, String) {
+    let Ok(store) = crate::store::Store::open_read_only(path) else { return Default::default() };
+    let get = |k: &str| store.meta_get(k).ok().flatten().map(|m| m.value).unwrap_or_default();
+    (get("adf_did"), get("adf_parent_did"))
+}
+
+/// Children follow their parent (the agent whose DID is their
+/// `adf_parent_did`), one level deeper; agents whose parent is not in the
+/// fleet stay top level, in the order given.
+pub fn nest(agents: Vec<AgentEntry>) -> Vec<AgentEntry> {
+    let n = agents.len();
+    let by_did: HashMap<&str, usize> =
+        agents.iter().enumerate().filter(|(_, a)| !a.did.is_empty()).map(|(i, a)| (a.did.as_str(), i)).collect();
+    let mut children = vec![Vec::new(); n];
+    let mut roots = Vec::new();
+    for (i, a) in agents.iter().enumerate() {
+        match by_did.get(a.parent_did.as_str()).copied().filter(|&p| p != i) {
+            Some(p) => children[p].push(i),
+            None => roots.push(i),
+        }
+    }
+    let mut order = Vec::with_capacity(n);
+    let mut seen = vec![false; n];
+    fn visit(i: usize, depth: usize, children: &[Vec<usize>], seen: &mut [bool], order: &mut Vec<(usize, usize)>) {
+        if seen[i] {
+            return;
+        }
+        seen[i] = true;
+        order.push((i, depth));
+        for &c in &children[i] {
+            visit(c, depth + 1, children, seen, order);
+        }
+    }
+    for r in roots {
+        visit(r, 0, &children, &mut seen, &mut order);
+    }
+    // A parent loop (two files naming each other) shows flat.
+    for i in 0..n {
+        visit(i, 0, &children, &mut seen, &mut order);
+    }
+    let mut slots: Vec<Option<AgentEntry>> = agents.into_iter().map(Some).collect();
+    order
+        .into_iter()
+        .filter_map(|(i, depth)| {
+            slots[i].take().map(|mut a| {
+                a.depth = depth;
+                a
+            })
+        })
+        .collect()
 }
 
 /// Providers a key can be typed in for.
@@ -327,10 +387,17 @@ impl App {
                     context_tokens: None,
                     window: None,
                     lambda_error: None,
+                    did: String::new(),
+                    parent_did: String::new(),
+                    depth: 0,
                 }
             })
             .collect();
+        for a in agents.iter_mut() {
+            (a.did, a.parent_did) = lineage(&a.info.path);
+        }
         agents.sort_by(|a, b| (&a.folder, &a.info.name).cmp(&(&b.folder, &b.info.name)));
+        let agents = nest(agents);
         let infos: Vec<AgentInfo> = agents.iter().map(|a| a.info.clone()).collect();
         self.source.open(&infos);
         // The selection stays with its agent when the list changes.

@@ -1,5 +1,6 @@
 //! Small dialogs that are more than one line: the new-agent form (a name,
-//! a provider, a model; `n` and `:new NAME`) and the first run's recovery
+//! a provider, a model, and what to start from: a blank agent, a template
+//! or a clone of an agent file; `n` and `:new NAME`) and the first run's recovery
 //! phrase (the owner's twelve words, shown once, in a dialog of its own
 //! rather than in any agent's conversation). Each has its state, its keys
 //! and its drawing here.
@@ -22,15 +23,23 @@ pub const PROVIDERS: &[(&str, &str)] = &[
     ("ollama", "llama3.2"),
 ];
 
+/// What a new agent starts from: the `from` choices of the form.
+pub const STARTS: &[&str] = &["blank", "template", "clone"];
+
 /// The new-agent form.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewAgentForm {
-    /// The focused field: 0 name, 1 provider, 2 model.
+    /// The focused field: 0 name, 1 provider, 2 model, 3 from, 4 source
+    /// (only when starting from a template or a clone).
     pub field: usize,
     pub name: LineEdit,
     /// An index into [`PROVIDERS`].
     pub provider: usize,
     pub model: LineEdit,
+    /// An index into [`STARTS`].
+    pub start: usize,
+    /// The template or agent file to start from.
+    pub source: LineEdit,
     pub error: Option<String>,
 }
 
@@ -39,7 +48,14 @@ pub struct NewAgentForm {
 pub enum FormKey {
     Stay,
     Cancel,
-    Create { name: String, provider: String, model: String },
+    Create { name: String, provider: String, model: String, from: Option<StartFrom> },
+}
+
+/// A new agent made from a file rather than blank.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartFrom {
+    Template(String),
+    Clone(String),
 }
 
 impl NewAgentForm {
@@ -50,8 +66,15 @@ impl NewAgentForm {
             name: LineEdit::new(name.trim()),
             provider: 0,
             model: LineEdit::new(PROVIDERS[0].1),
+            start: 0,
+            source: LineEdit::new(""),
             error: None,
         }
+    }
+
+    /// How many fields there are now (the source only with a template or clone).
+    fn fields(&self) -> usize {
+        if self.start == 0 { 4 } else { 5 }
     }
 
     fn cycle(&mut self, step: usize) {
@@ -67,8 +90,8 @@ impl NewAgentForm {
         self.error = None;
         match ev.code {
             KeyCode::Esc => return FormKey::Cancel,
-            KeyCode::Tab | KeyCode::Down => self.field = (self.field + 1) % 3,
-            KeyCode::BackTab | KeyCode::Up => self.field = (self.field + 2) % 3,
+            KeyCode::Tab | KeyCode::Down => self.field = (self.field + 1) % self.fields(),
+            KeyCode::BackTab | KeyCode::Up => self.field = (self.field + self.fields() - 1) % self.fields(),
             KeyCode::Enter => {
                 let name = self.name.text.trim().to_string();
                 if name.is_empty() {
@@ -77,20 +100,32 @@ impl NewAgentForm {
                 } else if name.chars().count() > 100 {
                     self.field = 0;
                     self.error = Some("a name is at most 100 characters".into());
+                } else if self.start > 0 && self.source.text.trim().is_empty() {
+                    self.field = 4;
+                    self.error = Some(format!("which file to start from? (a path to the {} .adf)", STARTS[self.start]));
                 } else {
+                    let source = self.source.text.trim().to_string();
                     return FormKey::Create {
                         name,
                         provider: PROVIDERS[self.provider].0.to_string(),
                         model: self.model.text.trim().to_string(),
+                        from: match self.start {
+                            1 => Some(StartFrom::Template(source)),
+                            2 => Some(StartFrom::Clone(source)),
+                            _ => None,
+                        },
                     };
                 }
             }
             KeyCode::Right | KeyCode::Char(' ') if self.field == 1 => self.cycle(1),
             KeyCode::Left if self.field == 1 => self.cycle(PROVIDERS.len() - 1),
+            KeyCode::Right | KeyCode::Char(' ') if self.field == 3 => self.start = (self.start + 1) % STARTS.len(),
+            KeyCode::Left if self.field == 3 => self.start = (self.start + STARTS.len() - 1) % STARTS.len(),
             _ => {
                 let line = match self.field {
                     0 => &mut self.name,
                     2 => &mut self.model,
+                    4 => &mut self.source,
                     _ => return FormKey::Stay,
                 };
                 if line.key(ev) == Edit::Ignored {
@@ -113,7 +148,8 @@ fn typed(l: &LineEdit, focused: bool) -> Vec<Span<'static>> {
 }
 
 pub fn draw_new_agent(f: &mut Frame, app: &App, form: &NewAgentForm, area: Rect) {
-    let r = centered(area, 72, if form.error.is_some() { 8 } else { 7 });
+    let rows = 8 + u16::from(form.start > 0) + u16::from(form.error.is_some());
+    let r = centered(area, 72, rows);
     f.render_widget(Clear, r);
     let block = pane(app, "New agent (tab next field · enter creates · esc)".into(), true);
     let inner = block.inner(r);
@@ -135,12 +171,29 @@ pub fn draw_new_agent(f: &mut Frame, app: &App, form: &NewAgentForm, area: Rect)
         "" => "the file is named after the agent".to_string(),
         name => format!("file: {}.adf in the fleet folder", crate::store::create::slug(name)),
     };
+    let mut starts = vec![label(3, "from"), Span::raw(" ")];
+    for (i, s) in STARTS.iter().enumerate() {
+        let text = if i == form.start { format!("[{s}]") } else { format!(" {s} ") };
+        let style = if i == form.start { app.theme.get("accent") } else { app.theme.get("dim") };
+        starts.push(Span::styled(text, style));
+        starts.push(Span::raw(" "));
+    }
     let mut lines = vec![
         Line::from([vec![label(0, "name"), Span::raw(" ")], typed(&form.name, form.field == 0)].concat()),
         Line::from(providers),
         Line::from([vec![label(2, "model"), Span::raw(" ")], typed(&form.model, form.field == 2)].concat()),
-        Line::styled(format!("  {file} · ←/→ picks the provider"), app.theme.get("dim")),
+        Line::from(starts),
     ];
+    if form.start > 0 {
+        let what = if form.start == 1 { "template" } else { "agent" };
+        let mut source = vec![label(4, what), Span::raw(" ")];
+        source.extend(typed(&form.source, form.field == 4));
+        if form.source.is_empty() && form.field != 4 {
+            source.push(Span::styled("path to a .adf file", app.theme.get("dim")));
+        }
+        lines.push(Line::from(source));
+    }
+    lines.push(Line::styled(format!("  {file} · ←/→ picks a choice"), app.theme.get("dim")));
     if let Some(e) = &form.error {
         lines.push(Line::styled(format!("  {e}"), app.theme.get("error")));
     }
@@ -195,9 +248,33 @@ mod tests {
         }
         assert_eq!(
             f.key(&k(KeyCode::Enter)),
-            FormKey::Create { name: "Research Bot".into(), provider: "openai".into(), model: "gpt-4.1".into() }
+            FormKey::Create {
+                name: "Research Bot".into(),
+                provider: "openai".into(),
+                model: "gpt-4.1".into(),
+                from: None
+            }
         );
         assert_eq!(NewAgentForm::new("scout").field, 1, "a given name moves on to the provider");
         assert_eq!(f.key(&k(KeyCode::Esc)), FormKey::Cancel);
+    }
+
+    #[test]
+    fn the_form_starts_from_a_template_or_a_clone_with_a_path() {
+        let mut f = NewAgentForm::new("copy");
+        f.key(&k(KeyCode::Tab));
+        f.key(&k(KeyCode::Tab));
+        assert_eq!(f.field, 3, "from");
+        f.key(&k(KeyCode::Right));
+        f.key(&k(KeyCode::Right));
+        assert_eq!(STARTS[f.start], "clone");
+        assert_eq!(f.key(&k(KeyCode::Enter)), FormKey::Stay, "a clone needs its source");
+        assert_eq!(f.field, 4);
+        for c in "scout.adf".chars() {
+            f.key(&k(KeyCode::Char(c)));
+        }
+        assert!(
+            matches!(f.key(&k(KeyCode::Enter)), FormKey::Create { from: Some(StartFrom::Clone(p)), .. } if p == "scout.adf")
+        );
     }
 }

@@ -19,6 +19,7 @@ pub mod keys;
 pub mod overlay;
 pub mod readline;
 pub mod source;
+pub mod spawn;
 pub mod theme;
 pub mod ui;
 pub mod window;
@@ -601,7 +602,7 @@ async fn perform(
             Ok(did) => app.status = Some(format!("claimed: the agent's new DID is {did}")),
             Err(e) => app.status = Some(format!("not claimed: {e}")),
         },
-        Action::NewAgent { name, provider, model } => {
+        Action::NewAgent { name, provider, model, from } => {
             // The file is named after the agent, as `adf new NAME.adf`
             // names the agent after its file: the name's slug, numbered
             // when taken.
@@ -618,8 +619,8 @@ async fn perform(
                 model: Some(model.as_str()).filter(|m| !m.is_empty()),
                 ..Default::default()
             };
-            let created = crate::store::create::create_file(&path, &new)?;
-            crate::review::mark_reviewed(&created.id).map_err(anyhow::Error::msg)?;
+            let id = spawn::create(&path, &name, new, from.as_ref(), dir)?;
+            crate::review::mark_reviewed(&id).map_err(anyhow::Error::msg)?;
             backend.load(&path).await?;
             app.set_agents(backend.agents().await?.0, dir);
             app.set_unconfigured(backend.unconfigured().await);

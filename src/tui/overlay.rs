@@ -122,10 +122,10 @@ impl App {
                     self.overlay = Overlay::None;
                     Vec::new()
                 }
-                FormKey::Create { name, provider, model } => {
+                FormKey::Create { name, provider, model, from } => {
                     self.overlay = Overlay::None;
                     self.status = Some(format!("creating {name}…"));
-                    vec![Action::NewAgent { name, provider, model }]
+                    vec![Action::NewAgent { name, provider, model, from }]
                 }
             },
             Overlay::Conflict { agent, path, mine, .. } => match ev.code {

@@ -191,8 +191,10 @@ fn draw_tree(f: &mut Frame, app: &App, area: Rect) {
     let w = inner.width as usize;
     let mut lines: Vec<Line> = Vec::new();
     let mut folder: Option<&str> = None;
+    let mut root_indent = "";
     for (i, a) in app.agents.iter().enumerate() {
-        if folder != Some(a.folder.as_str()) {
+        // Children show under their parent, wherever their folder.
+        if a.depth == 0 && folder != Some(a.folder.as_str()) {
             folder = Some(a.folder.as_str());
             if !a.folder.is_empty() {
                 lines.push(Line::styled(format!("{} {}/", app.glyphs.expanded, a.folder), app.theme.get("dim")));
@@ -212,10 +214,17 @@ fn draw_tree(f: &mut Frame, app: &App, area: Rect) {
                 n => format!("{}/m", short_count(n)),
             }
         };
-        let indent = if a.folder.is_empty() { "" } else { "  " };
-        let name_w = w.saturating_sub(indent.len() + 3 + badge.width());
+        if a.depth == 0 {
+            root_indent = if a.folder.is_empty() { "" } else { "  " };
+        }
+        let indent = if a.depth == 0 {
+            root_indent.to_string()
+        } else {
+            format!("{root_indent}{}{} ", "  ".repeat(a.depth - 1), app.glyphs.last)
+        };
+        let name_w = w.saturating_sub(indent.width() + 3 + badge.width());
         let mut line = Line::from(vec![
-            Span::raw(indent),
+            Span::raw(indent.clone()),
             Span::styled(format!("{g} "), gs),
             Span::raw(format!("{:<name_w$}", fit(&a.info.name, name_w))),
             Span::styled(

@@ -148,6 +148,9 @@ pub struct Mesh {
     started: std::time::Instant,
     /// Live agent states, as the fleet follows them.
     states: Arc<Mutex<BTreeMap<String, String>>>,
+    /// Files agents created and asked to start (`sys_create_adf` with
+    /// autostart); the fleet that owns this mesh loads them.
+    loads: Mutex<Option<mpsc::UnboundedSender<PathBuf>>>,
 }
 
 impl Mesh {
@@ -199,7 +202,21 @@ impl Mesh {
             bus,
             started: std::time::Instant::now(),
             states,
+            loads: Mutex::new(None),
         })
+    }
+
+    /// Where load requests go (set by the fleet).
+    pub fn set_loader(&self, tx: mpsc::UnboundedSender<PathBuf>) {
+        if let Ok(mut l) = self.loads.lock() {
+            *l = Some(tx);
+        }
+    }
+
+    /// Ask the runtime to load and start an agent file; false when no
+    /// fleet serves this mesh.
+    pub fn request_load(&self, path: PathBuf) -> bool {
+        self.loads.lock().ok().and_then(|l| l.as_ref().map(|tx| tx.send(path).is_ok())).unwrap_or(false)
     }
 
     /// Register a loaded agent.
