@@ -69,8 +69,9 @@ pub fn run(out: &Out, suite: Suite, iterations: usize) -> anyhow::Result<()> {
 
 fn shell(out: &Out, iterations: usize) -> anyhow::Result<()> {
     let r = crate::runtime::shell::bench::run(iterations.min(200))?;
+    let spawn = super::bench_spawn::run(iterations.clamp(10, 50))?;
     if out.json {
-        return out.json(&r);
+        return out.json(&json!({"shell": r, "spawn": spawn}));
     }
     let rows = vec![
         vec![
@@ -87,6 +88,15 @@ fn shell(out: &Out, iterations: usize) -> anyhow::Result<()> {
             "sqlite3 through the guard, over the bare query (p50)".into(),
             format!("{:.0} µs ({:.0} vs {:.0})", r.sqlite3_over_bare_us, r.sqlite3_p50_us, r.bare_query_p50_us),
             "< 1 ms".into(),
+        ],
+        vec![
+            "a child agent from a template p50 / p99".into(),
+            format!(
+                "{:.1} / {:.1} ms",
+                spawn["p50_ms"].as_f64().unwrap_or(0.0),
+                spawn["p99_ms"].as_f64().unwrap_or(0.0)
+            ),
+            "< 30 ms".into(),
         ],
     ];
     out.table(&["measure", "result", "target"], &rows)
