@@ -3,6 +3,8 @@
 //! 32 and 35), authorized code, and `sys_fetch` with its egress guard
 //! (conformance 40) and fetch middleware against a real local server.
 
+mod common;
+
 use std::sync::Arc;
 
 use adf::providers::scripted::{Reply, Scripted};
@@ -10,6 +12,7 @@ use adf::runtime::bus::Bus;
 use adf::runtime::executor::{Absent, ApprovalRequest, Decision, Executor, Owner};
 use adf::store::files::WriteOptions;
 use adf::store::{Caller, NewAgent, Store};
+use common::tool_results;
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 
@@ -42,17 +45,6 @@ impl Owner for Yes {
     fn answer<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Option<String>> {
         Box::pin(async { None })
     }
-}
-
-/// Every tool result in the loop, in order: (text, is_error).
-fn tool_results(s: &Store) -> Vec<(String, bool)> {
-    s.loop_rows(None)
-        .unwrap()
-        .iter()
-        .flat_map(|r| r.content.as_array().cloned().unwrap_or_default())
-        .filter(|b| b["type"] == "tool_result")
-        .map(|b| (b["content"].as_str().unwrap_or("").to_string(), b["is_error"] == json!(true)))
-        .collect()
 }
 
 /// `origin/event message` of every log row.

@@ -4,6 +4,8 @@
 //! full output for code, and every tool of the default config answering
 //! (working, or `NOT_AVAILABLE`), never `Unknown tool`.
 
+mod common;
+
 use std::sync::{Arc, Mutex};
 
 use adf::providers::scripted::{Reply, Scripted};
@@ -11,6 +13,7 @@ use adf::runtime::bus::Bus;
 use adf::runtime::executor::{ApprovalRequest, Decision, Executor, Owner};
 use adf::store::files::WriteOptions;
 use adf::store::{Caller, NewAgent, Store};
+use common::tool_results;
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 
@@ -63,16 +66,6 @@ impl Owner for Answers {
     fn answer<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Option<String>> {
         Box::pin(async { None })
     }
-}
-
-fn tool_results(s: &Store) -> Vec<(String, bool)> {
-    s.loop_rows(None)
-        .unwrap()
-        .iter()
-        .flat_map(|r| r.content.as_array().cloned().unwrap_or_default())
-        .filter(|b| b["type"] == "tool_result")
-        .map(|b| (b["content"].as_str().unwrap_or("").to_string(), b["is_error"] == json!(true)))
-        .collect()
 }
 
 /// Run shell commands as one model step; each result parsed.

@@ -106,3 +106,14 @@ pub fn daemon_info(fleet: &Path, within: std::time::Duration) -> serde_json::Val
     std::thread::sleep(std::time::Duration::from_millis(50));
     serde_json::from_str(&std::fs::read_to_string(&info).unwrap()).unwrap()
 }
+
+/// Every tool result in the loop, in order: (text, is_error).
+pub fn tool_results(s: &adf::store::Store) -> Vec<(String, bool)> {
+    s.loop_rows(None)
+        .unwrap()
+        .iter()
+        .flat_map(|r| r.content.as_array().cloned().unwrap_or_default())
+        .filter(|b| b["type"] == "tool_result")
+        .map(|b| (b["content"].as_str().unwrap_or("").to_string(), b["is_error"] == serde_json::json!(true)))
+        .collect()
+}

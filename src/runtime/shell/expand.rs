@@ -248,22 +248,5 @@ impl Sh {
 
 /// `$'…'` escapes.
 fn ansi_c(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut it = s.chars();
-    while let Some(c) = it.next() {
-        if c != '\\' {
-            out.push(c);
-            continue;
-        }
-        match it.next() {
-            Some('n') => out.push('\n'),
-            Some('t') => out.push('\t'),
-            Some('r') => out.push('\r'),
-            Some('0') => out.push('\0'),
-            Some('e' | 'E') => out.push('\x1b'),
-            Some(o) => out.push(o),
-            None => out.push('\\'),
-        }
-    }
-    out
+    super::text::backslashes(s, false)
 }

@@ -248,6 +248,12 @@ fn echo(args: &[String]) -> Out {
 }
 
 fn unescape(s: &str) -> String {
+    backslashes(s, true)
+}
+
+/// C-style backslash escapes (`\n \t \r \0 \e \\`); an unknown escape
+/// keeps its backslash (`echo -e`) or drops it (`$'…'`).
+pub(crate) fn backslashes(s: &str, keep_unknown: bool) -> String {
     let mut out = String::with_capacity(s.len());
     let mut it = s.chars();
     while let Some(c) = it.next() {
@@ -261,8 +267,11 @@ fn unescape(s: &str) -> String {
             Some('r') => out.push('\r'),
             Some('\\') => out.push('\\'),
             Some('0') => out.push('\0'),
+            Some('e' | 'E') => out.push('\x1b'),
             Some(o) => {
-                out.push('\\');
+                if keep_unknown {
+                    out.push('\\');
+                }
                 out.push(o);
             }
             None => out.push('\\'),
