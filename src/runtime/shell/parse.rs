@@ -72,8 +72,22 @@ pub fn word_options() -> brush_parser::ParserOptions {
     options()
 }
 
+/// The longest script parsed (1 MiB).
+pub const MAX_SCRIPT: usize = 1 << 20;
+/// `(`, `{`, `[` and backquotes a script may hold.
+pub const MAX_OPENERS: usize = 512;
+
 /// Parse a script. A trailing `&` (background) runs in sequence.
 pub fn parse(src: &str) -> Result<Script, String> {
+    // The grammar's parser recurses per nesting level: bound the input
+    // before it sees it, so no script can exhaust the stack.
+    if src.len() > MAX_SCRIPT {
+        return Err(format!("the script is {} bytes; the limit is {MAX_SCRIPT}", src.len()));
+    }
+    let openers = src.bytes().filter(|b| matches!(b, b'(' | b'{' | b'`' | b'[')).count();
+    if openers > MAX_OPENERS {
+        return Err(format!("the script opens {openers} groups or substitutions; the limit is {MAX_OPENERS}"));
+    }
     let mut parser = brush_parser::Parser::new(std::io::Cursor::new(src.as_bytes()), &options());
     let program = parser.parse_program().map_err(|e| e.to_string())?;
     let mut script = Script::new();
@@ -278,5 +292,7 @@ mod tests {
         for bad in ["echo 'open", "a &&", "| b", "echo >"] {
             assert!(parse(bad).is_err(), "{bad}");
         }
+        let deep = format!("echo {}x{}", "$(".repeat(2000), ")".repeat(2000));
+        assert!(parse(&deep).unwrap_err().contains("limit"), "deep nesting is refused before parsing");
     }
 }
