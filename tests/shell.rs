@@ -355,3 +355,82 @@ async fn every_default_tool_answers() {
         }
     }
 }
+
+/// Conformance 57: `_async: true` from the model runs `adf_shell` (and the
+/// other code tools) as a background task: `{task_id, status, tool}` at
+/// once, the task row completed with the result later; a restricted tool
+/// waits as `pending_approval`; other tools ignore `_async`.
+#[tokio::test]
+async fn p57_async_from_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = agent(dir.path(), &[]);
+    s.config_set(Caller::Owner, "tools", tools_with(&[("adf_shell", true, false), ("sys_fetch", true, true)])).unwrap();
+    let provider = Arc::new(Scripted::new(vec![
+        Reply::Tools(vec![
+            ("adf_shell".into(), json!({"command": "echo background", "_async": true})),
+            ("sys_fetch".into(), json!({"url": "http://127.0.0.1:9/", "_async": "true"})),
+            ("fs_list".into(), json!({"_async": true})),
+        ]),
+        Reply::Text("done".into()),
+    ]));
+    let owner = Arc::new(Answers { approve: true, asked: Mutex::new(vec![]) });
+    let mut ex = Executor::new(s, provider, Bus::new(), owner.clone()).unwrap();
+    ex.chat("go").await.unwrap();
+    let results = tool_results(&ex.store);
+    let shell: Value = serde_json::from_str(&results[0].0).unwrap();
+    assert_eq!((shell["status"].as_str(), shell["tool"].as_str()), (Some("running"), Some("adf_shell")));
+    let fetch: Value = serde_json::from_str(&results[1].0).unwrap();
+    assert_eq!(fetch["status"], "pending_approval", "a restricted tool waits for the owner");
+    assert!(owner.asked.lock().unwrap().is_empty(), "the turn did not block on the approval");
+    assert!(results[2].0.contains("README.md"), "fs_list ignores _async and runs inline: {}", results[2].0);
+    let task = ex.store.task_get(shell["task_id"].as_str().unwrap()).unwrap().unwrap();
+    assert_eq!(task.status, "completed");
+    assert!(task.result.unwrap().contains("background"));
+    let waiting = ex.store.task_get(fetch["task_id"].as_str().unwrap()).unwrap().unwrap();
+    assert_eq!(waiting.status, "pending_approval");
+}
+
+/// runtime.md §9.1: `fs_read` for the model cuts text over
+/// `max_file_read_tokens` at whole lines with a footer saying how to read
+/// on, and shows a long file's first 50 lines with its size.
+#[tokio::test]
+async fn fs_read_guards_for_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = agent(dir.path(), &[("limits", json!({"max_file_read_tokens": 100}))]);
+    let long: String = (1..=400).map(|i| format!("row {i}\n")).collect();
+    file(&mut s, "long.txt", &long);
+    let wide: String = (1..=40).map(|i| format!("{i:02} {}\n", "w".repeat(30))).collect();
+    file(&mut s, "wide.txt", &wide);
+    let provider = Arc::new(Scripted::new(vec![
+        Reply::Tools(vec![
+            ("fs_read".into(), json!({"path": "wide.txt"})),
+            ("fs_read".into(), json!({"path": "long.txt", "start_line": 1, "end_line": 20})),
+        ]),
+        Reply::Text("done".into()),
+    ]));
+    let mut ex =
+        Executor::new(s, provider, Bus::new(), Arc::new(Answers { approve: true, asked: Mutex::new(vec![]) })).unwrap();
+    ex.chat("go").await.unwrap();
+    let r = tool_results(&ex.store);
+    let wide: Value = serde_json::from_str(&r[0].0).unwrap();
+    let text = wide["content"].as_str().unwrap();
+    assert!(text.contains("--- TRUNCATED at ~100 tokens (file has 40 lines"), "{text}");
+    assert!(text.contains("start_line: 12"), "11 whole lines fit 400 characters; says where to read on: {text}");
+    assert_eq!(wide["path"], "wide.txt", "the JSON stays; only content changes");
+    let ranged: Value = serde_json::from_str(&r[1].0).unwrap();
+    assert_eq!(ranged["content"].as_str().unwrap().lines().count(), 20, "a range under the limit is whole");
+    // Without a range, a long file shows its first 50 lines.
+    let mut s = ex.store;
+    s.config_set(Caller::Owner, "limits", json!({"max_file_read_tokens": 30000})).unwrap();
+    let provider = Arc::new(Scripted::new(vec![
+        Reply::Tools(vec![("fs_read".into(), json!({"path": "long.txt"}))]),
+        Reply::Text("done".into()),
+    ]));
+    let mut ex =
+        Executor::new(s, provider, Bus::new(), Arc::new(Answers { approve: true, asked: Mutex::new(vec![]) })).unwrap();
+    ex.chat("again").await.unwrap();
+    let last: Value = serde_json::from_str(&tool_results(&ex.store).pop().unwrap().0).unwrap();
+    let text = last["content"].as_str().unwrap();
+    assert!(text.starts_with("[Large file: 400 lines"), "{text}");
+    assert!(text.ends_with("row 50\n"), "{text}");
+}
