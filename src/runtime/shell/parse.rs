@@ -88,6 +88,23 @@ pub fn parse(src: &str) -> Result<Script, String> {
     if openers > MAX_OPENERS {
         return Err(format!("the script opens {openers} groups or substitutions; the limit is {MAX_OPENERS}"));
     }
+    // brush's parser unwraps the number of an `N>` redirect: a number that
+    // does not fit a file descriptor is refused here instead.
+    let b = src.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i].is_ascii_digit() {
+            let start = i;
+            while i < b.len() && b[i].is_ascii_digit() {
+                i += 1;
+            }
+            if i < b.len() && matches!(b[i], b'<' | b'>') && src[start..i].parse::<i32>().is_err() {
+                return Err(format!("file descriptor {} is too large", &src[start..i]));
+            }
+            continue;
+        }
+        i += 1;
+    }
     let mut parser = brush_parser::Parser::new(std::io::Cursor::new(src.as_bytes()), &options());
     let program = parser.parse_program().map_err(|e| e.to_string())?;
     let mut script = Script::new();
@@ -292,6 +309,10 @@ mod tests {
         for bad in ["echo 'open", "a &&", "| b", "echo >"] {
             assert!(parse(bad).is_err(), "{bad}");
         }
+        // Found by the fuzz target: brush unwraps an oversized fd number.
+        assert!(parse("44444444444444444444442>|<p \0\0\x02+<").unwrap_err().contains("too large"));
+        let big = parse("echo 2147483647>x").unwrap_err();
+        assert!(big.contains("not supported"), "the largest descriptor reaches the grammar: {big}");
         let deep = format!("echo {}x{}", "$(".repeat(2000), ")".repeat(2000));
         assert!(parse(&deep).unwrap_err().contains("limit"), "deep nesting is refused before parsing");
     }
