@@ -23,7 +23,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 pub use archive::{ZipEntry, ZipLimits, zip_extract, zip_list};
-pub use guard::panic_is_contained;
+pub use guard::{contained, panic_is_contained};
 pub use yaml::{json_to_yaml, yaml_to_json};
 
 /// The largest document any function here reads.

@@ -106,7 +106,11 @@ pub fn parse(src: &str) -> Result<Script, String> {
         i += 1;
     }
     let mut parser = brush_parser::Parser::new(std::io::Cursor::new(src.as_bytes()), &options());
-    let program = parser.parse_program().map_err(|e| e.to_string())?;
+    // A panic in the grammar's parser is this script's error, not the
+    // agent's crash.
+    let program = crate::docs::contained(|| parser.parse_program())
+        .map_err(|p| format!("the shell grammar could not read this script ({p})"))?
+        .map_err(|e| e.to_string())?;
     let mut script = Script::new();
     for list in program.complete_commands {
         for ast::CompoundListItem(and_or, _sep) in list.0 {
