@@ -74,6 +74,8 @@ pub fn word_options() -> brush_parser::ParserOptions {
 
 /// The longest script parsed (1 MiB).
 pub const MAX_SCRIPT: usize = 1 << 20;
+/// How deep `(` may nest.
+pub const MAX_NESTING: usize = 8;
 /// `(`, `{`, `[` and backquotes a script may hold.
 pub const MAX_OPENERS: usize = 512;
 
@@ -87,6 +89,24 @@ pub fn parse(src: &str) -> Result<Script, String> {
     let openers = src.bytes().filter(|b| matches!(b, b'(' | b'{' | b'`' | b'[')).count();
     if openers > MAX_OPENERS {
         return Err(format!("the script opens {openers} groups or substitutions; the limit is {MAX_OPENERS}"));
+    }
+    // Nested parentheses make the grammar's parser backtrack exponentially
+    // (`((((…` is arithmetic or subshells): bound the depth outside single
+    // quotes.
+    let (mut depth, mut deepest, mut quoted) = (0usize, 0usize, false);
+    for c in src.bytes() {
+        match c {
+            b'\'' => quoted = !quoted,
+            b'(' if !quoted => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b')' if !quoted => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    if deepest > MAX_NESTING {
+        return Err(format!("parentheses nest {deepest} deep; the limit is {MAX_NESTING}"));
     }
     // brush's parser unwraps the number of an `N>` redirect: a number that
     // does not fit a file descriptor is refused here instead.
@@ -313,6 +333,11 @@ mod tests {
         for bad in ["echo 'open", "a &&", "| b", "echo >"] {
             assert!(parse(bad).is_err(), "{bad}");
         }
+        // Found by the fuzz target: exponential backtracking on nested parens.
+        let parens = format!("\0\0\0<-\0<{}){}", "(".repeat(40), "(".repeat(40));
+        assert!(parse(&parens).unwrap_err().contains("nest"));
+        assert!(parse("echo $(echo $(echo x))").is_ok(), "shallow nesting reaches the grammar");
+        assert!(parse("echo '((((((((((((('").is_ok(), "quoted parens do not count");
         // Found by the fuzz target: brush unwraps an oversized fd number.
         assert!(parse("44444444444444444444442>|<p \0\0\x02+<").unwrap_err().contains("too large"));
         let big = parse("echo 2147483647>x").unwrap_err();
