@@ -74,7 +74,7 @@ pub fn word_options() -> brush_parser::ParserOptions {
 
 /// The longest script parsed (1 MiB).
 pub const MAX_SCRIPT: usize = 1 << 20;
-/// How deep `(` may nest.
+/// How deep `(` and `{` may nest.
 pub const MAX_NESTING: usize = 8;
 /// `(`, `{`, `[` and backquotes a script may hold.
 pub const MAX_OPENERS: usize = 512;
@@ -97,16 +97,16 @@ pub fn parse(src: &str) -> Result<Script, String> {
     for c in src.bytes() {
         match c {
             b'\'' => quoted = !quoted,
-            b'(' if !quoted => {
+            b'(' | b'{' if !quoted => {
                 depth += 1;
                 deepest = deepest.max(depth);
             }
-            b')' if !quoted => depth = depth.saturating_sub(1),
+            b')' | b'}' if !quoted => depth = depth.saturating_sub(1),
             _ => {}
         }
     }
     if deepest > MAX_NESTING {
-        return Err(format!("parentheses nest {deepest} deep; the limit is {MAX_NESTING}"));
+        return Err(format!("parentheses and braces nest {deepest} deep; the limit is {MAX_NESTING}"));
     }
     // brush's parser unwraps the number of an `N>` redirect: a number that
     // does not fit a file descriptor is refused here instead.
