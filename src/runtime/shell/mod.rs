@@ -137,7 +137,8 @@ impl Executor {
         env: &HashMap<String, String>,
         authorized: bool,
     ) -> ShellResult {
-        let mut sh = Sh::new(env.clone(), authorized, self.shell_timeout());
+        let cfg = self.store.config_value().unwrap_or(Value::Null);
+        let mut sh = Sh::new(env.clone(), authorized, shell_timeout(&cfg));
         sh.command = src.to_string();
         let (r, _) = self.shell_invoke(&mut sh, src).await;
         if sh.target_state.is_some() {
@@ -160,13 +161,14 @@ impl Executor {
         authorized: bool,
     ) -> ToolOutput {
         let command = input["command"].as_str().unwrap_or_default().to_string();
-        let name = self.store.config_value().ok().and_then(|c| c["name"].as_str().map(str::to_string));
+        let cfg = self.store.config_value().unwrap_or(Value::Null);
+        let name = cfg["name"].as_str().map(str::to_string);
         let mut env = HashMap::new();
         env.insert("PWD".to_string(), "/".to_string());
         env.insert("HOME".to_string(), "/".to_string());
         env.insert("AGENT_NAME".to_string(), name.unwrap_or_default());
         env.insert("AGENT_STATE".to_string(), self.state.clone());
-        let mut sh = Sh::new(env, authorized, self.shell_timeout());
+        let mut sh = Sh::new(env, authorized, shell_timeout(&cfg));
         sh.interactive = interactive;
         sh.full = !interactive;
         sh.call_id = call_id.to_string();
@@ -206,14 +208,6 @@ impl Executor {
             out.target_state = Some(state);
         }
         out
-    }
-
-    fn shell_timeout(&mut self) -> u64 {
-        self.store
-            .config_value()
-            .ok()
-            .and_then(|c| c.pointer("/limits/execution_timeout_ms").and_then(Value::as_u64))
-            .unwrap_or(60_000)
     }
 
     /// Parse and run under the invocation's deadline: (result, timed out).
@@ -556,6 +550,11 @@ pub(crate) fn cap_for_model(s: &mut String) -> bool {
     }
     *s = out;
     cut
+}
+
+/// `limits.execution_timeout_ms` (default 60 s).
+fn shell_timeout(cfg: &Value) -> u64 {
+    cfg.pointer("/limits/execution_timeout_ms").and_then(Value::as_u64).unwrap_or(60_000)
 }
 
 fn short(s: &str) -> String {
