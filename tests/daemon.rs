@@ -792,6 +792,14 @@ async fn p54_p62_trigger_injects_past_the_filters() {
         assert_eq!(s, 400, "{body}: {v}");
         assert!(v["error"].as_str().unwrap().contains(needle), "{body}: {v}");
     }
+    // No such agent is a 404 whatever the body (schemathesis found a
+    // schema-valid body answered 400 before the lookup).
+    let (s, v) = d.call("POST", "/agents/nobody/trigger", Some(json!({"event": {"type": "inbox"}}))).await;
+    assert_eq!(s, 404, "{v}");
+    // The document says `data` may be left out only for startup.
+    let doc = d.get("/openapi.json").await;
+    let any_of = doc.to_string();
+    assert!(any_of.contains(r#""anyOf":[{"required":["data"]}"#), "event schema: {any_of:.300}");
     // startup needs no data.
     let (s, _) = d
         .call(

@@ -76,6 +76,8 @@ pub async fn trigger(
     Path(id): Path<String>,
     b: Bytes,
 ) -> Result<impl IntoResponse, ApiError> {
+    // The agent first: a request for no agent is a 404 whatever its body.
+    let (id, _) = s.agent(&id).await?;
     let mut v = body(&b)?;
     if let Some(d) = v.get("dispatch").cloned() {
         v = d;
@@ -95,7 +97,6 @@ pub async fn trigger(
     let lambda = field("lambda").and_then(|s| s.as_str().map(str::to_string));
     let command = field("command").and_then(|s| s.as_str().map(str::to_string));
     let warm = field("warm").and_then(|w| w.as_bool()).unwrap_or(false);
-    let (id, _) = s.agent(&id).await?;
     let turn = format!("trigger_{}", crate::store::create::nanoid(12));
     let cmd = match scope.as_str() {
         // Not the event's own type: an injected inbox event has no inbox

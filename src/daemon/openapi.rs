@@ -148,11 +148,15 @@ fn field(spec: &str) -> (String, Value, bool) {
         "text" => json!({"type": "string", "pattern": "\\S"}),
         "string" => json!({"type": "string"}),
         "turnid" => json!({"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}),
+        // `data` may be left out only for startup (spec: daemon, /trigger).
         "event" => json!({"type": "object", "required": ["type"], "properties": {
             "type": {"type": "string", "enum": crate::daemon::inject::EVENT_TYPES},
             "data": {},
             "source": {"type": "string"}
-        }}),
+        }, "anyOf": [
+            {"required": ["data"]},
+            {"properties": {"type": {"type": "string", "enum": ["startup"]}}}
+        ]}),
         choices => json!({"type": "string", "enum": choices.split('|').collect::<Vec<_>>()}),
     };
     (name.to_string(), schema, required)
