@@ -46,7 +46,7 @@ pub fn body(req: &ModelRequest) -> Value {
     let mut b = json!({
         "model": req.model,
         "max_tokens": req.max_tokens,
-        "messages": req.messages_json(),
+        "messages": wire_media(req.messages_json()),
         "stream": true,
     });
     if !req.system.is_empty() {
@@ -72,6 +72,43 @@ pub fn body(req: &ModelRequest) -> Value {
         }
     }
     b
+}
+
+/// Media blocks in Anthropic's form: an image (data URI) becomes a base64
+/// `image` block, in its tool result when it came with one; sound and video
+/// are not taken by this API and stay out (the result's text names them).
+fn wire_media(mut msgs: Value) -> Value {
+    fn convert(parts: &mut Vec<Value>) {
+        parts.retain_mut(|p| {
+            if !crate::providers::is_media(p) {
+                return true;
+            }
+            let Some((mime, data)) = p["image_url"]["url"].as_str().and_then(split_data_uri) else { return false };
+            *p = json!({"type": "image", "source": {"type": "base64", "media_type": mime, "data": data}});
+            true
+        });
+    }
+    for m in msgs.as_array_mut().into_iter().flatten() {
+        let Some(blocks) = m.get_mut("content").and_then(Value::as_array_mut) else { continue };
+        if blocks.iter().any(crate::providers::is_media) {
+            convert(blocks);
+        }
+        for b in blocks.iter_mut().filter(|b| b["type"] == "tool_result") {
+            if let Some(parts) = b.get_mut("content").and_then(Value::as_array_mut)
+                && parts.iter().any(crate::providers::is_media)
+            {
+                convert(parts);
+            }
+        }
+    }
+    msgs
+}
+
+/// `data:<mime>;base64,<data>` → (mime, data).
+fn split_data_uri(url: &str) -> Option<(&str, &str)> {
+    let rest = url.strip_prefix("data:")?;
+    let (mime, data) = rest.split_once(";base64,")?;
+    Some((mime, data))
 }
 
 impl Provider for Anthropic {

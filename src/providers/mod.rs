@@ -32,6 +32,13 @@ pub enum Role {
     Assistant,
 }
 
+/// Whether a content block is a media block the runtime attached in
+/// memory (`image_url`, `input_audio`, `video_url`, data URIs): each
+/// provider turns them into its own parts.
+pub fn is_media(b: &Value) -> bool {
+    matches!(b["type"].as_str(), Some("image_url" | "input_audio" | "video_url"))
+}
+
 /// A tool as advertised to the model.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ToolSpec {
@@ -176,8 +183,13 @@ impl ProviderError {
     pub fn from_status(provider: &str, status: u16, body: &str, retry_after: Option<Duration>) -> Self {
         let lower = body.to_ascii_lowercase();
         let auth_words = ["insufficient_quota", "invalid_api_key", "authentication_error", "billing_not_active"];
+        // A server without the model's media support (llama.cpp answers
+        // 500) will refuse the same request forever: not worth a retry.
+        let no_media = ["image input is not supported", "mmproj", "does not support image"];
         let kind = if (401..=403).contains(&status) || auth_words.iter().any(|w| lower.contains(w)) {
             ErrorKind::Auth
+        } else if no_media.iter().any(|w| lower.contains(w)) {
+            ErrorKind::Structural
         } else if matches!(status, 408 | 429) || status >= 500 {
             ErrorKind::Transient
         } else {

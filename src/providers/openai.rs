@@ -49,18 +49,31 @@ pub fn messages(system: &str, msgs: &[Message]) -> Vec<Value> {
         match m.role {
             Role::User => {
                 let mut text = Vec::new();
+                // A tool message carries text only: media a result showed
+                // follows in a user message of its own.
+                let mut media: Vec<Value> = Vec::new();
                 for b in &m.content {
                     match b["type"].as_str() {
-                        Some("tool_result") => out.push(json!({
-                            "role": "tool",
-                            "tool_call_id": b["tool_use_id"],
-                            "content": text_of(&b["content"]),
-                        })),
+                        Some("tool_result") => {
+                            out.push(json!({
+                                "role": "tool",
+                                "tool_call_id": b["tool_use_id"],
+                                "content": text_of(&b["content"]),
+                            }));
+                            if let Some(parts) = b["content"].as_array() {
+                                media.extend(parts.iter().filter(|p| crate::providers::is_media(p)).cloned());
+                            }
+                        }
                         Some("text") => text.push(b["text"].as_str().unwrap_or("").to_string()),
+                        _ if crate::providers::is_media(b) => media.push(b.clone()),
                         _ => {}
                     }
                 }
-                if !text.is_empty() {
+                if !media.is_empty() {
+                    let mut parts: Vec<Value> = text.iter().map(|t| json!({"type": "text", "text": t})).collect();
+                    parts.extend(media);
+                    out.push(json!({"role": "user", "content": parts}));
+                } else if !text.is_empty() {
                     out.push(json!({"role": "user", "content": text.join("\n")}));
                 }
             }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 
+pub(crate) mod media;
 mod owner;
 
 use super::bus::Bus;
@@ -821,6 +822,7 @@ impl Executor {
         let source = format!("agent:{turn_id}");
         let mut active_turns: u64 = 0;
         let mut narration = 0;
+        let mut image_recovery = false;
         if !resume_calls.is_empty() {
             let cached = self.config()?;
             if let Some(e) = self.answer(resume_calls, &cached, &source).await? {
@@ -845,6 +847,20 @@ impl Executor {
             let request = self.request(&cached)?;
             let response = match self.call(cfg, request, &source).await {
                 Ok(r) => r,
+                // A provider that cannot take the images: once a turn, send
+                // the conversation again without them (runtime.md §1.4).
+                Err(e) if e.kind == ErrorKind::Structural && self.transcript.has_media() && !image_recovery => {
+                    image_recovery = true;
+                    self.log("warn", "executor", "turn_error", &clip(&e.to_string(), 300))?;
+                    self.transcript.strip_media();
+                    self.user_text(&media::recovery_notice(&e.message))?;
+                    continue;
+                }
+                Err(e) if image_recovery && e.kind != ErrorKind::Auth => {
+                    self.log("warn", "executor", "image_recovery_followup_error", &clip(&e.to_string(), 300))?;
+                    self.user_text(&media::recovery_failed_notice(&e.message))?;
+                    return Ok(TurnEnd::Failed { error: e.to_string(), state: "idle" });
+                }
                 Err(e) => {
                     let state = match e.kind {
                         ErrorKind::Transient => "idle",
@@ -904,6 +920,7 @@ impl Executor {
         let mut results = Vec::new();
         let mut signals = Vec::new();
         let mut end: Option<TurnEnd> = None;
+        let mut media = Vec::new();
         for call in calls {
             let id = call["id"].as_str().unwrap_or("").to_string();
             let name = call["name"].as_str().unwrap_or("").to_string();
@@ -918,6 +935,13 @@ impl Executor {
                     return Ok(Some(TurnEnd::AwaitingOwner { task_id }));
                 }
             };
+            // What the raw result showed, before the guards rewrite it.
+            if !out.is_error {
+                let m = self.media_for(cfg, &name, &out.content);
+                if !m.is_empty() {
+                    media.push((id.clone(), m));
+                }
+            }
             let mut out = limit(typed, &name, read_guard(typed, &name, &input, out));
             if let Some(sig) = out.signal.take() {
                 signals.push(sig);
@@ -948,6 +972,9 @@ impl Executor {
             }
         }
         self.append("user", &Value::Array(results), None, None)?;
+        for (id, blocks) in media {
+            self.transcript.attach_media(&id, blocks);
+        }
         self.touch_checkpoint();
         // Background calls of a bare executor (no fleet to run them on).
         self.finish_async_calls().await;

@@ -37,6 +37,16 @@ pub fn system_prompt(store: &Store, cfg: &Value, snapshot: &mut Snapshot) -> Str
         s("/model/model_id"),
         s("/id")
     ));
+    let media = super::executor::media::Modalities::of(cfg);
+    if media.any() {
+        parts.push(format!(
+            "## Multimodal Perception\n\nYou have native {} perception. When fs_read or `cat` in adf_shell reaches such \
+             a file, the runtime attaches it right after the tool's result so you perceive it directly; attachments \
+             leave the conversation after about two steps, so write down what matters. Media you hold as base64 text \
+             can be saved with fs_write (encoding \"base64\" and its mime_type) and read back with fs_read.",
+            media.names().join(", ")
+        ));
+    }
     let joined = parts.join(SEP);
     let mut out = snapshot.render(&joined, |p| store.file_read_text(p).ok());
     if is_autonomous(cfg) {
@@ -196,13 +206,19 @@ fn push(out: &mut Vec<Message>, m: Message) {
 pub struct Transcript {
     msgs: Arc<Vec<Message>>,
     folded: usize,
+    /// Messages holding media blocks (in memory only), oldest first.
+    with_media: Vec<usize>,
 }
+
+/// Media stays in this many trailing messages (about two model steps).
+const MEDIA_KEPT: usize = 4;
 
 impl Transcript {
     /// Build from a whole session.
     pub fn rebuild(&mut self, rows: &[LoopRow]) {
         self.msgs = Arc::new(build(rows));
         self.folded = rows.len();
+        self.with_media.clear();
     }
 
     /// Fold in one appended row.
@@ -230,6 +246,68 @@ impl Transcript {
         // Only the newest pairs can change; earlier ones are settled.
         let from = msgs.len().saturating_sub(4);
         pair_up(msgs, from, false);
+        self.drop_old_media();
+    }
+
+    /// Show the model what a tool result pointed at: the media blocks join
+    /// that result's content in the newest message (never stored).
+    pub fn attach_media(&mut self, tool_use_id: &str, blocks: Vec<Value>) {
+        if blocks.is_empty() {
+            return;
+        }
+        let msgs = Arc::make_mut(&mut self.msgs);
+        let Some(i) = msgs.len().checked_sub(1) else { return };
+        let Some(result) = msgs[i]
+            .content
+            .iter_mut()
+            .find(|b| b["type"] == "tool_result" && b["tool_use_id"].as_str() == Some(tool_use_id))
+        else {
+            return;
+        };
+        let mut parts = match result["content"].take() {
+            Value::Array(a) => a,
+            Value::String(t) => vec![serde_json::json!({"type": "text", "text": t})],
+            Value::Null => Vec::new(),
+            other => vec![serde_json::json!({"type": "text", "text": other.to_string()})],
+        };
+        parts.extend(blocks);
+        result["content"] = Value::Array(parts);
+        if self.with_media.last() != Some(&i) {
+            self.with_media.push(i);
+        }
+    }
+
+    /// Whether any message still carries media.
+    pub fn has_media(&self) -> bool {
+        !self.with_media.is_empty()
+    }
+
+    /// Take every media block out (a provider refused them).
+    pub fn strip_media(&mut self) {
+        let msgs = Arc::make_mut(&mut self.msgs);
+        for i in std::mem::take(&mut self.with_media) {
+            if let Some(m) = msgs.get_mut(i) {
+                strip_media_of(m);
+            }
+        }
+    }
+
+    fn drop_old_media(&mut self) {
+        let keep_from = self.msgs.len().saturating_sub(MEDIA_KEPT);
+        if self.with_media.first().is_none_or(|&i| i >= keep_from) {
+            return;
+        }
+        let msgs = Arc::make_mut(&mut self.msgs);
+        self.with_media.retain(|&i| {
+            if i < keep_from {
+                if let Some(m) = msgs.get_mut(i) {
+                    strip_media_of(m);
+                }
+                false
+            } else {
+                true
+            }
+        });
     }
 
     /// Add queued `loop_inject` context at a model boundary (its row is
@@ -237,6 +315,7 @@ impl Transcript {
     pub fn push_injection(&mut self, text: &str) {
         let m = Message { role: Role::User, content: vec![serde_json::json!({"type": "text", "text": text})] };
         push(Arc::make_mut(&mut self.msgs), m);
+        self.drop_old_media();
     }
 
     /// Rows folded in so far.
@@ -276,6 +355,21 @@ impl Transcript {
     /// Forget everything (compaction, clear).
     pub fn reset(&mut self) {
         *self = Transcript::default();
+    }
+}
+
+/// Media blocks out of a message's tool results: the result's text is
+/// what stays (it already names the file).
+fn strip_media_of(m: &mut Message) {
+    for b in m.content.iter_mut().filter(|b| b["type"] == "tool_result") {
+        if let Value::Array(parts) = &mut b["content"] {
+            parts.retain(|p| !crate::providers::is_media(p));
+            if let [only] = parts.as_slice()
+                && only["type"] == "text"
+            {
+                b["content"] = only["text"].clone();
+            }
+        }
     }
 }
 

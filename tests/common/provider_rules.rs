@@ -23,6 +23,9 @@ pub fn anthropic_violation(body: &Value) -> Option<String> {
     let mut prev_uses: Vec<String> = Vec::new();
     for (i, m) in msgs.iter().enumerate() {
         let blocks = content(m);
+        if let Some(e) = anthropic_block_violation(i, m["role"].as_str().unwrap_or(""), &blocks) {
+            return Some(e);
+        }
         match m["role"].as_str() {
             Some("assistant") => {
                 if !prev_uses.is_empty() {
@@ -63,12 +66,94 @@ pub fn anthropic_violation(body: &Value) -> Option<String> {
     None
 }
 
+/// Block types Anthropic takes per role, and the shape of image blocks.
+fn anthropic_block_violation(i: usize, role: &str, blocks: &[Value]) -> Option<String> {
+    let allowed: &[&str] = match role {
+        "assistant" => &["text", "tool_use", "thinking", "redacted_thinking"],
+        _ => &["text", "image", "document", "tool_result"],
+    };
+    let tag = |j: usize, t: &str| {
+        format!("messages.{i}.content.{j}: Input tag '{t}' found using 'type' does not match any of the expected tags")
+    };
+    let image = |path: String, b: &Value| -> Option<String> {
+        let src = &b["source"];
+        let ok_type = ["image/jpeg", "image/png", "image/gif", "image/webp"].contains(&src["media_type"].as_str()?);
+        if src["type"] != "base64" || !ok_type || src["data"].as_str().is_none_or(str::is_empty) {
+            return Some(format!(
+                "{path}.source: an image needs a base64 source with a jpeg, png, gif or webp media_type"
+            ));
+        }
+        None
+    };
+    for (j, b) in blocks.iter().enumerate() {
+        let t = b["type"].as_str().unwrap_or("");
+        if !allowed.contains(&t) {
+            return Some(tag(j, t));
+        }
+        if t == "image"
+            && let Some(e) = image(format!("messages.{i}.content.{j}"), b)
+        {
+            return Some(e);
+        }
+        if t == "tool_result"
+            && let Some(parts) = b["content"].as_array()
+        {
+            for (k, p) in parts.iter().enumerate() {
+                match p["type"].as_str().unwrap_or("") {
+                    "text" => {}
+                    "image" => {
+                        if let Some(e) = image(format!("messages.{i}.content.{j}.content.{k}"), p) {
+                            return Some(e);
+                        }
+                    }
+                    other => {
+                        return Some(format!(
+                            "messages.{i}.content.{j}.content.{k}: Input tag '{other}' found using 'type' does not match any of the expected tags"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Content parts OpenAI takes: text only in tool messages; text, images
+/// (URL or data URI) and wav/mp3 audio in user messages.
+fn openai_content_violation(i: usize, m: &Value) -> Option<String> {
+    let parts = m["content"].as_array()?;
+    let role = m["role"].as_str().unwrap_or("");
+    for (j, p) in parts.iter().enumerate() {
+        let t = p["type"].as_str().unwrap_or("");
+        let ok = match (role, t) {
+            (_, "text") => p["text"].is_string(),
+            ("user", "image_url") => p["image_url"]["url"]
+                .as_str()
+                .is_some_and(|u| u.starts_with("https://") || u.starts_with("http://") || u.starts_with("data:image/")),
+            ("user", "input_audio") => {
+                p["input_audio"]["data"].is_string()
+                    && matches!(p["input_audio"]["format"].as_str(), Some("wav" | "mp3"))
+            }
+            _ => false,
+        };
+        if !ok {
+            return Some(format!(
+                "Invalid value: '{t}'. Supported values for messages[{i}].content[{j}].type in a {role} message are not this one."
+            ));
+        }
+    }
+    None
+}
+
 /// Why OpenAI's chat completions API would refuse this request body.
 pub fn openai_violation(body: &Value) -> Option<String> {
     let msgs = body["messages"].as_array()?;
     let mut waiting: Vec<String> = Vec::new();
     let mut answerable: Vec<String> = Vec::new();
     for (i, m) in msgs.iter().enumerate() {
+        if let Some(e) = openai_content_violation(i, m) {
+            return Some(e);
+        }
         match m["role"].as_str() {
             Some("tool") => {
                 let id = m["tool_call_id"].as_str().unwrap_or("");

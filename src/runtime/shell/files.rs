@@ -66,7 +66,10 @@ impl Executor {
             if !sh.media.iter().any(|m| m["path"] == path.as_str()) {
                 sh.media.push(json!({"path": path, "mime_type": mime}));
             }
-            return Ok(format!("[{mime}: {path}, {} bytes — attached for viewing]\n", bytes.len()));
+            // Named as fs_read names it; the runtime attaches the file itself
+            // when the model takes this kind of media.
+            let kind = mime.split('/').next().unwrap_or("media");
+            return Ok(format!("[{kind}: {path} ({mime}, {} bytes)]\n", bytes.len()));
         }
         Ok(format!("[binary: {path}, {} bytes, {mime} — not shown]\n", bytes.len()))
     }
