@@ -224,3 +224,39 @@ async fn a_refused_image_is_removed_and_the_turn_retried_once() {
         .unwrap();
     assert_eq!(followup, "warn", "the agent stays idle, not in error");
 }
+
+/// An image `sys_fetch` brings back is saved under downloads/ and named,
+/// not left as base64 in the context, and the model sees it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fetched_image_is_saved_named_and_shown() {
+    let app = axum::Router::new().route(
+        "/img/cat.png",
+        axum::routing::get(|| async { ([(axum::http::header::CONTENT_TYPE, "image/png")], PNG.to_vec()) }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/img/cat.png", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let dir = tmp();
+    let fake = FakeProvider::start(vec![
+        Scripted::sse(anthropic_tool("toolu_1", "sys_fetch", &json!({"url": url}).to_string())),
+        Scripted::sse(anthropic_text(&["A cat."], 9, 2)),
+    ])
+    .await;
+    let a = agent(
+        dir.path(),
+        "anthropic",
+        &[("model.multimodal", json!({"image": true})), ("security.allow_local_fetch", json!(true))],
+    );
+    let out = chat(dir.path(), &fake.base_url, "fetch the cat").await;
+    assert_eq!(ok(&out).trim(), "A cat.");
+    let (_, body) = &fake.requests()[1];
+    let images = anthropic_images(body);
+    assert_eq!(images.len(), 1, "{body}");
+    assert_eq!(images[0]["source"]["data"], b64());
+    let stored = loop_text(&a);
+    assert!(stored.contains("downloads/cat.png (image/png, 70 bytes), saved from the response"), "{stored}");
+    assert!(!stored.contains(&b64()));
+    let (entry, bytes) = Store::open(&a).unwrap().file_read("downloads/cat.png").unwrap();
+    assert_eq!(bytes, PNG);
+    assert_eq!(entry.mime_type.as_deref(), Some("image/png"));
+}

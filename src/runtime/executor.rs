@@ -935,6 +935,10 @@ impl Executor {
                     return Ok(Some(TurnEnd::AwaitingOwner { task_id }));
                 }
             };
+            let mut out = out;
+            if name == "sys_fetch" && !out.is_error {
+                self.keep_fetched_media(&input, &mut out).await;
+            }
             // What the raw result showed, before the guards rewrite it.
             if !out.is_error {
                 let m = self.media_for(cfg, &name, &out.content);

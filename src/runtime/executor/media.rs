@@ -6,6 +6,8 @@
 //! its size limit. The blocks live in memory only: the loop row keeps the
 //! text that names the file, and the transcript drops the bytes from older
 //! messages. A provider that refuses images gets one retry without them.
+//! A media body `sys_fetch` brings back is saved under `downloads/` and
+//! named, never left in the context as base64.
 
 use base64::Engine;
 use serde_json::{Value, json};
@@ -95,9 +97,10 @@ fn is_video_mime(mime: &str) -> bool {
 }
 
 /// The files a successful result points at: `fs_read` of a binary file, or
-/// the shell's `media` manifest (each path once, at most eight).
+/// the `media` manifest of the shell and of `sys_fetch` (each path once, at
+/// most eight).
 pub fn referenced(tool: &str, content: &str) -> Vec<(String, String)> {
-    if !matches!(tool, "fs_read" | "adf_shell") {
+    if !matches!(tool, "fs_read" | "adf_shell" | "sys_fetch") {
         return Vec::new();
     }
     let Ok(v) = serde_json::from_str::<Value>(content) else { return Vec::new() };
@@ -120,7 +123,76 @@ pub fn referenced(tool: &str, content: &str) -> Vec<(String, String)> {
     out
 }
 
+/// Where a fetched file is saved: `downloads/` and the URL's last path
+/// segment (safe characters only), with an extension for its type.
+fn download_name(url: &str, mime: &str) -> String {
+    let seg = url::Url::parse(url)
+        .ok()
+        .and_then(|u| u.path_segments().and_then(|mut s| s.next_back().map(str::to_string)))
+        .unwrap_or_default();
+    let mut name: String =
+        seg.chars().filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_')).take(80).collect();
+    name = name.trim_start_matches('.').to_string();
+    if name.is_empty() {
+        name = "fetched".into();
+    }
+    if !name.contains('.')
+        && let Some(ext) = mime_guess::get_mime_extensions_str(mime).and_then(|e| e.first())
+    {
+        name = format!("{name}.{ext}");
+    }
+    format!("downloads/{name}")
+}
+
 impl Executor {
+    /// A media body `sys_fetch` brought back to the loop is saved as a file
+    /// (through `fs_write`, so the agent's own rules apply) and named in
+    /// the result instead of sitting there as base64; the saved file then
+    /// attaches like any other when the model takes it.
+    pub(super) async fn keep_fetched_media(&mut self, input: &Value, out: &mut crate::tools::ToolOutput) {
+        let Ok(mut v) = serde_json::from_str::<Value>(&out.content) else { return };
+        if v["_body_encoding"] != "base64" {
+            return;
+        }
+        let mime = v["headers"]["content-type"]
+            .as_str()
+            .unwrap_or("")
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        let Some(kind) = ["image", "audio", "video"].into_iter().find(|k| mime.starts_with(&format!("{k}/"))) else {
+            return;
+        };
+        let Some(body) = v["body"].as_str().map(str::to_string) else { return };
+        let size = body.len() / 4 * 3 - body.chars().rev().take_while(|c| *c == '=').count();
+        let base = download_name(input["url"].as_str().unwrap_or(""), &mime);
+        let mut path = base.clone();
+        for n in 1..100 {
+            if !matches!(self.store.file_stat(&path), Ok(Some(_))) {
+                break;
+            }
+            path = match base.rsplit_once('.') {
+                Some((stem, ext)) => format!("{stem}-{n}.{ext}"),
+                None => format!("{base}-{n}"),
+            };
+        }
+        let cx = crate::runtime::code::CodeCx { authorized: false, source: "sys_fetch".into(), chain: Vec::new() };
+        let write = json!({"mode": "write", "path": path, "content": body, "encoding": "base64", "mime_type": mime});
+        let w = Box::pin(self.code_tool(&cx, "fs_write", &write, false)).await;
+        if let Some(o) = v.as_object_mut() {
+            o.remove("_body_encoding");
+        }
+        if w.is_error {
+            v["body"] = json!(format!("[{kind}: {mime}, {size} bytes, not shown; saving it failed: {}]", w.content));
+        } else {
+            v["body"] = json!(format!("[{kind}: {path} ({mime}, {size} bytes), saved from the response]"));
+            v["media"] = json!([{"path": path, "mime_type": mime}]);
+        }
+        out.content = serde_json::to_string_pretty(&v).unwrap_or_else(|_| out.content.clone());
+    }
+
     /// The native blocks for what one tool result showed (empty when the
     /// model takes none of it).
     pub(super) fn media_for(&self, cfg: &Value, tool: &str, content: &str) -> Vec<Value> {
@@ -212,6 +284,14 @@ mod tests {
         let refs = referenced("adf_shell", &sh);
         assert_eq!(refs.len(), 8);
         assert!(referenced("db_query", &sh).is_empty());
+    }
+
+    #[test]
+    fn download_names_are_safe_and_typed() {
+        assert_eq!(download_name("https://x.test/a/cat%20pic.png?x=1", "image/png"), "downloads/cat20pic.png");
+        assert_eq!(download_name("https://x.test/", "image/jpeg").rsplit_once('.').unwrap().0, "downloads/fetched");
+        assert_eq!(download_name("https://x.test/../..", "image/png").split('.').count(), 2);
+        assert_eq!(download_name("not a url", "audio/mpeg").split('/').next(), Some("downloads"));
     }
 
     #[test]
