@@ -830,3 +830,52 @@ async fn p54_p62_trigger_injects_past_the_filters() {
     .unwrap();
     d.wait_loop("a", "Seen the timer.").await;
 }
+
+/// `sys_create_adf` with `autostart: true` in a daemon: the child file is
+/// made, the daemon loads and starts it, and it answers chat like any
+/// agent of the fleet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sys_create_adf_autostart_runs_the_child() {
+    let dir = tmp();
+    let home = home_with(dir.path(), &["a"]);
+    let agents = home.join("data/agents");
+    {
+        let mut s = adf::store::Store::open(agents.join("a.adf")).unwrap();
+        let mut tools = adf::store::defaults::default_tools();
+        for t in tools.as_array_mut().unwrap() {
+            if t["name"] == "sys_create_adf" {
+                t["enabled"] = json!(true);
+                t["restricted"] = json!(false);
+            }
+        }
+        s.config_set(adf::store::Caller::Owner, "tools", tools).unwrap();
+    }
+    let fake = FakeProvider::start(vec![
+        Scripted::sse(anthropic_tool(
+            "toolu_1",
+            "sys_create_adf",
+            r#"{"name":"kid","model":{"provider":"anthropic","model_id":"m"},"autostart":true}"#,
+        )),
+        Scripted::sse(anthropic_text(&["Made kid."], 3, 2)),
+        Scripted::sse(anthropic_text(&["Kid here."], 3, 2)),
+    ])
+    .await;
+    let d = start(&home, &fake.base_url, &[]);
+    let (s, v) = d.call("POST", "/agents/a/chat", Some(json!({"text": "make a child"}))).await;
+    assert_eq!(s, 202, "{v}");
+    let rows = d.wait_loop("a", "Made kid.").await;
+    assert!(rows.to_string().contains("Autostarted: true"), "{rows}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let kid = loop {
+        let list = d.get("/agents").await;
+        if let Some(k) = list.as_array().unwrap().iter().find(|a| a["name"] == "kid" && a["started"] == true) {
+            break k.clone();
+        }
+        assert!(Instant::now() < deadline, "the child was not started: {list}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(kid["filePath"].as_str().unwrap().ends_with("kid.adf"), "{kid}");
+    let (s, v) = d.call("POST", "/agents/kid/chat", Some(json!({"text": "hello kid"}))).await;
+    assert_eq!(s, 202, "{v}");
+    d.wait_loop("kid", "Kid here.").await;
+}

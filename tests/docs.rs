@@ -168,3 +168,38 @@ async fn a_lambda_reads_documents_and_extracts_a_zip_into_its_files() {
     assert_eq!(text, "Result: PROTECTION_DENIED");
     assert_eq!(ex.store.file_read_text("out/docs/readme.txt").unwrap(), "keep");
 }
+
+/// The agent's shell reads documents as text with nothing installed:
+/// `cat report.pdf`, a workbook as CSV, a Word file, a zip listing, YAML
+/// through `yq`.
+#[tokio::test]
+async fn the_shell_cats_documents_as_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = agent(dir.path());
+    let mut tools = adf::store::defaults::default_tools();
+    for t in tools.as_array_mut().unwrap() {
+        if t["name"] == "adf_shell" {
+            t["enabled"] = json!(true);
+            t["restricted"] = json!(false);
+        }
+    }
+    s.config_set(Caller::Owner, "tools", tools).unwrap();
+    put(&mut s, "report.pdf", &pdf());
+    put(&mut s, "book.xlsx", &xlsx());
+    let body = r#"<?xml version="1.0"?><w:document xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"><w:body><w:p><w:r><w:t>Hello DOCX</w:t></w:r></w:p></w:body></w:document>"#;
+    put(&mut s, "notes.docx", &zip_of(&[("word/document.xml", body.as_bytes())]));
+    put(&mut s, "a.zip", &zip_of(&[("one.txt", b"1"), ("dir/two.txt", b"22")]));
+    put(&mut s, "c.yaml", b"name: adf\nlist: [1, 2]\n");
+    let script = "cat report.pdf | grep -c 'Hello PDF'; cat book.xlsx | head -2; cat notes.docx; \
+                  unzip -l a.zip | grep -c txt; yq .list[1] c.yaml";
+    let (text, err, _) = call(s, "adf_shell", json!({"command": script})).await;
+    assert!(!err, "{text}");
+    let v = result(&text);
+    assert_eq!(v["exit_code"], 0, "{v}");
+    let out = v["stdout"].as_str().unwrap();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "1", "{out}");
+    assert!(lines[1].contains("Q1") || lines[1].contains("item"), "the workbook as CSV: {out}");
+    assert!(out.contains("item,amount,when") && out.contains("Hello DOCX"), "{out}");
+    assert!(out.contains("\n2\n2\n") || out.ends_with("2\n2\n"), "two zip entries and yq's answer: {out}");
+}

@@ -38,7 +38,7 @@ pub(super) const COMMANDS: &[(&str, &[&str], &str)] = &[
     ("jq", &[], "jq [-r] [-c] [-s] [-n] [--arg K V] FILTER [FILE]"),
     ("sqlite3", &["db_query"], "sqlite3 [-json|-csv|-header] [DB] 'SQL'   your own database, through the SQL guard"),
     ("unzip", &["fs_read"], "unzip [-l] ARCHIVE [-d DIR]     list or extract a zip among your files"),
-    ("yq", &["fs_read"], "yq [FILE]                      YAML → JSON (pipe into jq)"),
+    ("yq", &["fs_read"], "yq [-r] [FILTER] [FILE]        YAML as JSON, through a jq filter"),
     ("msg", &[], "msg send TO 'TEXT' | msg list | msg read [--all]"),
     ("who", &["agent_discover"], "who                            agents you can reach"),
     ("ping", &["agent_discover"], "ping AGENT                     is an agent reachable"),

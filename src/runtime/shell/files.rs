@@ -213,18 +213,33 @@ impl Executor {
             }
             "chmod" => self.chmod(sh, args).await,
             "unzip" => self.unzip(sh, args).await,
+            // `yq [-r] [-c] [FILTER] [FILE]`: YAML read as JSON, then a jq
+            // filter (jaq) over it; one argument naming a file is the file.
             "yq" => {
-                let text = match args.iter().find(|a| !a.starts_with('-')) {
-                    Some(p) => match self.shell_read_text(sh, p) {
+                let (flags, mut pos): (Vec<String>, Vec<String>) =
+                    args.iter().cloned().partition(|a| a.starts_with('-'));
+                let file = match pos.len() {
+                    0 => None,
+                    1 if matches!(self.store.file_stat(&vfs(&pos[0])), Ok(Some(_))) => pos.pop(),
+                    1 => None,
+                    _ => Some(pos.remove(1)),
+                };
+                let text = match file {
+                    Some(p) => match self.shell_read_text(sh, &p) {
                         Ok(t) => t,
                         Err(e) => return fail(1, format!("yq: {e}")),
                     },
                     None => stdin,
                 };
-                match crate::docs::yaml_to_json(&text) {
-                    Ok(v) => ok(format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default())),
-                    Err(e) => fail(1, format!("yq: {e}")),
-                }
+                let json = match crate::docs::yaml_to_json(&text) {
+                    Ok(v) => v.to_string(),
+                    Err(e) => return fail(1, format!("yq: {e}")),
+                };
+                let mut jq_args = flags;
+                jq_args.push(pos.pop().unwrap_or_else(|| ".".into()));
+                let mut out = super::data::jq(&jq_args, &json, |p| Err(format!("{p}: yq reads one file")));
+                out.stderr = out.stderr.replace("jq:", "yq:");
+                out
             }
             _ => fail(127, format!("{name}: command not found")),
         }

@@ -108,9 +108,14 @@ pub fn parse(src: &str) -> Result<Script, String> {
         i += 1;
     }
     // brush's tokenizer loops, allocating without bound, on a here-document
-    // operator followed by blanks at the very end of a substitution
-    // (`$(<<  `, a fuzz find kept in the corpus). A script that ends in a
-    // newline never reaches that state, and the newline changes no meaning.
+    // operator with no delimiter word at the end of a substitution
+    // (`$(<<  `, `$(<<  \`: fuzz finds kept in the corpus). Bash refuses
+    // such an operator anyway; refuse it first. Quotes are not tracked
+    // here, so no quoting can hide one (a quoted `<<` followed by nothing
+    // but blanks to the end of its line is refused too, and rare).
+    // The check runs on the script as the grammar gets it: ending in a
+    // newline (what the grammar expects; it changes no meaning), so a
+    // trailing `\` is a line continuation there too.
     let terminated;
     let src = if src.ends_with('\n') {
         src
@@ -118,6 +123,13 @@ pub fn parse(src: &str) -> Result<Script, String> {
         terminated = format!("{src}\n");
         terminated.as_str()
     };
+    // The tokenizer reads a NUL as the end of input: a script holds none.
+    if let Some(at) = src.find('\0') {
+        return Err(format!("the script holds a NUL byte (byte {at})"));
+    }
+    if let Some(at) = tagless_heredoc(src) {
+        return Err(format!("a here-document operator needs a delimiter word after it (byte {at})"));
+    }
     // A panic in the grammar's parser is this script's error, not the
     // agent's crash.
     let opts = options();
@@ -147,6 +159,38 @@ pub fn parse(src: &str) -> Result<Script, String> {
         }
     }
     Ok(script)
+}
+
+/// The byte offset of a `<<`/`<<-` (not `<<<`) whose delimiter word is
+/// missing: blanks and line continuations, then the end of the line or of
+/// the script, or an operator.
+fn tagless_heredoc(src: &str) -> Option<usize> {
+    let b = src.as_bytes();
+    let mut i = 0;
+    while i + 1 < b.len() {
+        if b[i] == b'<' && b[i + 1] == b'<' && (i == 0 || b[i - 1] != b'<') && b.get(i + 2) != Some(&b'<') {
+            let at = i;
+            let mut j = i + 2;
+            if b.get(j) == Some(&b'-') {
+                j += 1;
+            }
+            loop {
+                match (b.get(j), b.get(j + 1)) {
+                    (Some(b' ' | b'\t'), _) => j += 1,
+                    (Some(b'\\'), Some(b'\n')) => j += 2,
+                    _ => break,
+                }
+            }
+            // A word must start here: not the end, a newline or an operator.
+            if matches!(b.get(j), None | Some(b'\n' | b';' | b'&' | b'|' | b'(' | b')' | b'<' | b'>')) {
+                return Some(at);
+            }
+            i = j;
+            continue;
+        }
+        i += 1;
+    }
+    None
 }
 
 /// How deep groups nest: `(`/`)` operators and `{`/`}` words, plus the
@@ -390,8 +434,9 @@ mod tests {
             assert!(parse(bad).is_err(), "{bad}");
         }
         // Found by the fuzz target: exponential backtracking on nested parens.
-        let parens = format!("\0\0\0<-\0<{}){}", "(".repeat(40), "(".repeat(40));
+        let parens = format!("   <- <{}){}", "(".repeat(40), "(".repeat(40));
         assert!(parse(&parens).unwrap_err().contains("nest"));
+        assert!(parse("echo a\0b").unwrap_err().contains("NUL"));
         assert!(parse("echo $(echo $(echo x))").is_ok(), "shallow nesting reaches the grammar");
         assert!(parse("echo '((((((((((((('").is_ok(), "quoted parens do not count");
         // Found by the fuzz target: brush unwraps an oversized fd number.
@@ -426,9 +471,12 @@ mod tests {
         for deep in ["((((((((((true", "echo \"\\'\" ((((((((((true", "echo $($($($($($($($($(true)))))))))"] {
             assert!(parse(deep).unwrap_err().contains("nest"), "{deep}");
         }
-        for src in ["$(<<  ", "a $(b <<\t\t", "${x <<  "] {
+        for src in ["$(<<  ", "a $(b <<\t\t", "${x <<  ", "$(<<  \\", "cat <<- \\\n\nx", "$(<< >\\", "$(<<   )"] {
             let e = parse(src).unwrap_err();
-            assert!(e.contains("unterminated") || e.contains("here"), "{src:?}: {e}");
+            assert!(e.contains("delimiter word"), "{src:?}: {e}");
         }
+        // Here-strings and here-documents with a word are fine.
+        assert!(parse("cat <<<  x").is_ok());
+        assert!(parse("cat <<- 'EOF'\n\tx\nEOF").is_ok());
     }
 }
