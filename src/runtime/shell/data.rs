@@ -71,6 +71,7 @@ pub(super) fn jq(args: &[String], stdin: &str, mut read: impl FnMut(&str) -> Res
     let null_input = o.has("n") || o.has("null-input");
     match run_jq(&filter_src, &input, &vars, slurp, null_input) {
         Ok(vals) => {
+            let pretty = jaq_json::write::Pp { indent: Some("  ".to_string()), sep_space: true, ..Default::default() };
             let mut s = String::new();
             let mut last_truthy = true;
             for v in &vals {
@@ -81,10 +82,12 @@ pub(super) fn jq(args: &[String], stdin: &str, mut read: impl FnMut(&str) -> Res
                         let _ = write!(s, "{v}");
                     }
                     _ => {
-                        let text = v.to_string();
-                        match serde_json::from_str::<Value>(&text) {
-                            Ok(j) => s.push_str(&serde_json::to_string_pretty(&j).unwrap_or(text)),
-                            Err(_) => s.push_str(&text),
+                        let mut buf = Vec::new();
+                        match jaq_json::write::write(&mut buf, &pretty, 0, v) {
+                            Ok(()) => s.push_str(&String::from_utf8_lossy(&buf)),
+                            Err(_) => {
+                                let _ = write!(s, "{v}");
+                            }
                         }
                     }
                 }
@@ -99,7 +102,20 @@ pub(super) fn jq(args: &[String], stdin: &str, mut read: impl FnMut(&str) -> Res
     }
 }
 
-fn run_jq(src: &str, input: &str, vars: &[(String, Val)], slurp: bool, null_input: bool) -> Result<Vec<Val>, String> {
+type JqFilter = jaq_core::Filter<data::JustLut<Val>>;
+
+/// Compiled filters by source and variable names: loading jq's standard
+/// library is most of a short filter's cost, and agents repeat filters.
+static FILTERS: std::sync::Mutex<Vec<(String, Vec<String>, std::sync::Arc<JqFilter>)>> =
+    std::sync::Mutex::new(Vec::new());
+const FILTERS_KEPT: usize = 32;
+
+fn compile_jq(src: &str, names: &[String]) -> Result<std::sync::Arc<JqFilter>, String> {
+    if let Ok(c) = FILTERS.lock()
+        && let Some((_, _, f)) = c.iter().find(|(s, n, _)| s == src && n == names)
+    {
+        return Ok(f.clone());
+    }
     let defs = jaq_core::defs().chain(jaq_std::defs()).chain(jaq_json::defs());
     let funs = jaq_core::funs().chain(jaq_std::funs()).chain(jaq_json::funs());
     let loader = Loader::new(defs);
@@ -107,12 +123,24 @@ fn run_jq(src: &str, input: &str, vars: &[(String, Val)], slurp: bool, null_inpu
     let modules = loader
         .load(&arena, File { code: src, path: () })
         .map_err(|errs| format!("jq: cannot parse the filter {src:?}: {}", short(&format!("{errs:?}"))))?;
-    let names: Vec<String> = vars.iter().map(|(k, _)| format!("${k}")).collect();
     let filter = Compiler::default()
         .with_funs(funs)
         .with_global_vars(names.iter().map(String::as_str))
         .compile(modules)
         .map_err(|errs| format!("jq: cannot compile the filter {src:?}: {}", short(&format!("{errs:?}"))))?;
+    let filter = std::sync::Arc::new(filter);
+    if let Ok(mut c) = FILTERS.lock() {
+        if c.len() == FILTERS_KEPT {
+            c.remove(0);
+        }
+        c.push((src.to_string(), names.to_vec(), filter.clone()));
+    }
+    Ok(filter)
+}
+
+fn run_jq(src: &str, input: &str, vars: &[(String, Val)], slurp: bool, null_input: bool) -> Result<Vec<Val>, String> {
+    let names: Vec<String> = vars.iter().map(|(k, _)| format!("${k}")).collect();
+    let filter = compile_jq(src, &names)?;
     let mut inputs: Vec<Val> = Vec::new();
     if !null_input {
         for v in jaq_json::read::parse_many(input.as_bytes()) {
@@ -252,6 +280,13 @@ mod tests {
     fn jq_filters_raw_compact_slurp_args() {
         assert_eq!(jqs(&["-c", ".a"], r#"{"a":[1,2]}"#).stdout, "[1,2]\n");
         assert_eq!(jqs(&[".a"], r#"{"a":[1,2]}"#).stdout, "[\n  1,\n  2\n]\n");
+        // Printed as jq prints: two spaces, a space after the colon.
+        assert_eq!(
+            jqs(&["."], r#"{"a":{"b":"x"},"c":[]}"#).stdout,
+            "{\n  \"a\": {\n    \"b\": \"x\"\n  },\n  \"c\": []\n}\n"
+        );
+        // A second run of the same filter is served compiled.
+        assert_eq!(jqs(&[".a"], r#"{"a":3}"#).stdout, "3\n");
         assert_eq!(jqs(&["-r", ".[] | .name"], r#"[{"name":"x"},{"name":"y"}]"#).stdout, "x\ny\n");
         assert_eq!(jqs(&["-c", "map(select(. > 1))"], "[1,2,3]").stdout, "[2,3]\n");
         assert_eq!(jqs(&["-s", "-c", "add"], "1 2 3").stdout, "6\n");

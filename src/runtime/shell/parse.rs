@@ -181,8 +181,10 @@ fn tagless_heredoc(src: &str) -> Option<usize> {
                     _ => break,
                 }
             }
-            // A word must start here: not the end, a newline or an operator.
-            if matches!(b.get(j), None | Some(b'\n' | b';' | b'&' | b'|' | b'(' | b')' | b'<' | b'>')) {
+            // A word must start here: not the end, any whitespace (the
+            // tokenizer trims a tag's leading whitespace, `\r` included, to
+            // nothing) or an operator.
+            if b.get(j).is_none_or(|c| c.is_ascii_whitespace() || b";&|()<>".contains(c)) {
                 return Some(at);
             }
             i = j;
@@ -471,7 +473,9 @@ mod tests {
         for deep in ["((((((((((true", "echo \"\\'\" ((((((((((true", "echo $($($($($($($($($(true)))))))))"] {
             assert!(parse(deep).unwrap_err().contains("nest"), "{deep}");
         }
-        for src in ["$(<<  ", "a $(b <<\t\t", "${x <<  ", "$(<<  \\", "cat <<- \\\n\nx", "$(<< >\\", "$(<<   )"] {
+        for src in
+            ["$(<<  ", "a $(b <<\t\t", "${x <<  ", "$(<<  \\", "cat <<- \\\n\nx", "$(<< >\\", "$(<<   )", "${<<\r\r|"]
+        {
             let e = parse(src).unwrap_err();
             assert!(e.contains("delimiter word"), "{src:?}: {e}");
         }
