@@ -18,8 +18,11 @@ use crate::store::{Caller, NewAgent, Store};
 pub struct Report {
     pub cat_grep_wc_1mb_p50_ms: f64,
     pub cat_grep_wc_1mb_p99_ms: f64,
+    /// `map(select(…)) | length`: every element through a filter.
     pub jq_1mb_p50_ms: f64,
     pub jq_1mb_p99_ms: f64,
+    /// `.[4242].name`: one lookup (reading the 1 MB dominates).
+    pub jq_lookup_1mb_p50_ms: f64,
     pub sqlite3_p50_us: f64,
     pub bare_query_p50_us: f64,
     pub sqlite3_over_bare_us: f64,
@@ -73,10 +76,12 @@ async fn run_async(n: usize) -> anyhow::Result<Report> {
     )?;
     let mut pipe = Vec::with_capacity(n);
     let mut jq = Vec::with_capacity(n);
+    let mut lookup = Vec::with_capacity(n);
     let mut sql = Vec::with_capacity(n);
     for _ in 0..n {
         pipe.push(time(&mut ex, "cat big.txt | grep todo | wc -l", "\n").await?);
         jq.push(time(&mut ex, "jq -c 'map(select(.id % 100 == 0)) | length' big.json", "90").await?);
+        lookup.push(time(&mut ex, "jq -r '.[4242].name' big.json", "item 4242").await?);
         sql.push(time(&mut ex, "sqlite3 'SELECT v FROM local_t WHERE k = 42'", "v42").await? * 1e3);
     }
     let mut bare = Vec::with_capacity(n);
@@ -94,6 +99,7 @@ async fn run_async(n: usize) -> anyhow::Result<Report> {
         cat_grep_wc_1mb_p99_ms: pct(pipe, 0.99),
         jq_1mb_p50_ms: pct(jq.clone(), 0.5),
         jq_1mb_p99_ms: pct(jq, 0.99),
+        jq_lookup_1mb_p50_ms: pct(lookup, 0.5),
         sqlite3_p50_us: s50,
         bare_query_p50_us: b50,
         sqlite3_over_bare_us: s50 - b50,
