@@ -106,8 +106,9 @@ type JqFilter = jaq_core::Filter<data::JustLut<Val>>;
 
 /// Compiled filters by source and variable names: loading jq's standard
 /// library is most of a short filter's cost, and agents repeat filters.
-static FILTERS: std::sync::Mutex<Vec<(String, Vec<String>, std::sync::Arc<JqFilter>)>> =
-    std::sync::Mutex::new(Vec::new());
+static FILTERS: std::sync::Mutex<Vec<CachedFilter>> = std::sync::Mutex::new(Vec::new());
+/// (source, variable names, compiled filter).
+type CachedFilter = (String, Vec<String>, std::sync::Arc<JqFilter>);
 const FILTERS_KEPT: usize = 32;
 
 fn compile_jq(src: &str, names: &[String]) -> Result<std::sync::Arc<JqFilter>, String> {
