@@ -11,19 +11,7 @@ use common::*;
 use serde_json::{Value, json};
 
 fn adf_env(dir: &Path, base: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_adf"))
-        .args(args)
-        .current_dir(dir)
-        .env("ADF_HOME", dir.join(".adf-home"))
-        .env("ANTHROPIC_API_KEY", "sk-test")
-        .env("ANTHROPIC_BASE_URL", base)
-        .env("OPENAI_API_KEY", "sk-o")
-        .env("OPENAI_BASE_URL", format!("{base}/v1"))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap()
+    adf_with_providers(dir, base, args)
 }
 
 async fn run(dir: &Path, base: &str, args: &[&str]) -> Output {

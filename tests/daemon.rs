@@ -841,14 +841,7 @@ async fn sys_create_adf_autostart_runs_the_child() {
     let agents = home.join("data/agents");
     {
         let mut s = adf::store::Store::open(agents.join("a.adf")).unwrap();
-        let mut tools = adf::store::defaults::default_tools();
-        for t in tools.as_array_mut().unwrap() {
-            if t["name"] == "sys_create_adf" {
-                t["enabled"] = json!(true);
-                t["restricted"] = json!(false);
-            }
-        }
-        s.config_set(adf::store::Caller::Owner, "tools", tools).unwrap();
+        s.config_set(adf::store::Caller::Owner, "tools", tools_enabled(&["sys_create_adf"])).unwrap();
     }
     let fake = FakeProvider::start(vec![
         Scripted::sse(anthropic_tool(

@@ -2,6 +2,8 @@
 //! `adf.zip_extract` and the YAML methods, on files the test puts in the
 //! agent's own filesystem, through real sandbox workers.
 
+mod common;
+
 use std::io::{Cursor, Write};
 use std::sync::Arc;
 
@@ -176,14 +178,7 @@ async fn a_lambda_reads_documents_and_extracts_a_zip_into_its_files() {
 async fn the_shell_cats_documents_as_text() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = agent(dir.path());
-    let mut tools = adf::store::defaults::default_tools();
-    for t in tools.as_array_mut().unwrap() {
-        if t["name"] == "adf_shell" {
-            t["enabled"] = json!(true);
-            t["restricted"] = json!(false);
-        }
-    }
-    s.config_set(Caller::Owner, "tools", tools).unwrap();
+    s.config_set(Caller::Owner, "tools", common::tools_enabled(&["adf_shell"])).unwrap();
     put(&mut s, "report.pdf", &pdf());
     put(&mut s, "book.xlsx", &xlsx());
     let body = r#"<?xml version="1.0"?><w:document xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"><w:body><w:p><w:r><w:t>Hello DOCX</w:t></w:r></w:p></w:body></w:document>"#;

@@ -9,7 +9,7 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 use adf::store::files::WriteOptions;
 use adf::store::{Caller, Store};
@@ -32,23 +32,7 @@ fn b64() -> String {
 
 async fn chat(dir: &Path, base: &str, text: &str) -> Output {
     let (dir, base, text) = (dir.to_path_buf(), base.to_string(), text.to_string());
-    tokio::task::spawn_blocking(move || {
-        Command::new(env!("CARGO_BIN_EXE_adf"))
-            .args(["chat", "a.adf", &text])
-            .current_dir(&dir)
-            .env("ADF_HOME", dir.join(".adf-home"))
-            .env("ANTHROPIC_API_KEY", "sk-test")
-            .env("ANTHROPIC_BASE_URL", &base)
-            .env("OPENAI_API_KEY", "sk-o")
-            .env("OPENAI_BASE_URL", format!("{base}/v1"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap()
+    tokio::task::spawn_blocking(move || adf_with_providers(&dir, &base, &["chat", "a.adf", &text])).await.unwrap()
 }
 
 /// An agent with the shell on, `pic.png` among its files and `cfg` set.
@@ -56,14 +40,7 @@ fn agent(dir: &Path, provider: &str, cfg: &[(&str, Value)]) -> std::path::PathBu
     ok(&adf(dir, &["new", "a.adf", "--provider", provider, "--model", "test-model"], None));
     let path = dir.join("a.adf");
     let mut s = Store::open(&path).unwrap();
-    let mut tools = adf::store::defaults::default_tools();
-    for t in tools.as_array_mut().unwrap() {
-        if t["name"] == "adf_shell" {
-            t["enabled"] = json!(true);
-            t["restricted"] = json!(false);
-        }
-    }
-    s.config_set(Caller::Owner, "tools", tools).unwrap();
+    s.config_set(Caller::Owner, "tools", tools_enabled(&["adf_shell"])).unwrap();
     for (k, v) in cfg {
         s.config_set(Caller::Owner, k, v.clone()).unwrap();
     }

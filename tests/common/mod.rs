@@ -47,6 +47,37 @@ pub fn adf(cwd: &Path, args: &[&str], stdin: Option<&[u8]>) -> Output {
     child.wait_with_output().expect("wait adf")
 }
 
+/// Run `adf` in `dir` with both providers pointed at a fake on `base`
+/// (Anthropic at `base`, OpenAI-compatible at `base/v1`).
+pub fn adf_with_providers(dir: &Path, base: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_adf"))
+        .args(args)
+        .current_dir(dir)
+        .env("ADF_HOME", dir.join(".adf-home"))
+        .env("ANTHROPIC_API_KEY", "sk-test")
+        .env("ANTHROPIC_BASE_URL", base)
+        .env("OPENAI_API_KEY", "sk-o")
+        .env("OPENAI_BASE_URL", format!("{base}/v1"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap()
+}
+
+/// The default tools with `names` enabled, visible and not restricted.
+pub fn tools_enabled(names: &[&str]) -> serde_json::Value {
+    let mut tools = adf::store::defaults::default_tools();
+    for t in tools.as_array_mut().unwrap() {
+        if names.iter().any(|n| t["name"] == *n) {
+            t["enabled"] = serde_json::json!(true);
+            t["visible"] = serde_json::json!(true);
+            t["restricted"] = serde_json::json!(false);
+        }
+    }
+    tools
+}
+
 /// Run `adf` in `cwd` with `ADF_HOME` set to `home` (its settings, its
 /// fleet, its reviews).
 pub fn adf_home(home: &Path, cwd: &Path, args: &[&str]) -> Output {
