@@ -9,11 +9,20 @@ use serde_json::Value;
 /// The canonical text of a value.
 pub fn to_string(v: &Value) -> String {
     let mut out = String::with_capacity(256);
-    write(v, &mut out);
+    write(v, &mut out, key_order);
     out
 }
 
-fn write(v: &Value, out: &mut String) {
+/// `JSON.stringify` with keys sorted by JavaScript's plain `.sort()` (UTF-16
+/// code units, integer-like keys not first): the reference's
+/// `stableStringify`, used for MCP tool hashes.
+pub fn stable_string(v: &Value) -> String {
+    let mut out = String::with_capacity(256);
+    write(v, &mut out, |a, b| a.encode_utf16().cmp(b.encode_utf16()));
+    out
+}
+
+fn write(v: &Value, out: &mut String, order: fn(&str, &str) -> std::cmp::Ordering) {
     match v {
         Value::Null => out.push_str("null"),
         Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
@@ -25,13 +34,13 @@ fn write(v: &Value, out: &mut String) {
                 if i > 0 {
                     out.push(',');
                 }
-                write(x, out);
+                write(x, out, order);
             }
             out.push(']');
         }
         Value::Object(o) => {
             let mut keys: Vec<&String> = o.keys().collect();
-            keys.sort_by(|a, b| key_order(a, b));
+            keys.sort_by(|a, b| order(a, b));
             out.push('{');
             for (i, k) in keys.iter().enumerate() {
                 if i > 0 {
@@ -39,7 +48,7 @@ fn write(v: &Value, out: &mut String) {
                 }
                 string(k, out);
                 out.push(':');
-                write(&o[k.as_str()], out);
+                write(&o[k.as_str()], out, order);
             }
             out.push('}');
         }
