@@ -127,8 +127,14 @@ pub fn parse(src: &str) -> Result<Script, String> {
     if let Some(at) = src.find('\0') {
         return Err(format!("the script holds a NUL byte (byte {at})"));
     }
-    if let Some(at) = tagless_heredoc(src) {
-        return Err(format!("a here-document operator needs a delimiter word after it (byte {at})"));
+    match heredoc_problem(src) {
+        Some(Heredoc::NoWord(at)) => {
+            return Err(format!("a here-document operator needs a delimiter word after it (byte {at})"));
+        }
+        Some(Heredoc::Unterminated(at, tag)) => {
+            return Err(format!("the here-document at byte {at} is not terminated: no line {tag:?} follows it"));
+        }
+        None => {}
     }
     // A panic in the grammar's parser is this script's error, not the
     // agent's crash.
@@ -161,10 +167,21 @@ pub fn parse(src: &str) -> Result<Script, String> {
     Ok(script)
 }
 
-/// The byte offset of a `<<`/`<<-` (not `<<<`) whose delimiter word is
-/// missing: blanks and line continuations, then the end of the line or of
-/// the script, or an operator.
-fn tagless_heredoc(src: &str) -> Option<usize> {
+/// What is wrong with a here-document, at its operator's byte offset.
+enum Heredoc {
+    NoWord(usize),
+    Unterminated(usize, String),
+}
+
+fn trim_tabs(line: &[u8]) -> &[u8] {
+    let n = line.iter().take_while(|&&c| c == b'\t').count();
+    &line[n..]
+}
+
+/// A `<<`/`<<-` (not `<<<`) whose delimiter word is missing (blanks and
+/// line continuations, then the end of the line or of the script, or an
+/// operator), or whose body never ends on a line of that word.
+fn heredoc_problem(src: &str) -> Option<Heredoc> {
     let b = src.as_bytes();
     let mut i = 0;
     while i + 1 < b.len() {
@@ -185,9 +202,41 @@ fn tagless_heredoc(src: &str) -> Option<usize> {
             // tokenizer trims a tag's leading whitespace, `\r` included, to
             // nothing) or an operator.
             if b.get(j).is_none_or(|c| c.is_ascii_whitespace() || b";&|()<>".contains(c)) {
-                return Some(at);
+                return Some(Heredoc::NoWord(at));
             }
-            i = j;
+            // The word, read as the grammar reads it: quotes kept whole,
+            // a backslash escaping the next byte; then its delimiter text.
+            let (mut tag, mut quote) = (Vec::new(), None::<u8>);
+            while let Some(&c) = b.get(j) {
+                match quote {
+                    Some(q) if c == q => quote = None,
+                    Some(_) => tag.push(c),
+                    None if c == b'\\' => {
+                        if let Some(&n) = b.get(j + 1) {
+                            tag.push(n);
+                        }
+                        j += 1;
+                    }
+                    None if c == b'\'' || c == b'"' => quote = Some(c),
+                    None if c.is_ascii_whitespace() || b";&|()<>".contains(&c) => break,
+                    None => tag.push(c),
+                }
+                j += 1;
+            }
+            // Its body must end on a line of exactly that text (leading
+            // tabs stripped for `<<-`) somewhere after the operator's line.
+            let tabs = b.get(at + 2) == Some(&b'-');
+            let body_from = b[j.min(b.len())..].iter().position(|&c| c == b'\n').map(|p| j + p + 1);
+            let ended = body_from.is_some_and(|from| {
+                b[from..].split(|&c| c == b'\n').any(|line| {
+                    let line = if tabs { trim_tabs(line) } else { line };
+                    line == tag.as_slice()
+                })
+            });
+            if !ended {
+                return Some(Heredoc::Unterminated(at, String::from_utf8_lossy(&tag).into_owned()));
+            }
+            i = j.max(i + 2);
             continue;
         }
         i += 1;
@@ -479,6 +528,12 @@ mod tests {
             let e = parse(src).unwrap_err();
             assert!(e.contains("delimiter word"), "{src:?}: {e}");
         }
+        // A body that never reaches its delimiter line is refused by name;
+        // quoted and escaped delimiters are read as the grammar reads them.
+        assert!(parse("cat <<EOF\nno end").unwrap_err().contains("not terminated: no line \"EOF\""));
+        assert!(parse("x=$(cat <<'E F'\nbody\nE F\n)").is_ok());
+        assert!(parse("cat <<\\EOF\nbody\nEOF").is_ok());
+        assert!(parse("cat <<A <<B\na\nA\nb\nB").is_ok());
         // Here-strings and here-documents with a word are fine.
         assert!(parse("cat <<<  x").is_ok());
         assert!(parse("cat <<- 'EOF'\n\tx\nEOF").is_ok());
