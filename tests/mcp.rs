@@ -83,3 +83,133 @@ async fn servers_that_fail_are_clear_errors() {
     assert!(e.reason.contains("cannot start"), "{e}");
     assert!(matches!(missing.transport, Transport::Stdio { .. }));
 }
+
+/// An MCP tool in a turn: offered from the server's last listing, the
+/// first call connects and reconciles (the rest of the server's tools land
+/// restricted), and an image it returns is saved and shown to the model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the npm MCP servers: see .ci/mcp.sh and ADF_MCP_MODULES"]
+async fn a_turn_calls_an_mcp_tool_and_reconciles_the_rest() {
+    use std::sync::Arc;
+
+    use adf::providers::scripted::{Reply, Scripted};
+    use adf::runtime::bus::Bus;
+    use adf::runtime::executor::{Absent, Executor};
+    use adf::store::{Caller, NewAgent, Store};
+
+    let dir = tempfile::tempdir().unwrap();
+    let bin = format!("{}/.bin/mcp-server-everything", modules());
+    let (mut s, _) = Store::create(
+        dir.path().join("a.adf"),
+        &NewAgent { provider: Some("scripted"), model: Some("m"), ..Default::default() },
+    )
+    .unwrap();
+    s.config_set(
+        Caller::Owner,
+        "mcp",
+        json!({"servers": [{"name": "ev", "transport": "stdio", "command": bin, "args": ["stdio"],
+            "available_tools": [{"name": "echo", "description": "Echoes back the input",
+                                 "input_schema": {"type": "object", "properties": {"message": {"type": "string"}}}}]}]}),
+    )
+    .unwrap();
+    let mut tools = adf::store::defaults::default_tools();
+    tools
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "mcp_ev_echo", "enabled": true, "visible": true, "restricted": false}));
+    s.config_set(Caller::Owner, "tools", tools).unwrap();
+    let provider = Arc::new(Scripted::new(vec![
+        Reply::Tools(vec![("mcp_ev_echo".into(), json!({"message": "hi from adf", "_reason": "testing"}))]),
+        Reply::Text("done".into()),
+    ]));
+    let mut ex = Executor::new(s, provider.clone(), Bus::new(), Arc::new(Absent)).unwrap();
+    ex.chat("echo something").await.unwrap();
+    // The tool was offered to the model with the listed schema.
+    let offered = provider.requests();
+    assert!(
+        offered[0].tools.iter().any(|t| t.name == "mcp_ev_echo" && t.input_schema["properties"]["message"].is_object())
+    );
+    let rows = ex.store.loop_rows(None).unwrap();
+    let result = rows
+        .iter()
+        .flat_map(|r| r.content.as_array().cloned().unwrap_or_default())
+        .find(|b| b["type"] == "tool_result")
+        .unwrap();
+    assert!(result["content"].as_str().unwrap().contains("hi from adf"), "{result}");
+    assert_ne!(result["is_error"], json!(true), "{result}");
+    // Reconciled: echo kept its flags and got a hash; the others are new
+    // and restricted; the listing is the server's own now.
+    let cfg = ex.store.config_value().unwrap();
+    let decl = |n: &str| cfg["tools"].as_array().unwrap().iter().find(|d| d["name"] == n).cloned().unwrap();
+    assert_eq!(decl("mcp_ev_echo")["restricted"], false);
+    assert!(decl("mcp_ev_echo")["mcp_tool_hash"].is_string());
+    assert_eq!(decl("mcp_ev_get-tiny-image")["restricted"], true);
+    assert_eq!(decl("mcp_ev_get-tiny-image")["mcp_tool_status"], "new");
+    assert!(cfg["mcp"]["servers"][0]["available_tools"].as_array().unwrap().len() > 5);
+}
+
+fn adf_in(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_adf"))
+        .args(args)
+        .current_dir(dir)
+        .env("ADF_HOME", dir.join(".adf-home"))
+        .output()
+        .unwrap()
+}
+
+/// `adf mcp add` connects first: a server that does not start changes
+/// nothing and says why (its stderr included); tool flags and removal of
+/// what is not there are clear errors.
+#[test]
+fn adf_mcp_refuses_what_it_cannot_do_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(adf_in(dir.path(), &["new", "a.adf"]).status.success());
+    let before = std::fs::read(dir.path().join("a.adf")).unwrap();
+    let out = adf_in(dir.path(), &["mcp", "add", "a.adf", "bad", "--", "sh", "-c", "echo no token given >&2; exit 2"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no token given") && err.contains("nothing was saved"), "{err}");
+    for (args, says) in [
+        (vec!["mcp", "add", "a.adf", "Bad Name", "--", "x"], "server name"),
+        (vec!["mcp", "add", "a.adf", "x"], "give a command"),
+        (vec!["mcp", "add", "a.adf", "x", "--url", "ftp://h/mcp"], "not http"),
+        (vec!["mcp", "tool", "a.adf", "ev", "echo", "--allow"], "no MCP tool"),
+        (vec!["mcp", "tool", "a.adf", "ev", "echo"], "say what to change"),
+        (vec!["mcp", "rm", "a.adf", "ev"], "no MCP server"),
+    ] {
+        let out = adf_in(dir.path(), &args);
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    assert_eq!(std::fs::read(dir.path().join("a.adf")).unwrap(), before, "the file is unchanged");
+    let ls = adf_in(dir.path(), &["mcp", "ls", "a.adf", "--json"]);
+    assert_eq!(String::from_utf8_lossy(&ls.stdout).trim(), "[]");
+}
+
+/// `adf mcp add` against the reference server: its tools are declared,
+/// each restricted and marked new; `tool --allow` reviews one; `rm` takes
+/// the server and its tools away.
+#[test]
+#[ignore = "needs the npm MCP servers: see .ci/mcp.sh and ADF_MCP_MODULES"]
+fn adf_mcp_add_ls_tool_rm() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = format!("{}/.bin/mcp-server-everything", modules());
+    assert!(adf_in(dir.path(), &["new", "a.adf"]).status.success());
+    let out = adf_in(dir.path(), &["mcp", "add", "a.adf", "ev", "--", &bin, "stdio"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("each restricted"));
+    let ls: Value = serde_json::from_slice(&adf_in(dir.path(), &["mcp", "ls", "a.adf", "--json"]).stdout).unwrap();
+    let tools = ls[0]["tools"].as_array().unwrap();
+    assert!(tools.len() > 5);
+    assert!(tools.iter().all(|t| t["restricted"] == true && t["status"] == "new"), "{ls}");
+    let out = adf_in(dir.path(), &["mcp", "tool", "a.adf", "ev", "echo", "--allow"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "mcp_ev_echo: enabled, shown, allowed");
+    let ls: Value = serde_json::from_slice(&adf_in(dir.path(), &["mcp", "ls", "a.adf", "--json"]).stdout).unwrap();
+    let echo = ls[0]["tools"].as_array().unwrap().iter().find(|t| t["name"] == "echo").unwrap().clone();
+    assert_eq!((echo["restricted"].clone(), echo["status"].clone()), (json!(false), Value::Null));
+    let out = adf_in(dir.path(), &["mcp", "rm", "a.adf", "ev"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("removed ev and its"));
+    let cfg = adf_in(dir.path(), &["config", "get", "a.adf", "--json"]);
+    assert!(!String::from_utf8_lossy(&cfg.stdout).contains("mcp_ev_"));
+}

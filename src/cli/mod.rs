@@ -12,6 +12,7 @@ mod fleet;
 mod held;
 mod identity;
 mod inspect;
+mod mcp;
 mod meta;
 mod msg;
 mod output;
@@ -113,6 +114,10 @@ pub enum Command {
     /// Templates: `save` an agent as one (`adf new --template` uses it).
     #[command(subcommand)]
     Template(clone::TemplateCmd),
+    /// MCP servers of an agent: add (connects and declares its tools,
+    /// restricted), ls, tool (flags), rm.
+    #[command(subcommand)]
+    Mcp(mcp::McpCmd),
     /// Summarise an agent file: versions, identity, meta, config, files, tables.
     Inspect { path: PathBuf },
     /// Check a damaged agent file and repair it: the original is kept under
@@ -626,6 +631,7 @@ fn run_simple(command: Option<Command>, out: &Out) -> anyhow::Result<()> {
             clone::clone(out, &src, &dst, crate::store::derive::CloneOptions { history, files, tables })
         }
         Some(Command::Template(cmd)) => clone::template(out, cmd),
+        Some(Command::Mcp(cmd)) => mcp::run(out, cmd),
         Some(Command::Inspect { path }) => inspect::run(out, &path),
         Some(Command::Identity(cmd)) => identity::identity(out, cmd),
         Some(Command::Unlock { path }) => identity::unlock(out, &path),

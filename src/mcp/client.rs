@@ -124,6 +124,7 @@ pub async fn connect(spec: &ServerSpec, scratch: &Path) -> Result<Connection, Co
         reason,
         stderr_tail: tail(stderr),
     };
+    let mut reader: Option<tokio::task::JoinHandle<()>> = None;
     let started = match &spec.transport {
         Transport::Stdio { command, args } => {
             std::fs::create_dir_all(scratch).map_err(|e| fail(format!("scratch folder: {e}"), &stderr))?;
@@ -143,7 +144,7 @@ pub async fn connect(spec: &ServerSpec, scratch: &Path) -> Result<Connection, Co
                 .map_err(|e| fail(format!("cannot start {command:?}: {e}"), &stderr))?;
             if let Some(err) = err {
                 let buf = stderr.clone();
-                tokio::spawn(async move {
+                reader = Some(tokio::spawn(async move {
                     use tokio::io::AsyncBufReadExt;
                     let mut lines = tokio::io::BufReader::new(err).lines();
                     while let Ok(Some(line)) = lines.next_line().await {
@@ -154,7 +155,7 @@ pub async fn connect(spec: &ServerSpec, scratch: &Path) -> Result<Connection, Co
                             b.push_back(line.chars().take(500).collect());
                         }
                     }
-                });
+                }));
             }
             tokio::time::timeout(spec.connect_timeout, ().serve(proc)).await
         }
@@ -181,6 +182,13 @@ pub async fn connect(spec: &ServerSpec, scratch: &Path) -> Result<Connection, Co
             tokio::time::timeout(spec.connect_timeout, ().serve(transport)).await
         }
     };
+    // A server that failed has usually said why on stderr just before:
+    // give the reader a moment to take it in.
+    if !matches!(started, Ok(Ok(_)))
+        && let Some(h) = reader.take()
+    {
+        let _ = tokio::time::timeout(Duration::from_millis(500), h).await;
+    }
     let service = match started {
         Err(_) => {
             return Err(fail(

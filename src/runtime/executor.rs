@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 
+mod mcp;
 pub(crate) mod media;
 mod owner;
 
@@ -115,6 +116,8 @@ pub struct Executor {
     /// file stays the truth; compaction and clears read it again).
     session: Option<Session>,
     transcript: prompt::Transcript,
+    /// Live MCP connections by server name, opened at the first call.
+    mcp: std::collections::HashMap<String, crate::mcp::client::Connection>,
     /// The owner's price list, for the cost of each call.
     prices: crate::providers::prices::Prices,
     /// A decision given before its approval is asked again (resuming a
@@ -194,6 +197,7 @@ impl Executor {
             snapshot: Snapshot::new(),
             session: None,
             transcript: prompt::Transcript::default(),
+            mcp: Default::default(),
             flush_done: false,
             cfg: None,
             current: None,
@@ -1271,6 +1275,9 @@ impl Executor {
             .filter(|d| receive || !MSG_GATED.contains(&d.name.as_str()))
             .filter(|d| tools::unavailable(&d.name).is_none())
             .filter_map(|d| {
+                if d.name.starts_with("mcp_") {
+                    return mcp::advertised(&value, &d.name);
+                }
                 let def = tools::def(&d.name)?;
                 Some(ToolSpec {
                     name: d.name.clone(),
@@ -1516,6 +1523,7 @@ impl Executor {
             "agent_discover" => self.agent_discover(input).await,
             "adf_shell" => self.adf_shell(input, &crate::store::create::nanoid(10), true, false).await,
             "sys_create_adf" => self.sys_create_adf(input).await,
+            n if crate::tools::unavailable(n).is_none() && n.starts_with("mcp_") => self.mcp_call(n, input).await,
             _ => self.run_tool(name, input, Caller::AGENT),
         }
     }

@@ -183,8 +183,9 @@ pub fn unavailable(name: &str) -> Option<&'static str> {
             "WebSocket connections, which this adf does not provide yet"
         }
         "stream_bind" | "stream_unbind" | "stream_bindings" => "stream bindings, which this adf does not provide yet",
-        "mcp_install" | "mcp_restart" | "mcp_uninstall" => "MCP server support, which this adf does not provide yet",
-        _ if name.starts_with("mcp_") => "MCP server support, which this adf does not provide yet",
+        "mcp_install" | "mcp_restart" | "mcp_uninstall" => {
+            "installing MCP servers from the agent, which this adf does not provide yet (the owner adds them to mcp.servers)"
+        }
         _ => return None,
     })
 }
