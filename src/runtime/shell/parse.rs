@@ -185,9 +185,16 @@ fn heredoc_problem(src: &str) -> Option<Heredoc> {
     let b = src.as_bytes();
     let mut i = 0;
     while i + 1 < b.len() {
-        if b[i] == b'<' && b[i + 1] == b'<' && (i == 0 || b[i - 1] != b'<') && b.get(i + 2) != Some(&b'<') {
-            let at = i;
-            let mut j = i + 2;
+        // A run of `<` is read greedily, as the tokenizer reads it:
+        // `<<<` here-strings first, then `<<` (a here-document) or `<`.
+        if b[i] == b'<' && (i == 0 || b[i - 1] != b'<') {
+            let run = b[i..].iter().take_while(|&&c| c == b'<').count();
+            if run % 3 != 2 {
+                i += run;
+                continue;
+            }
+            let at = i + run - 2;
+            let mut j = at + 2;
             if b.get(j) == Some(&b'-') {
                 j += 1;
             }
@@ -534,6 +541,8 @@ mod tests {
         assert!(parse("x=$(cat <<'E F'\nbody\nE F\n)").is_ok());
         assert!(parse("cat <<\\EOF\nbody\nEOF").is_ok());
         assert!(parse("cat <<A <<B\na\nA\nb\nB").is_ok());
+        // A run of `<` ends in a here-document when its length leaves two.
+        assert!(parse("cat <<<<<<<<\r|").unwrap_err().contains("delimiter word"));
         // Here-strings and here-documents with a word are fine.
         assert!(parse("cat <<<  x").is_ok());
         assert!(parse("cat <<- 'EOF'\n\tx\nEOF").is_ok());
