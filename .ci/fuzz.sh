@@ -13,7 +13,7 @@ SECONDS_EACH="${1:-30}"
 # `shell` is left out of CI: brush-parser's tokenizer still has loops that
 # allocate without bound, and a run here finds a new one within a minute or
 # two. Each find so far is guarded and kept in tests/fuzz/corpus/shell (a
-# unit test replays them); an unguarded one waits in tests/fuzz/open-finds.
+# unit test replays them).
 # Run it by hand: put `shell` in TARGETS and `bash .ci/fuzz.sh 300`.
 TARGETS=(config_json canonical_alf sql_guard keymap)
 # Instrumented builds differ from the normal ones: keep them apart (and

@@ -235,7 +235,10 @@ fn heredoc_problem(src: &str) -> Option<Heredoc> {
             let tabs = b.get(at + 2) == Some(&b'-');
             let body_from = b[j.min(b.len())..].iter().position(|&c| c == b'\n').map(|p| j + p + 1);
             let ended = body_from.is_some_and(|from| {
-                b[from..].split(|&c| c == b'\n').any(|line| {
+                // Lines end at a newline; the nothing after the last one is
+                // not a line (it would end an empty `<<''` tag).
+                b[from..].split_inclusive(|&c| c == b'\n').any(|line| {
+                    let line = line.strip_suffix(b"\n").unwrap_or(line);
                     let line = if tabs { trim_tabs(line) } else { line };
                     line == tag.as_slice()
                 })
@@ -541,6 +544,9 @@ mod tests {
         assert!(parse("x=$(cat <<'E F'\nbody\nE F\n)").is_ok());
         assert!(parse("cat <<\\EOF\nbody\nEOF").is_ok());
         assert!(parse("cat <<A <<B\na\nA\nb\nB").is_ok());
+        // An empty quoted delimiter ends at an empty line, and only there.
+        assert!(parse("x=$(cat <<''\nbody\n\n)").is_ok());
+        assert!(parse("x=$(cat <<''\nbody").unwrap_err().contains("not terminated"));
         // A run of `<` ends in a here-document when its length leaves two.
         assert!(parse("cat <<<<<<<<\r|").unwrap_err().contains("delimiter word"));
         // Here-strings and here-documents with a word are fine.
