@@ -136,12 +136,8 @@ impl Executor {
             }
             let ext = mime_guess::get_mime_extensions_str(&mime).and_then(|e| e.first()).copied().unwrap_or("bin");
             let path = format!("mcp/{server}/{tool}_{stamp}_{}.{ext}", i + 1);
-            let cx = crate::runtime::code::CodeCx { authorized: false, source: "mcp".into(), chain: Vec::new() };
-            let write =
-                json!({"mode": "write", "path": path, "content": data, "encoding": "base64", "mime_type": mime});
-            let w = Box::pin(self.code_tool(&cx, "fs_write", &write, false)).await;
-            if w.is_error {
-                lines.push(format!("[{mime}: not saved: {}]", w.content));
+            if let Err(e) = self.save_media("mcp", &path, data, &mime).await {
+                lines.push(format!("[{mime}: not saved: {e}]"));
             } else {
                 let kind = mime.split('/').next().unwrap_or("file");
                 lines.push(format!("[{kind}: {path} ({mime})]"));
@@ -153,12 +149,5 @@ impl Executor {
             out["media"] = Value::Array(media);
         }
         out.to_string()
-    }
-
-    /// End every MCP session (their process groups go with them).
-    pub async fn close_mcp(&mut self) {
-        for (_, c) in self.mcp.drain() {
-            c.close().await;
-        }
     }
 }

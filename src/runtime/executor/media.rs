@@ -145,6 +145,21 @@ fn download_name(url: &str, mime: &str) -> String {
 }
 
 impl Executor {
+    /// Save base64 media as a file through `fs_write`, as the agent (its
+    /// protections and limits apply); the error text when it was refused.
+    pub(super) async fn save_media(
+        &mut self,
+        source: &str,
+        path: &str,
+        base64: &str,
+        mime: &str,
+    ) -> Result<(), String> {
+        let cx = crate::runtime::code::CodeCx { authorized: false, source: source.into(), chain: Vec::new() };
+        let write = json!({"mode": "write", "path": path, "content": base64, "encoding": "base64", "mime_type": mime});
+        let w = Box::pin(self.code_tool(&cx, "fs_write", &write, false)).await;
+        if w.is_error { Err(w.content) } else { Ok(()) }
+    }
+
     /// A media body `sys_fetch` brought back to the loop is saved as a file
     /// (through `fs_write`, so the agent's own rules apply) and named in
     /// the result instead of sitting there as base64; the saved file then
@@ -178,14 +193,12 @@ impl Executor {
                 None => format!("{base}-{n}"),
             };
         }
-        let cx = crate::runtime::code::CodeCx { authorized: false, source: "sys_fetch".into(), chain: Vec::new() };
-        let write = json!({"mode": "write", "path": path, "content": body, "encoding": "base64", "mime_type": mime});
-        let w = Box::pin(self.code_tool(&cx, "fs_write", &write, false)).await;
+        let saved = self.save_media("sys_fetch", &path, &body, &mime).await;
         if let Some(o) = v.as_object_mut() {
             o.remove("_body_encoding");
         }
-        if w.is_error {
-            v["body"] = json!(format!("[{kind}: {mime}, {size} bytes, not shown; saving it failed: {}]", w.content));
+        if let Err(e) = saved {
+            v["body"] = json!(format!("[{kind}: {mime}, {size} bytes, not shown; saving it failed: {e}]"));
         } else {
             v["body"] = json!(format!("[{kind}: {path} ({mime}, {size} bytes), saved from the response]"));
             v["media"] = json!([{"path": path, "mime_type": mime}]);
