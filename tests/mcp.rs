@@ -209,7 +209,7 @@ fn adf_mcp_add_ls_tool_rm() {
     let echo = ls[0]["tools"].as_array().unwrap().iter().find(|t| t["name"] == "echo").unwrap().clone();
     assert_eq!((echo["restricted"].clone(), echo["status"].clone()), (json!(false), Value::Null));
     let out = adf_in(dir.path(), &["mcp", "rm", "a.adf", "ev"]);
-    assert!(String::from_utf8_lossy(&out.stdout).contains("removed ev and its"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("removed ev, its"));
     let cfg = adf_in(dir.path(), &["config", "get", "a.adf", "--json"]);
     assert!(!String::from_utf8_lossy(&cfg.stdout).contains("mcp_ev_"));
 }

@@ -1,8 +1,11 @@
-//! `adf mcp …`: the MCP servers of an agent file. `add` connects first and
-//! saves the server with its tools reconciled (new tools restricted), or
-//! changes nothing and says why the server did not start; `ls` shows
-//! servers and tool flags; `tool` flips one tool's flags; `rm` removes a
-//! server and its tools.
+//! `adf mcp …`: the MCP servers of an agent file, on the file itself or,
+//! when an adf process holds it, through that process's API (which then
+//! also knows each server's live status). `add` connects first and saves
+//! the server with its tools reconciled (new tools restricted) and its env
+//! and header values sealed, or changes nothing and says why the server
+//! did not start; `ls` shows servers, status and tool flags; `tool` flips
+//! one tool's flags; `rm` removes a server, its tools and credentials;
+//! `restart` connects it again.
 
 use std::path::{Path, PathBuf};
 
@@ -10,14 +13,19 @@ use clap::Subcommand;
 use serde_json::{Value, json};
 
 use super::held::{Target, open_for_write};
-use super::output::{Out, at, close, open_for_read};
+use super::output::{Out, at, close};
+use crate::identity::install;
 use crate::mcp::client::{ServerSpec, connect};
+use crate::mcp::owner;
+use crate::mcp::owner::{push_server, remove_server, server_entry};
 use crate::mcp::reconcile::reconcile;
 
 #[derive(Debug, Clone, Subcommand)]
 pub enum McpCmd {
-    /// Add a server: `adf mcp add FILE NAME -- COMMAND [ARGS…]` (stdio) or
-    /// `adf mcp add FILE NAME --url URL [--header K=V]…` (Streamable HTTP).
+    /// Add a server: `adf mcp add FILE NAME [--env K=V]… -- COMMAND [ARGS…]`
+    /// (stdio) or `adf mcp add FILE NAME --url URL [--header K=V]…`
+    /// (Streamable HTTP). Env and header values are sealed in the file's
+    /// credentials envelope, never written to its config.
     Add {
         path: PathBuf,
         name: String,
@@ -26,6 +34,9 @@ pub enum McpCmd {
         /// A request header for an HTTP server (`K=V`, repeatable).
         #[arg(long = "header", value_name = "K=V")]
         headers: Vec<String>,
+        /// An environment variable for a stdio server (`K=V`, repeatable).
+        #[arg(long = "env", value_name = "K=V")]
+        env: Vec<String>,
         /// Save without connecting (its tools are declared at the first call).
         #[arg(long)]
         no_connect: bool,
@@ -33,7 +44,8 @@ pub enum McpCmd {
         #[arg(last = true)]
         command: Vec<String>,
     },
-    /// List servers and their tools with flags and review status.
+    /// List servers (status, credentials by name) and their tools with
+    /// flags and review status.
     Ls { path: PathBuf },
     /// Change one tool's flags.
     Tool {
@@ -55,156 +67,146 @@ pub enum McpCmd {
         #[arg(long)]
         show: bool,
     },
-    /// Remove a server and every one of its tool declarations.
+    /// Remove a server, its tool declarations and its sealed credentials.
     Rm { path: PathBuf, name: String },
+    /// Connect a server again and rediscover its tools (your choices kept).
+    Restart { path: PathBuf, name: String },
 }
 
-/// Change the config of a file, whether this process opens it or an app
-/// or daemon holds it (then through the holder's API, which validates).
-fn edit<T>(path: &Path, f: impl FnOnce(&mut Value) -> anyhow::Result<T>) -> anyhow::Result<T> {
-    match open_for_write(path)? {
-        Target::Local(mut store) => {
-            let mut cfg = store.config_value().map_err(|e| at(path, e))?;
-            let r = f(&mut cfg)?;
-            store.config_replace(cfg).map_err(|e| at(path, e))?;
-            close(store)?;
-            Ok(r)
-        }
-        Target::Held(via) => {
-            let mut cfg = via.call(reqwest::Method::GET, &["config"], &[], None)?["config"].take();
-            let r = f(&mut cfg)?;
-            via.call(reqwest::Method::PUT, &["config"], &[], Some(&cfg))?;
-            Ok(r)
-        }
-    }
+fn anyhow_at(path: &Path, e: String) -> anyhow::Error {
+    anyhow::anyhow!("{}: {e}", path.display())
 }
 
-fn pairs(items: &[String], what: &str) -> anyhow::Result<serde_json::Map<String, Value>> {
-    let mut m = serde_json::Map::new();
-    for i in items {
-        let (k, v) = i.split_once('=').ok_or_else(|| anyhow::anyhow!("{what} {i:?} is not K=V"))?;
-        m.insert(k.to_string(), json!(v));
-    }
-    Ok(m)
+fn tokio_rt() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
 }
 
-fn valid_name(name: &str) -> bool {
-    !name.is_empty() && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-')
+/// A file this process opens, its credentials envelope unlocked.
+fn unlocked(path: &Path, mut store: crate::store::Store) -> anyhow::Result<crate::store::Store> {
+    let inst = install::current().map_err(anyhow::Error::msg)?;
+    store.unlock_quietly(&inst).map_err(|e| at(path, e))?;
+    Ok(store)
+}
+
+/// Connect once to list a server's tools (no agent holds the file).
+fn probe(spec: &ServerSpec, name: &str) -> anyhow::Result<Vec<crate::mcp::reconcile::ServerTool>> {
+    let rt = tokio_rt()?;
+    let scratch = std::env::temp_dir().join("adf-mcp").join("cli").join(name);
+    let conn = rt.block_on(connect(spec, &scratch)).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let tools = conn.tools.clone();
+    rt.block_on(conn.close());
+    Ok(tools)
 }
 
 pub fn run(out: &Out, cmd: McpCmd) -> anyhow::Result<()> {
     match cmd {
-        McpCmd::Add { path, name, url, headers, no_connect, command } => {
-            if !valid_name(&name) {
-                anyhow::bail!("{}: server name {name:?}: use lowercase letters, digits, _ and -", path.display());
-            }
-            let mut entry = match (&url, command.split_first()) {
-                (Some(u), None) => {
-                    json!({"name": name, "transport": "http", "url": u, "headers": pairs(&headers, "header")?})
-                }
-                (None, Some((c, args))) => json!({"name": name, "transport": "stdio", "command": c, "args": args}),
-                (Some(_), Some(_)) => anyhow::bail!("give either --url or a command after --, not both"),
-                (None, None) => anyhow::bail!("give a command after -- (stdio) or --url (Streamable HTTP)"),
+        McpCmd::Add { path, name, url, headers, env, no_connect, command } => {
+            let add = owner::AddServer {
+                name: name.clone(),
+                command,
+                url,
+                env: owner::pairs(&env, "--env").map_err(|e| anyhow_at(&path, e))?,
+                headers: owner::pairs(&headers, "--header").map_err(|e| anyhow_at(&path, e))?,
             };
-            let spec = ServerSpec::from_config(&entry).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-            {
-                let store = open_for_read(&path)?;
-                let cfg = store.config_value().map_err(|e| at(&path, e))?;
-                close(store)?;
-                let taken = cfg
-                    .pointer("/mcp/servers")
-                    .and_then(Value::as_array)
-                    .is_some_and(|s| s.iter().any(|s| s["name"] == name.as_str()));
-                if taken {
-                    anyhow::bail!("{}: an MCP server named {name:?} is already configured", path.display());
+            let (entry, sealed) = owner::entry(&add).map_err(|e| anyhow_at(&path, e))?;
+            let answer = match open_for_write(&path)? {
+                Target::Held(via) => {
+                    let body = json!({"name": name, "command": add.command, "url": add.url,
+                        "env": add.env.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>(),
+                        "headers": add.headers.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>(),
+                        "connect": !no_connect});
+                    let body = strip_nulls(body);
+                    via.call(reqwest::Method::POST, &["mcp"], &[], Some(&body))?
                 }
-            }
-            let tools = if no_connect {
-                None
-            } else {
-                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-                let scratch = std::env::temp_dir().join("adf-mcp").join("cli").join(&name);
-                let conn =
-                    rt.block_on(connect(&spec, &scratch)).map_err(|e| anyhow::anyhow!("{e}; nothing was saved"))?;
-                let tools = conn.tools.clone();
-                rt.block_on(conn.close());
-                Some(tools)
+                Target::Local(store) => {
+                    let mut cfg = store.config_value().map_err(|e| at(&path, e))?;
+                    if server_entry(&cfg, &name).is_some() {
+                        close(store)?;
+                        anyhow::bail!("{}: an MCP server named {name:?} is already configured", path.display());
+                    }
+                    let spec = ServerSpec::with_secrets(&entry, |p| {
+                        sealed.iter().find(|(k, _)| k == p).map(|(_, v)| v.clone())
+                    })
+                    .map_err(|e| anyhow_at(&path, e))?;
+                    let tools = if no_connect {
+                        None
+                    } else {
+                        match probe(&spec, &name) {
+                            Ok(t) => Some(t),
+                            Err(e) => {
+                                close(store)?;
+                                anyhow::bail!("{e}; nothing was saved");
+                            }
+                        }
+                    };
+                    // Unlocked only once there is something to seal.
+                    let mut store = if sealed.is_empty() { store } else { unlocked(&path, store)? };
+                    for (purpose, value) in &sealed {
+                        store.secret_set(purpose, value.as_bytes(), false).map_err(|e| at(&path, e))?;
+                    }
+                    push_server(&mut cfg, entry);
+                    let outcome = tools.as_ref().map(|t| reconcile(&mut cfg, &name, t));
+                    store.config_replace(cfg).map_err(|e| at(&path, e))?;
+                    close(store)?;
+                    json!({"server": name, "connected": tools.is_some(),
+                           "tools": outcome.map(|o| o.new).unwrap_or_default(), "sealed": sealed.len()})
+                }
             };
-            if let Some(t) = &tools {
-                entry["available_tools"] = serde_json::to_value(t)?;
-            }
-            let outcome = edit(&path, |cfg| {
-                if !cfg["mcp"].is_object() {
-                    cfg["mcp"] = json!({"servers": []});
-                }
-                if !cfg["mcp"]["servers"].is_array() {
-                    cfg["mcp"]["servers"] = json!([]);
-                }
-                if let Some(a) = cfg["mcp"]["servers"].as_array_mut() {
-                    a.push(entry.clone());
-                }
-                Ok(tools.as_ref().map(|t| reconcile(cfg, &name, t)))
-            })?;
             if out.json {
-                return out.json(&json!({"server": name, "tools": outcome.as_ref().map(|o| &o.new)}));
+                return out.json(&answer);
             }
-            match outcome {
-                Some(o) => out.line(format!(
-                    "added {name}: {} tools, each restricted until you allow it (adf mcp tool {} {name} TOOL --allow)",
-                    o.new.len(),
+            let n = answer["tools"].as_array().map(Vec::len).unwrap_or(0);
+            let sealed = answer["sealed"].as_u64().unwrap_or(0);
+            let secrets =
+                if sealed > 0 { format!("; {sealed} values sealed in its credentials") } else { String::new() };
+            if answer["connected"] == true {
+                out.line(format!(
+                    "added {name}: {n} tools, each restricted until you allow it (adf mcp tool {} {name} TOOL --allow){secrets}",
                     path.display()
-                )),
-                None => out.line(format!("added {name} (not connected; its tools are declared at the first call)")),
+                ))
+            } else {
+                out.line(format!("added {name} (not connected; its tools are declared at the first call){secrets}"))
             }
         }
         McpCmd::Ls { path } => {
-            let store = open_for_read(&path)?;
-            let cfg = store.config_value().map_err(|e| at(&path, e))?;
-            close(store)?;
-            let servers: Vec<Value> = cfg
-                .pointer("/mcp/servers")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default()
-                .into_iter()
-                .map(|s| {
-                    let name = s["name"].as_str().unwrap_or("").to_string();
-                    let prefix = format!("mcp_{name}_");
-                    let tools: Vec<Value> = cfg["tools"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter(|d| d["name"].as_str().is_some_and(|n| n.starts_with(&prefix)))
-                        .map(|d| {
-                            json!({"name": d["name"].as_str().unwrap_or("").trim_start_matches(&prefix),
-                                   "enabled": d["enabled"].as_bool().unwrap_or(false),
-                                   "visible": d["visible"].as_bool().unwrap_or(false),
-                                   "restricted": d["restricted"].as_bool().unwrap_or(false),
-                                   "status": d["mcp_tool_status"]})
-                        })
-                        .collect();
-                    let target = s["command"].as_str().map(|c| {
-                        let args: Vec<&str> =
-                            s["args"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
-                        format!("{c} {}", args.join(" ")).trim().to_string()
-                    });
-                    json!({"name": name, "transport": s["transport"].as_str().unwrap_or("stdio"),
-                           "target": target.or_else(|| s["url"].as_str().map(str::to_string)), "tools": tools})
-                })
-                .collect();
+            let (servers, live) = match open_for_write(&path)? {
+                Target::Held(via) => (via.call(reqwest::Method::GET, &["mcp"], &[], None)?["servers"].take(), true),
+                Target::Local(store) => {
+                    let cfg = store.config_value().map_err(|e| at(&path, e))?;
+                    close(store)?;
+                    (json!(owner::view(&cfg, &[])), false)
+                }
+            };
             if out.json {
                 return out.json(&servers);
             }
+            let servers = servers.as_array().cloned().unwrap_or_default();
             if servers.is_empty() {
                 return out.line(format!("{}: no MCP servers (adf mcp add FILE NAME -- COMMAND)", path.display()));
             }
             for s in &servers {
+                let state =
+                    if live { s["state"].as_str().unwrap_or("idle") } else { "not running (no adf holds the file)" };
+                let creds: Vec<&str> =
+                    s["credentials"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
                 out.line(format!(
-                    "{} ({}: {})",
+                    "{} ({}: {}) {state}{}",
                     s["name"].as_str().unwrap_or(""),
                     s["transport"].as_str().unwrap_or(""),
-                    s["target"].as_str().unwrap_or("")
+                    s["target"].as_str().unwrap_or(""),
+                    if creds.is_empty() { String::new() } else { format!(" · credentials {}", creds.join(", ")) }
                 ))?;
+                if let Some(e) = s["error"].as_str() {
+                    out.line(format!("  error: {e}"))?;
+                }
+                if let Some(ms) = s["retry_in_ms"].as_u64() {
+                    out.line(format!("  next attempt in {} s", ms.div_ceil(1000)))?;
+                }
+                if s["state"] != "connected" {
+                    for l in s["stderr_tail"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+                        out.line(format!("  stderr: {l}"))?;
+                    }
+                }
                 for t in s["tools"].as_array().into_iter().flatten() {
                     let flag =
                         |k: &str, on: &str, off: &str| if t[k] == true { on.to_string() } else { off.to_string() };
@@ -221,44 +223,43 @@ pub fn run(out: &Out, cmd: McpCmd) -> anyhow::Result<()> {
             Ok(())
         }
         McpCmd::Tool { path, server, tool, enable, disable, restrict, allow, hide, show } => {
-            let flags = [
-                (enable, "enabled", true),
-                (disable, "enabled", false),
-                (restrict, "restricted", true),
-                (allow, "restricted", false),
-                (hide, "visible", false),
-                (show, "visible", true),
-            ];
-            if !flags.iter().any(|f| f.0) {
+            if !(enable || disable || restrict || allow || hide || show) {
                 anyhow::bail!("say what to change: --enable, --disable, --restrict, --allow, --hide or --show");
             }
             if (enable && disable) || (restrict && allow) || (hide && show) {
                 anyhow::bail!("contradicting flags");
             }
+            let pick = |on: bool, off: bool| {
+                if on {
+                    Some(true)
+                } else if off {
+                    Some(false)
+                } else {
+                    None
+                }
+            };
+            let flags = owner::Flags {
+                enabled: pick(enable, disable),
+                visible: pick(show, hide),
+                restricted: pick(restrict, allow),
+            };
             let declared = format!("mcp_{server}_{tool}");
-            let d = edit(&path, |cfg| {
-                let d = cfg["tools"]
-                    .as_array_mut()
-                    .and_then(|a| a.iter_mut().find(|d| d["name"] == declared.as_str()))
-                    .ok_or_else(|| {
-                        anyhow::anyhow!("{}: no MCP tool {tool:?} of server {server:?} (adf mcp ls)", path.display())
-                    })?;
-                if d["locked"] == true {
-                    anyhow::bail!("{}: {declared} is locked", path.display());
+            let d = match open_for_write(&path)? {
+                Target::Held(via) => {
+                    let body = strip_nulls(json!({"enabled": flags.enabled, "visible": flags.visible,
+                                                  "restricted": flags.restricted}));
+                    via.call(reqwest::Method::PATCH, &["mcp", &server, "tools", &tool], &[], Some(&body))?["tool"]
+                        .take()
                 }
-                for (on, key, value) in flags {
-                    if on {
-                        d[key] = json!(value);
-                    }
+                Target::Local(mut store) => {
+                    let mut cfg = store.config_value().map_err(|e| at(&path, e))?;
+                    let d = owner::set_tool_flags(&mut cfg, &server, &tool, flags)
+                        .map_err(|e| anyhow_at(&path, format!("{e} (adf mcp ls)")))?;
+                    store.config_replace(cfg).map_err(|e| at(&path, e))?;
+                    close(store)?;
+                    d
                 }
-                // A reviewed tool is no longer new or changed.
-                if let Some(o) = d.as_object_mut()
-                    && o.get("mcp_tool_status").is_some_and(|s| s != "removed")
-                {
-                    o.remove("mcp_tool_status");
-                }
-                Ok(d.clone())
-            })?;
+            };
             if out.json {
                 return out.json(&d);
             }
@@ -271,26 +272,89 @@ pub fn run(out: &Out, cmd: McpCmd) -> anyhow::Result<()> {
             ))
         }
         McpCmd::Rm { path, name } => {
-            let prefix = format!("mcp_{name}_");
-            let removed = edit(&path, |cfg| {
-                let servers = cfg.pointer_mut("/mcp/servers").and_then(Value::as_array_mut);
-                let Some(servers) = servers.filter(|s| s.iter().any(|s| s["name"] == name.as_str())) else {
-                    anyhow::bail!("{}: no MCP server named {name:?}", path.display());
-                };
-                servers.retain(|s| s["name"] != name.as_str());
-                let mut n = 0;
-                if let Some(tools) = cfg["tools"].as_array_mut() {
-                    let before = tools.len();
-                    tools.retain(|d| !d["name"].as_str().is_some_and(|t| t.starts_with(&prefix)));
-                    n = before - tools.len();
+            let removed = match open_for_write(&path)? {
+                Target::Held(via) => via.call(reqwest::Method::DELETE, &["mcp", &name], &[], None)?["tools_removed"]
+                    .as_u64()
+                    .unwrap_or(0) as usize,
+                Target::Local(store) => {
+                    let mut store = unlocked(&path, store)?;
+                    let mut cfg = store.config_value().map_err(|e| at(&path, e))?;
+                    let Some(ns) = server_entry(&cfg, &name).map(crate::mcp::creds::namespace) else {
+                        close(store)?;
+                        anyhow::bail!("{}: no MCP server named {name:?}", path.display());
+                    };
+                    let n = remove_server(&mut cfg, &name);
+                    store.config_replace(cfg).map_err(|e| at(&path, e))?;
+                    for r in store.secrets().map_err(|e| at(&path, e))? {
+                        if r.purpose.starts_with(&format!("mcp:{ns}:"))
+                            || r.purpose.starts_with(&format!("mcp:{name}:"))
+                        {
+                            store.secret_rm(&r.purpose).map_err(|e| at(&path, e))?;
+                        }
+                    }
+                    close(store)?;
+                    n
                 }
-                Ok(n)
-            })?;
+            };
             if out.json {
                 out.json(&json!({"removed": name, "tools": removed}))
             } else {
-                out.line(format!("removed {name} and its {removed} tools"))
+                out.line(format!("removed {name}, its {removed} tools and its credentials"))
             }
         }
+        McpCmd::Restart { path, name } => {
+            let answer = match open_for_write(&path)? {
+                Target::Held(via) => via.call(reqwest::Method::POST, &["mcp", &name, "restart"], &[], None)?,
+                Target::Local(store) => {
+                    let store = unlocked(&path, store)?;
+                    let cfg = store.config_value().map_err(|e| at(&path, e))?;
+                    let Some(server) = server_entry(&cfg, &name).cloned() else {
+                        close(store)?;
+                        anyhow::bail!("{}: no MCP server named {name:?}", path.display());
+                    };
+                    let spec = ServerSpec::with_secrets(&server, |p| {
+                        store.secret_get(p).ok().flatten().and_then(|b| String::from_utf8(b).ok())
+                    })
+                    .map_err(|e| anyhow_at(&path, e))?;
+                    let mut store = store;
+                    match probe(&spec, &name) {
+                        Ok(tools) => {
+                            let mut cfg = cfg;
+                            let o = reconcile(&mut cfg, &name, &tools);
+                            if o.changed {
+                                store.config_replace(cfg).map_err(|e| at(&path, e))?;
+                            }
+                            close(store)?;
+                            json!({"success": true, "name": name, "tools_discovered": tools.len(),
+                                   "new": o.new, "changed": o.changed_tools, "removed": o.removed})
+                        }
+                        Err(e) => {
+                            close(store)?;
+                            anyhow::bail!("{e}");
+                        }
+                    }
+                }
+            };
+            if out.json {
+                return out.json(&answer);
+            }
+            if answer["success"] != true {
+                anyhow::bail!(
+                    "{}: {}: {}",
+                    path.display(),
+                    answer["message"].as_str().unwrap_or("the server did not reconnect"),
+                    answer["connection_error"].as_str().unwrap_or("")
+                );
+            }
+            out.line(format!("{name}: connected, {} tools", answer["tools_discovered"]))
+        }
     }
+}
+
+/// Drop the null members of a JSON body.
+fn strip_nulls(mut v: Value) -> Value {
+    if let Some(o) = v.as_object_mut() {
+        o.retain(|_, v| !v.is_null());
+    }
+    v
 }

@@ -129,6 +129,25 @@ pub const ROUTES: &[Route] = &[
     ),
     r("get", "/agents/{id}/asks", "Pending asks"),
     b(r("post", "/agents/{id}/asks/{request}/respond", "Answer an ask"), &["answer:string!"]),
+    r("get", "/agents/{id}/mcp", "MCP servers with live status, credentials by name and tools"),
+    b(
+        r("post", "/agents/{id}/mcp", "Add an MCP server (connected first; env and header values sealed)"),
+        &[
+            "name:string!",
+            "command:string",
+            "args:strlist",
+            "url:string",
+            "env:strmap",
+            "headers:strmap",
+            "connect:boolean",
+        ],
+    ),
+    r("delete", "/agents/{id}/mcp/{name}", "Remove an MCP server, its tools and credentials"),
+    r("post", "/agents/{id}/mcp/{name}/restart", "Connect an MCP server again and rediscover its tools"),
+    b(
+        r("patch", "/agents/{id}/mcp/{name}/tools/{tool}", "Change an MCP tool's flags"),
+        &["enabled:boolean", "visible:boolean", "restricted:boolean"],
+    ),
     r("get", "/runtime", "The runtime: agents, states, event cursor"),
     r("get", "/runtime/providers", "Providers, as metadata (never keys)"),
     r("get", "/runtime/usage", "Usage of every agent"),
@@ -147,6 +166,8 @@ fn field(spec: &str) -> (String, Value, bool) {
         // Non-empty text with something besides spaces.
         "text" => json!({"type": "string", "pattern": "\\S"}),
         "string" => json!({"type": "string"}),
+        "strlist" => json!({"type": "array", "items": {"type": "string"}}),
+        "strmap" => json!({"type": "object", "additionalProperties": {"type": "string"}}),
         "turnid" => json!({"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}),
         // `data` may be left out only for startup (spec: daemon, /trigger).
         "event" => json!({"type": "object", "required": ["type"], "properties": {
@@ -208,6 +229,9 @@ pub fn document() -> Value {
             op["responses"]["202"] =
                 json!({"description": "Accepted", "content": {"application/json": {"schema": {}}}});
         }
+        if route.path.ends_with("/mcp") && route.method == "post" {
+            op["responses"]["422"] = json!({"$ref": "#/components/responses/Error"});
+        }
         if let Some(fields) = route.body {
             let mut props = Map::new();
             let mut required = Vec::new();
@@ -221,6 +245,9 @@ pub fn document() -> Value {
             let mut schema = json!({"type": "object", "properties": props});
             if !required.is_empty() {
                 schema["required"] = json!(required);
+            }
+            if route.method == "patch" {
+                schema["minProperties"] = json!(1);
             }
             op["requestBody"] = json!({"required": true, "content": {"application/json": {"schema": schema}}});
             // The body is read before the route runs (`body.rs`).

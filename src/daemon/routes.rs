@@ -75,6 +75,7 @@ pub fn router(_s: AppState) -> Router<AppState> {
         .route("/runtime/usage", get(runtime_usage))
         .route("/diagnostics", get(diagnostics))
         .merge(resources::router())
+        .merge(super::mcp::router())
 }
 
 async fn agents(State(s): State<AppState>) -> ApiResult {

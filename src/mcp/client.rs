@@ -40,34 +40,39 @@ pub struct ServerSpec {
     pub transport: Transport,
     /// Environment for the child (already resolved, secrets included).
     pub env: Vec<(String, String)>,
+    /// Credential keys the config names that have no value.
+    pub missing: Vec<String>,
     pub call_timeout: Duration,
     /// How long `initialize` and the first `tools/list` may take.
     pub connect_timeout: Duration,
 }
 
 impl ServerSpec {
-    /// Read one `mcp.servers[]` entry. `env` values from the config are
-    /// taken as they are; sealed credentials are added by the caller.
+    /// Read one `mcp.servers[]` entry without its sealed credentials.
     pub fn from_config(v: &Value) -> Result<ServerSpec, String> {
+        Self::with_secrets(v, |_| None)
+    }
+
+    /// Read one `mcp.servers[]` entry, its env and headers resolved from
+    /// the config and the sealed `mcp:<namespace>:<KEY>` values.
+    pub fn with_secrets(v: &Value, secret: impl Fn(&str) -> Option<String>) -> Result<ServerSpec, String> {
         let name = v["name"].as_str().filter(|n| !n.is_empty()).ok_or("an MCP server needs a name")?.to_string();
         let strings = |k: &str| -> Vec<String> {
             v[k].as_array()
                 .map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect())
                 .unwrap_or_default()
         };
-        let pairs = |k: &str| -> Vec<(String, String)> {
-            v[k].as_object()
-                .map(|o| o.iter().filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string()))).collect())
-                .unwrap_or_default()
-        };
+        let resolved = super::creds::resolve(v, secret);
         let transport = match v["transport"].as_str().unwrap_or("stdio") {
-            "stdio" => Transport::Stdio {
-                command: v["command"]
-                    .as_str()
-                    .filter(|c| !c.is_empty())
-                    .ok_or_else(|| format!("MCP server {name:?}: a stdio server needs a command"))?
-                    .to_string(),
-                args: strings("args"),
+            "stdio" => match (v["command"].as_str().filter(|c| !c.is_empty()), v["npm_package"].as_str()) {
+                (Some(c), _) => Transport::Stdio { command: c.to_string(), args: strings("args") },
+                // An npm server saved by its package runs through npx.
+                (None, Some(pkg)) if !pkg.is_empty() => {
+                    let mut args = vec!["-y".to_string(), pkg.to_string()];
+                    args.extend(strings("args"));
+                    Transport::Stdio { command: "npx".into(), args }
+                }
+                _ => return Err(format!("MCP server {name:?}: a stdio server needs a command")),
             },
             "http" => {
                 let url =
@@ -76,7 +81,7 @@ impl ServerSpec {
                 if !matches!(parsed.scheme(), "http" | "https") {
                     return Err(format!("MCP server {name:?}: url {url:?} is not http(s)"));
                 }
-                Transport::Http { url: url.to_string(), headers: pairs("headers") }
+                Transport::Http { url: url.to_string(), headers: resolved.headers }
             }
             other => {
                 return Err(format!(
@@ -85,7 +90,14 @@ impl ServerSpec {
             }
         };
         let call_timeout = v["tool_call_timeout_ms"].as_u64().map(Duration::from_millis).unwrap_or(CALL_TIMEOUT);
-        Ok(ServerSpec { name, transport, env: pairs("env"), call_timeout, connect_timeout: CONNECT_TIMEOUT })
+        Ok(ServerSpec {
+            name,
+            transport,
+            env: resolved.env,
+            missing: resolved.missing,
+            call_timeout,
+            connect_timeout: CONNECT_TIMEOUT,
+        })
     }
 }
 
@@ -96,6 +108,9 @@ pub struct Connection {
     service: RunningService<RoleClient, ()>,
     stderr: Arc<Mutex<VecDeque<String>>>,
     call_timeout: Duration,
+    /// Set when the transport failed under a call or the process closed
+    /// its stderr (it exited): the SDK notices a moment later.
+    gone: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Why a connection failed, with the server's last words.
@@ -119,12 +134,22 @@ fn tail(buf: &Arc<Mutex<VecDeque<String>>>) -> Vec<String> {
 /// server's own folder (created if missing).
 pub async fn connect(spec: &ServerSpec, scratch: &Path) -> Result<Connection, ConnectError> {
     let stderr: Arc<Mutex<VecDeque<String>>> = Arc::default();
+    let hint = if spec.missing.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " (no value for {}: seal one with `adf mcp add … --env KEY=VALUE` or `adf credentials set FILE mcp:{}:KEY`)",
+            spec.missing.join(", "),
+            spec.name
+        )
+    };
     let fail = |reason: String, stderr: &Arc<Mutex<VecDeque<String>>>| ConnectError {
         server: spec.name.clone(),
-        reason,
+        reason: format!("{reason}{hint}"),
         stderr_tail: tail(stderr),
     };
     let mut reader: Option<tokio::task::JoinHandle<()>> = None;
+    let gone: Arc<std::sync::atomic::AtomicBool> = Arc::default();
     let started = match &spec.transport {
         Transport::Stdio { command, args } => {
             std::fs::create_dir_all(scratch).map_err(|e| fail(format!("scratch folder: {e}"), &stderr))?;
@@ -144,6 +169,7 @@ pub async fn connect(spec: &ServerSpec, scratch: &Path) -> Result<Connection, Co
                 .map_err(|e| fail(format!("cannot start {command:?}: {e}"), &stderr))?;
             if let Some(err) = err {
                 let buf = stderr.clone();
+                let gone = gone.clone();
                 reader = Some(tokio::spawn(async move {
                     use tokio::io::AsyncBufReadExt;
                     let mut lines = tokio::io::BufReader::new(err).lines();
@@ -155,6 +181,7 @@ pub async fn connect(spec: &ServerSpec, scratch: &Path) -> Result<Connection, Co
                             b.push_back(line.chars().take(500).collect());
                         }
                     }
+                    gone.store(true, std::sync::atomic::Ordering::Relaxed);
                 }));
             }
             tokio::time::timeout(spec.connect_timeout, ().serve(proc)).await
@@ -212,7 +239,7 @@ pub async fn connect(spec: &ServerSpec, scratch: &Path) -> Result<Connection, Co
             input_schema: Value::Object((*t.input_schema).clone()),
         })
         .collect();
-    Ok(Connection { name: spec.name.clone(), tools, service, stderr, call_timeout: spec.call_timeout })
+    Ok(Connection { name: spec.name.clone(), tools, service, stderr, call_timeout: spec.call_timeout, gone })
 }
 
 impl Connection {
@@ -221,9 +248,9 @@ impl Connection {
         tail(&self.stderr)
     }
 
-    /// Whether the server is still there.
+    /// Whether the server has gone away.
     pub fn is_closed(&self) -> bool {
-        self.service.is_closed()
+        self.gone.load(std::sync::atomic::Ordering::Relaxed) || self.service.is_closed()
     }
 
     /// Call a tool. The answer is the reference's: the text parts joined,
@@ -239,7 +266,12 @@ impl Connection {
         params.arguments = arguments;
         let result = match tokio::time::timeout(self.call_timeout, self.service.call_tool(params)).await {
             Err(_) => return (format!("MCP tool call timed out after {} ms", self.call_timeout.as_millis()), true),
-            Ok(Err(e)) => return (format!("MCP tool call failed: {e}"), true),
+            Ok(Err(e)) => {
+                if matches!(e, rmcp::ServiceError::TransportClosed | rmcp::ServiceError::TransportSend(_)) {
+                    self.gone.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+                return (format!("MCP tool call failed: {e}"), true);
+            }
             Ok(Ok(r)) => r,
         };
         let is_error = result.is_error == Some(true);

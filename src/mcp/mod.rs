@@ -1,6 +1,11 @@
 //! MCP: the Model Context Protocol servers an agent connects to. Their tools
 //! are declared in the agent's `tools[]` as `mcp_<server>_<tool>` and kept
-//! in step with what each server offers (`reconcile.rs`).
+//! in step with what each server offers (`reconcile.rs`); their secrets are
+//! sealed in the credentials envelope (`creds.rs`); `servers.rs` tracks the
+//! live ones, their failures and backoff.
 
 pub mod client;
+pub mod creds;
+pub mod owner;
 pub mod reconcile;
+pub mod servers;

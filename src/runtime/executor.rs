@@ -117,7 +117,7 @@ pub struct Executor {
     session: Option<Session>,
     transcript: prompt::Transcript,
     /// Live MCP connections by server name, opened at the first call.
-    mcp: std::collections::HashMap<String, crate::mcp::client::Connection>,
+    mcp: crate::mcp::servers::Servers,
     /// The owner's price list, for the cost of each call.
     prices: crate::providers::prices::Prices,
     /// A decision given before its approval is asked again (resuming a
@@ -1523,6 +1523,9 @@ impl Executor {
             "agent_discover" => self.agent_discover(input).await,
             "adf_shell" => self.adf_shell(input, &crate::store::create::nanoid(10), true, false).await,
             "sys_create_adf" => self.sys_create_adf(input).await,
+            "mcp_install" => self.mcp_install_tool(input).await,
+            "mcp_restart" => self.mcp_restart_tool(input).await,
+            "mcp_uninstall" => self.mcp_uninstall_tool(input),
             n if crate::tools::unavailable(n).is_none() && n.starts_with("mcp_") => self.mcp_call(n, input).await,
             _ => self.run_tool(name, input, Caller::AGENT),
         }

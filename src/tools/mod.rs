@@ -59,6 +59,11 @@ impl ToolOutput {
     pub fn json(v: &Value) -> Self {
         Self::ok(serde_json::to_string_pretty(v).unwrap_or_default())
     }
+
+    /// A JSON answer that is an error (`{success:false, …}`).
+    pub fn json_err(v: &Value) -> Self {
+        Self::err(serde_json::to_string_pretty(v).unwrap_or_default())
+    }
 }
 
 impl From<StoreError> for ToolOutput {
@@ -183,9 +188,6 @@ pub fn unavailable(name: &str) -> Option<&'static str> {
             "WebSocket connections, which this adf does not provide yet"
         }
         "stream_bind" | "stream_unbind" | "stream_bindings" => "stream bindings, which this adf does not provide yet",
-        "mcp_install" | "mcp_restart" | "mcp_uninstall" => {
-            "installing MCP servers from the agent, which this adf does not provide yet (the owner adds them to mcp.servers)"
-        }
         _ => return None,
     })
 }

@@ -61,9 +61,12 @@ async fn run_async(n: usize) -> anyhow::Result<Report> {
         &text.as_bytes()[..text.len().min(1 << 20)],
         &WriteOptions::default(),
     )?;
+    // 22,000 rows of compact JSON: just over 1 MB, as the target says.
     let rows: Vec<Value> =
-        (0..9_000).map(|i| json!({"id": i, "name": format!("item {i}"), "tags": ["a", "b"]})).collect();
-    store.file_write(Caller::Owner, "big.json", serde_json::to_string(&rows)?.as_bytes(), &WriteOptions::default())?;
+        (0..22_000).map(|i| json!({"id": i, "name": format!("item {i}"), "tags": ["a", "b"]})).collect();
+    let rows = serde_json::to_string(&rows)?;
+    anyhow::ensure!(rows.len() >= 1 << 20, "big.json is {} bytes, not 1 MB", rows.len());
+    store.file_write(Caller::Owner, "big.json", rows.as_bytes(), &WriteOptions::default())?;
     store.db_execute("CREATE TABLE local_t (k INTEGER PRIMARY KEY, v TEXT)", &[], false)?;
     for i in 0..100 {
         store.db_execute("INSERT INTO local_t VALUES (?1, ?2)", &[json!(i), json!(format!("v{i}"))], false)?;
@@ -80,7 +83,7 @@ async fn run_async(n: usize) -> anyhow::Result<Report> {
     let mut sql = Vec::with_capacity(n);
     for _ in 0..n {
         pipe.push(time(&mut ex, "cat big.txt | grep todo | wc -l", "\n").await?);
-        jq.push(time(&mut ex, "jq -c 'map(select(.id % 100 == 0)) | length' big.json", "90").await?);
+        jq.push(time(&mut ex, "jq -c 'map(select(.id % 100 == 0)) | length' big.json", "220").await?);
         lookup.push(time(&mut ex, "jq -r '.[4242].name' big.json", "item 4242").await?);
         sql.push(time(&mut ex, "sqlite3 'SELECT v FROM local_t WHERE k = 42'", "v42").await? * 1e3);
     }
