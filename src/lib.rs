@@ -11,6 +11,7 @@ pub mod client;
 pub mod daemon;
 pub mod docs;
 pub mod identity;
+pub mod knowledge;
 pub mod mcp;
 pub mod paths;
 pub mod protocol;

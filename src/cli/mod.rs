@@ -19,6 +19,7 @@ mod output;
 mod remote;
 mod repair;
 mod scenario;
+mod skills;
 mod sql;
 mod usage;
 
@@ -118,6 +119,13 @@ pub enum Command {
     /// restricted), ls, tool (flags), rm.
     #[command(subcommand)]
     Mcp(mcp::McpCmd),
+    /// SKILL.md skills of an agent (the fleet's and its own): ls, add
+    /// FOLDER, mute, unmute.
+    #[command(subcommand)]
+    Skills(skills::SkillsCmd),
+    /// Open Knowledge Format bundles in an agent's files: ls [PREFIX].
+    #[command(subcommand)]
+    Okf(skills::OkfCmd),
     /// Summarise an agent file: versions, identity, meta, config, files, tables.
     Inspect { path: PathBuf },
     /// Check a damaged agent file and repair it: the original is kept under
@@ -632,6 +640,8 @@ fn run_simple(command: Option<Command>, out: &Out) -> anyhow::Result<()> {
         }
         Some(Command::Template(cmd)) => clone::template(out, cmd),
         Some(Command::Mcp(cmd)) => mcp::run(out, cmd),
+        Some(Command::Skills(cmd)) => skills::run(out, cmd),
+        Some(Command::Okf(cmd)) => skills::okf(out, cmd),
         Some(Command::Inspect { path }) => inspect::run(out, &path),
         Some(Command::Identity(cmd)) => identity::identity(out, cmd),
         Some(Command::Unlock { path }) => identity::unlock(out, &path),

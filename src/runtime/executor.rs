@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 mod mcp;
 pub(crate) mod media;
 mod owner;
+mod skills;
 
 use super::bus::Bus;
 use super::inject::{self, InjectError, InjectQueue, Injection};
@@ -582,6 +583,10 @@ impl Executor {
     /// Run one agent-scope turn for a trigger (`chat`, `timer`, …) whose
     /// message goes into the loop first.
     pub async fn wake(&mut self, text: &str, event_type: &str) -> Result<TurnEnd, StoreError> {
+        if event_type == "chat" {
+            let text = self.expand_skill(text).into_owned();
+            return self.turn(Some(&text), event_type).await;
+        }
         self.turn(Some(text), event_type).await
     }
 
@@ -1523,6 +1528,10 @@ impl Executor {
             "agent_discover" => self.agent_discover(input).await,
             "adf_shell" => self.adf_shell(input, &crate::store::create::nanoid(10), true, false).await,
             "sys_create_adf" => self.sys_create_adf(input).await,
+            "fs_read" => match self.fleet_skill_read(input) {
+                Some(out) => out,
+                None => self.run_tool(name, input, Caller::AGENT),
+            },
             "mcp_install" => self.mcp_install_tool(input).await,
             "mcp_restart" => self.mcp_restart_tool(input).await,
             "mcp_uninstall" => self.mcp_uninstall_tool(input),

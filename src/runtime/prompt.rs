@@ -49,6 +49,17 @@ pub fn system_prompt(store: &Store, cfg: &Value, snapshot: &mut Snapshot) -> Str
     }
     let joined = parts.join(SEP);
     let mut out = snapshot.render(&joined, |p| store.file_read_text(p).ok());
+    // Skills and bundles come after the templating: their text is never
+    // expanded as a template.
+    let skills = crate::knowledge::skills::index(store, Some(&crate::knowledge::skills::fleet_root()), cfg);
+    let bundles = crate::knowledge::okf::bundles(store);
+    for section in [crate::knowledge::skills::prompt_section(&skills), crate::knowledge::okf::prompt_section(&bundles)]
+        .into_iter()
+        .flatten()
+    {
+        out.push_str(SEP);
+        out.push_str(&section);
+    }
     if is_autonomous(cfg) {
         out.push_str(SEP);
         out.push_str(
