@@ -71,6 +71,11 @@ pub enum McpCmd {
     Rm { path: PathBuf, name: String },
     /// Connect a server again and rediscover its tools (your choices kept).
     Restart { path: PathBuf, name: String },
+    /// Serve the fleet as an MCP server on stdio (for Claude Code, Codex or
+    /// any MCP client): list agents, message them, read their files,
+    /// answer their approvals. Uses the fleet's daemon, or runs one inside
+    /// this process while it serves.
+    Serve { fleet: Option<PathBuf> },
 }
 
 fn anyhow_at(path: &Path, e: String) -> anyhow::Error {
@@ -100,6 +105,7 @@ fn probe(spec: &ServerSpec, name: &str) -> anyhow::Result<Vec<crate::mcp::reconc
 
 pub fn run(out: &Out, cmd: McpCmd) -> anyhow::Result<()> {
     match cmd {
+        McpCmd::Serve { fleet } => crate::mcp::serve::run(fleet),
         McpCmd::Add { path, name, url, headers, env, no_connect, command } => {
             let add = owner::AddServer {
                 name: name.clone(),

@@ -113,3 +113,55 @@ fn root_cause(e: &reqwest::Error) -> String {
     }
     s.to_string()
 }
+
+/// The daemon's event stream (one agent's, from a cursor).
+pub async fn open_stream(c: &Client, agent: Option<&str>, since: Option<u64>) -> anyhow::Result<reqwest::Response> {
+    let since = since.map(|s| s.to_string());
+    let mut q: Vec<(&str, &str)> = Vec::new();
+    if let Some(a) = agent {
+        q.push(("agentId", a));
+    }
+    if let Some(s) = &since {
+        q.push(("since", s));
+    }
+    let url = c.url(&["events"], &q)?;
+    let resp = c
+        .request(Method::GET, url)
+        .send()
+        .await
+        .map_err(|e| ClientError::Unreachable { url: c.base.clone(), detail: e.to_string() })?;
+    if !resp.status().is_success() {
+        let v: Value = resp.json().await.unwrap_or(Value::Null);
+        anyhow::bail!("{}", v["error"].as_str().unwrap_or("the event stream was refused"));
+    }
+    Ok(resp)
+}
+
+/// The `data:` of each SSE frame of a response, as it arrives.
+pub struct Frames {
+    stream: std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<axum::body::Bytes>> + Send>>,
+    buf: String,
+}
+
+impl Frames {
+    pub fn new(resp: reqwest::Response) -> Frames {
+        Frames { stream: Box::pin(resp.bytes_stream()), buf: String::new() }
+    }
+
+    pub async fn next(&mut self) -> anyhow::Result<Option<String>> {
+        use futures_util::StreamExt;
+        loop {
+            if let Some(end) = self.buf.find("\n\n") {
+                let frame: String = self.buf.drain(..end + 2).collect();
+                match frame.lines().find_map(|l| l.strip_prefix("data: ")) {
+                    Some(d) => return Ok(Some(d.to_string())),
+                    None => continue,
+                }
+            }
+            match self.stream.next().await {
+                Some(chunk) => self.buf.push_str(&String::from_utf8_lossy(&chunk?)),
+                None => return Ok(None),
+            }
+        }
+    }
+}

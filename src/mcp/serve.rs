@@ -1,0 +1,318 @@
+//! `adf mcp serve`: adf as an MCP server, so Claude Code, Codex or any MCP
+//! client can work with a fleet over stdio. It speaks to the fleet's daemon
+//! through the control API (the one that runs, or one it starts inside this
+//! process on a loopback port for as long as it serves), so every rule of
+//! the runtime holds: the client acts as the owner, a message to an agent is
+//! an owner chat whose reply comes back as the tool's result, and a turn
+//! that waits for an approval says so, for `answer_approval` to settle.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::handler::server::ServerHandler;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer, ServiceExt};
+use serde_json::{Value, json};
+
+use crate::client::{Client, Frames, open_stream};
+
+/// How long `send_message` waits for the agent's turn by default.
+const DEFAULT_WAIT: u64 = 300;
+
+/// The tools offered to the client: (name, description, input schema).
+fn catalog() -> Vec<(&'static str, &'static str, Value)> {
+    let agent = json!({"type": "string", "description": "the agent's id, handle or name"});
+    vec![
+        ("list_agents", "The fleet's agents: id, name, handle and state.", json!({"type": "object", "properties": {}})),
+        (
+            "agent_status",
+            "One agent's state, loop size and pending approvals.",
+            json!({"type": "object", "properties": {"agent": agent}, "required": ["agent"]}),
+        ),
+        (
+            "send_message",
+            "Send a message to an agent as its owner and wait for its reply (the text of its turn). If the turn \
+             waits for an approval, the answer names the task: settle it with answer_approval.",
+            json!({"type": "object", "properties": {"agent": agent, "text": {"type": "string", "minLength": 1},
+                   "timeout_seconds": {"type": "integer", "minimum": 1, "maximum": 3600}},
+                   "required": ["agent", "text"]}),
+        ),
+        (
+            "list_files",
+            "The files of an agent (path, size, mime type).",
+            json!({"type": "object", "properties": {"agent": agent}, "required": ["agent"]}),
+        ),
+        (
+            "read_file",
+            "Read one file of an agent (text; binary files come back as base64).",
+            json!({"type": "object", "properties": {"agent": agent, "path": {"type": "string", "minLength": 1}},
+                   "required": ["agent", "path"]}),
+        ),
+        (
+            "pending_approvals",
+            "Tool calls waiting for the owner's approval, across the fleet or for one agent.",
+            json!({"type": "object", "properties": {"agent": agent}}),
+        ),
+        (
+            "answer_approval",
+            "Approve or deny a pending tool call (the task id from pending_approvals or send_message).",
+            json!({"type": "object", "properties": {"agent": agent, "task_id": {"type": "string"},
+                   "approve": {"type": "boolean"}, "reason": {"type": "string"}},
+                   "required": ["agent", "task_id", "approve"]}),
+        ),
+    ]
+}
+
+pub struct FleetServer {
+    client: Arc<Client>,
+}
+
+fn text(s: impl Into<String>) -> CallToolResult {
+    CallToolResult::success(vec![ContentBlock::text(s.into())])
+}
+
+fn failed(s: impl Into<String>) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(s.into())])
+}
+
+fn pretty(v: &Value) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_default()
+}
+
+impl FleetServer {
+    pub fn new(client: Client) -> Self {
+        FleetServer { client: Arc::new(client) }
+    }
+
+    async fn run_tool(&self, name: &str, a: &Value) -> Result<CallToolResult, String> {
+        let c = &self.client;
+        let agent = || a["agent"].as_str().filter(|s| !s.is_empty()).ok_or("`agent` is required");
+        let e = |e: crate::client::ClientError| e.to_string();
+        Ok(match name {
+            "list_agents" => {
+                let v = c.get(&["agents"]).await.map_err(e)?;
+                let list: Vec<Value> = v
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|x| json!({"id": x["id"], "name": x["name"], "handle": x["handle"], "state": x["state"]}))
+                    .collect();
+                text(pretty(&json!(list)))
+            }
+            "agent_status" => text(pretty(&c.get(&["agents", agent()?, "status"]).await.map_err(e)?)),
+            "list_files" => {
+                let v = c.get(&["agents", agent()?, "files"]).await.map_err(e)?;
+                text(pretty(&v["files"]))
+            }
+            "read_file" => {
+                let path = a["path"].as_str().ok_or("`path` is required")?;
+                let url = c.url(&["agents", agent()?, "files", "content"], &[("path", path)]).map_err(e)?;
+                let v = c.call(reqwest::Method::GET, url, None).await.map_err(e)?;
+                match v["content"].as_str() {
+                    Some(t) => text(t),
+                    None => text(pretty(&v)),
+                }
+            }
+            "pending_approvals" => {
+                let ids: Vec<String> = match a["agent"].as_str() {
+                    Some(one) => vec![one.to_string()],
+                    None => c
+                        .get(&["agents"])
+                        .await
+                        .map_err(e)?
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|x| x["id"].as_str().map(str::to_string))
+                        .collect(),
+                };
+                let mut out = Vec::new();
+                for id in ids {
+                    let url = c.url(&["agents", &id, "tasks"], &[("status", "pending_approval")]).map_err(e)?;
+                    let v = c.call(reqwest::Method::GET, url, None).await.map_err(e)?;
+                    for t in v["tasks"].as_array().or(v.as_array()).into_iter().flatten() {
+                        out.push(json!({"agent": id, "task_id": t["id"], "tool": t["tool"], "args": t["args"]}));
+                    }
+                }
+                text(pretty(&json!(out)))
+            }
+            "answer_approval" => {
+                let task = a["task_id"].as_str().ok_or("`task_id` is required")?;
+                let approve = a["approve"].as_bool().ok_or("`approve` (true or false) is required")?;
+                let mut body = json!({"action": if approve { "approve" } else { "deny" }});
+                if let Some(r) = a["reason"].as_str() {
+                    body["reason"] = json!(r);
+                }
+                let v = c.post(&["agents", agent()?, "tasks", task, "resolve"], &body).await.map_err(e)?;
+                text(pretty(&v))
+            }
+            "send_message" => {
+                let msg = a["text"].as_str().filter(|t| !t.trim().is_empty()).ok_or("`text` is required")?;
+                let wait = a["timeout_seconds"].as_u64().unwrap_or(DEFAULT_WAIT).clamp(1, 3600);
+                self.send_message(agent()?, msg, Duration::from_secs(wait)).await?
+            }
+            other => return Err(format!("unknown tool {other:?}")),
+        })
+    }
+
+    /// An owner chat, followed on the event stream until its turn ends.
+    async fn send_message(&self, agent: &str, msg: &str, wait: Duration) -> Result<CallToolResult, String> {
+        let c = &self.client;
+        let status = c.get(&["agents", agent, "status"]).await.map_err(|e| e.to_string())?;
+        let id = status["agentId"].as_str().or(status["id"].as_str()).unwrap_or(agent).to_string();
+        if status["state"] == "off" {
+            return Ok(failed(format!("{agent} is off; start it first (adf start {agent})")));
+        }
+        let turn = format!("turn_{}", crate::store::create::nanoid(12));
+        let cursor = c.get(&["runtime"]).await.map_err(|e| e.to_string())?["eventCursor"].as_u64();
+        let mut frames = Frames::new(open_stream(c, Some(&id), cursor).await.map_err(|e| e.to_string())?);
+        c.post(&["agents", &id, "chat"], &json!({"text": msg, "turnId": turn})).await.map_err(|e| e.to_string())?;
+        let source = format!("agent:{turn}");
+        let mut reply = String::new();
+        let mut last_error: Option<String> = None;
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let data = match tokio::time::timeout_at(deadline, frames.next()).await {
+                Ok(Ok(Some(d))) => d,
+                Ok(Ok(None)) => return Ok(failed("the daemon closed the event stream before the turn ended")),
+                Ok(Err(e)) => return Err(e.to_string()),
+                Err(_) => {
+                    return Ok(failed(format!(
+                        "no end of the turn within {} s; its reply so far: {reply}",
+                        wait.as_secs()
+                    )));
+                }
+            };
+            let v: Value = serde_json::from_str(&data).unwrap_or(Value::Null);
+            let ev = &v["event"];
+            if ev["source"].as_str() != Some(source.as_str()) {
+                continue;
+            }
+            let p = &ev["payload"];
+            match ev["event_type"].as_str().unwrap_or("") {
+                "turn.delta" if p["kind"] == "text" => reply.push_str(p["text"].as_str().unwrap_or("")),
+                "llm.failed" => last_error = p["error"].as_str().map(str::to_string),
+                "hil.requested" | "ask.requested" => {
+                    let task = p["task_id"].as_str().or(p["request_id"].as_str()).unwrap_or("").to_string();
+                    let what = p["tool"].as_str().or(p["name"].as_str()).unwrap_or("a tool");
+                    return Ok(text(
+                        format!(
+                            "{reply}\n\n[The agent waits for the owner: task {task} ({what}). Settle it with \
+                         answer_approval {{agent: \"{id}\", task_id: \"{task}\", approve: true|false}}.]"
+                        )
+                        .trim_start()
+                        .to_string(),
+                    ));
+                }
+                "turn.completed" => {
+                    if p["targetState"] == "error" {
+                        return Ok(failed(format!(
+                            "the turn failed: {}",
+                            last_error.unwrap_or_else(|| "see adf events".into())
+                        )));
+                    }
+                    return Ok(text(if reply.is_empty() { "(no reply text)".to_string() } else { reply }));
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+impl ServerHandler for FleetServer {
+    fn get_info(&self) -> ServerConfig {
+        let mut info = ServerConfig::default();
+        info.capabilities = ServerCapabilities::builder().enable_tools().build();
+        info.server_info = Implementation::new("adf", env!("CARGO_PKG_VERSION"));
+        info.instructions = Some(
+            "An adf fleet: agents that each live in one file. list_agents, then send_message to talk to one; \
+             answer_approval settles the tool calls they wait on."
+                .into(),
+        );
+        info
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let tools = catalog()
+            .into_iter()
+            .map(|(name, description, schema)| {
+                let schema = match schema {
+                    Value::Object(o) => o,
+                    _ => serde_json::Map::new(),
+                };
+                Tool::new(name, description, Arc::new(schema))
+            })
+            .collect();
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let args = Value::Object(request.arguments.clone().unwrap_or_default());
+        if !catalog().iter().any(|(n, _, _)| *n == request.name) {
+            return Err(McpError::invalid_params(format!("unknown tool {:?}", request.name), None));
+        }
+        Ok(match self.run_tool(&request.name, &args).await {
+            Ok(r) => r,
+            Err(e) => failed(e),
+        }
+        .into())
+    }
+}
+
+/// Serve MCP on stdio for the fleet at `fleet` (the default fleet when
+/// none), until the client hangs up.
+pub fn run(fleet: Option<PathBuf>) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async move {
+        let fleet = fleet.unwrap_or_else(crate::paths::fleet_dir);
+        let (client, _embedded) = match crate::daemon::discover(&fleet) {
+            Some(url) => (Client::new(&url), None),
+            None => {
+                // No daemon runs for this fleet: one inside this process,
+                // on loopback, for as long as the client stays.
+                let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+                let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+                let opts = crate::daemon::Options {
+                    host: "127.0.0.1".into(),
+                    port: 0,
+                    paths: vec![fleet.clone()],
+                    mesh_port: None,
+                    ..Default::default()
+                };
+                let task = tokio::spawn(crate::daemon::serve_with(
+                    opts,
+                    crate::runtime::fleet::accounts_factory(),
+                    async move {
+                        let _ = stop_rx.await;
+                    },
+                    Some(ready_tx),
+                ));
+                let ready = ready_rx.await.map_err(|_| anyhow::anyhow!("the fleet's daemon did not start"))?;
+                (Client::new(&format!("http://{}", ready.addr)), Some((stop_tx, task)))
+            }
+        };
+        let service = FleetServer::new(client)
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|e| anyhow::anyhow!("MCP over stdio: {e}"))?;
+        service.waiting().await.map_err(|e| anyhow::anyhow!("MCP over stdio: {e}"))?;
+        if let Some((stop, task)) = _embedded {
+            let _ = stop.send(());
+            let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+        }
+        Ok(())
+    })
+}

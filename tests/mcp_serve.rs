@@ -1,0 +1,89 @@
+//! `adf mcp serve` driven by an MCP client (adf's own, on the official
+//! SDK) over stdio, exactly as Claude Code or Codex would start it: it
+//! lists the fleet, messages an agent and returns its reply, reads its
+//! files, and settles an approval the agent waits on. No daemon runs, so
+//! the server runs the fleet's daemon inside itself.
+
+mod common;
+
+use std::time::Duration;
+
+use adf::mcp::client::{ServerSpec, connect};
+use common::fake_provider::*;
+use common::*;
+use serde_json::{Value, json};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_client_lists_messages_reads_and_approves() {
+    let home = tmp();
+    let fleet = home.path().join("data/agents");
+    std::fs::create_dir_all(&fleet).unwrap();
+    ok(&adf_home(home.path(), &fleet, &["new", "a.adf", "--name", "scout", "--provider", "anthropic", "--model", "m"]));
+    let fake = FakeProvider::start(vec![
+        Scripted::sse(anthropic_text(&["Hello from ", "scout."], 10, 3)),
+        Scripted::sse(anthropic_tool("toolu_1", "sys_update_config", r#"{"path":"description","value":"x"}"#)),
+        Scripted::sse(anthropic_text(&["Description set."], 10, 3)),
+    ])
+    .await;
+    let spec = ServerSpec::from_config(&json!({
+        "name": "adf",
+        "command": env!("CARGO_BIN_EXE_adf"),
+        "args": ["mcp", "serve", fleet.to_str().unwrap()],
+        "env": {"ADF_HOME": home.path().to_str().unwrap(), "ANTHROPIC_API_KEY": "sk-test",
+                "ANTHROPIC_BASE_URL": fake.base_url},
+        "tool_call_timeout_ms": 60000
+    }))
+    .unwrap();
+    let conn = connect(&spec, &home.path().join("scratch")).await.unwrap_or_else(|e| panic!("{e}"));
+    let names: Vec<&str> = conn.tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "list_agents",
+            "agent_status",
+            "send_message",
+            "list_files",
+            "read_file",
+            "pending_approvals",
+            "answer_approval"
+        ]
+    );
+
+    let (listed, err) = conn.call("list_agents", json!({})).await;
+    assert!(!err, "{listed}");
+    let listed: Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(listed[0]["name"], "scout", "{listed}");
+
+    let (reply, err) = conn.call("send_message", json!({"agent": "scout", "text": "hi"})).await;
+    assert_eq!((reply.as_str(), err), ("Hello from scout.", false));
+
+    let (files, _) = conn.call("list_files", json!({"agent": "scout"})).await;
+    assert!(files.contains("mind.md"), "{files}");
+    let (mind, err) = conn.call("read_file", json!({"agent": "scout", "path": "mind.md"})).await;
+    assert!(!err, "{mind}");
+    let (missing, err) = conn.call("read_file", json!({"agent": "scout", "path": "nope.md"})).await;
+    assert!(err, "a missing file is an error: {missing}");
+
+    // A restricted tool: the turn waits, the client settles it.
+    let (waiting, err) = conn.call("send_message", json!({"agent": "scout", "text": "set your description"})).await;
+    assert!(!err && waiting.contains("waits for the owner: task task_"), "{waiting}");
+    let (pending, _) = conn.call("pending_approvals", json!({})).await;
+    let pending: Value = serde_json::from_str(&pending).unwrap();
+    let task = pending[0]["task_id"].as_str().unwrap_or_else(|| panic!("{pending}")).to_string();
+    assert_eq!(pending[0]["tool"], "sys_update_config");
+    let (answer, err) = conn.call("answer_approval", json!({"agent": "scout", "task_id": task, "approve": true})).await;
+    assert!(!err, "{answer}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, _) = conn.call("agent_status", json!({"agent": "scout"})).await;
+        let (p, _) = conn.call("pending_approvals", json!({"agent": "scout"})).await;
+        if p.trim() == "[]" && !status.contains("\"active\"") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the approval did not settle: {p} {status}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (bad, err) = conn.call("send_message", json!({"agent": "nobody", "text": "hi"})).await;
+    assert!(err, "{bad}");
+    conn.close().await;
+}
