@@ -87,3 +87,43 @@ async fn an_mcp_client_lists_messages_reads_and_approves() {
     assert!(err, "{bad}");
     conn.close().await;
 }
+
+/// `--http PORT`: Streamable HTTP on loopback behind the daemon's token;
+/// without the token the client is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_streamable_http_behind_the_token() {
+    let home = tmp();
+    let fleet = home.path().join("data/agents");
+    std::fs::create_dir_all(&fleet).unwrap();
+    ok(&adf_home(home.path(), &fleet, &["new", "a.adf", "--name", "scout"]));
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_adf"))
+        .args(["mcp", "serve", fleet.to_str().unwrap(), "--http", &port.to_string()])
+        .env("ADF_HOME", home.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(std::time::Instant::now() < deadline, "adf mcp serve --http did not listen");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let token = std::fs::read_to_string(home.path().join("config/daemon-token")).unwrap();
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let spec = |auth: &str| {
+        ServerSpec::from_config(&json!({"name": "adf", "transport": "http", "url": url,
+                                        "headers": {"Authorization": auth}}))
+        .unwrap()
+    };
+    let refused = connect(&spec("Bearer wrong"), &home.path().join("s1")).await.err().expect("refused");
+    assert!(refused.reason.contains("requires authorization (HTTP 401)"), "{refused}");
+    let conn = connect(&spec(&format!("Bearer {}", token.trim())), &home.path().join("s2")).await.unwrap();
+    assert_eq!(conn.tools.len(), 7);
+    let (listed, err) = conn.call("list_agents", json!({})).await;
+    assert!(!err && listed.contains("scout"), "{listed}");
+    conn.close().await;
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -75,7 +75,13 @@ pub enum McpCmd {
     /// any MCP client): list agents, message them, read their files,
     /// answer their approvals. Uses the fleet's daemon, or runs one inside
     /// this process while it serves.
-    Serve { fleet: Option<PathBuf> },
+    Serve {
+        fleet: Option<PathBuf>,
+        /// Serve Streamable HTTP on 127.0.0.1:PORT/mcp instead of stdio
+        /// (the daemon's bearer token required).
+        #[arg(long, value_name = "PORT")]
+        http: Option<u16>,
+    },
 }
 
 fn anyhow_at(path: &Path, e: String) -> anyhow::Error {
@@ -105,7 +111,7 @@ fn probe(spec: &ServerSpec, name: &str) -> anyhow::Result<Vec<crate::mcp::reconc
 
 pub fn run(out: &Out, cmd: McpCmd) -> anyhow::Result<()> {
     match cmd {
-        McpCmd::Serve { fleet } => crate::mcp::serve::run(fleet),
+        McpCmd::Serve { fleet, http } => crate::mcp::serve::run(fleet, http),
         McpCmd::Add { path, name, url, headers, env, no_connect, command } => {
             let add = owner::AddServer {
                 name: name.clone(),

@@ -223,6 +223,12 @@ pub async fn connect(spec: &ServerSpec, scratch: &Path) -> Result<Connection, Co
                 &stderr,
             ));
         }
+        Ok(Err(e)) if e.to_string().contains("Auth required") => {
+            return Err(fail(
+                "the server requires authorization (HTTP 401): give it a token with --header \"Authorization=Bearer …\" (interactive OAuth sign-in is not supported yet)".into(),
+                &stderr,
+            ));
+        }
         Ok(Err(e)) => return Err(fail(format!("initialize failed: {e}"), &stderr)),
         Ok(Ok(s)) => s,
     };

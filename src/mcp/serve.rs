@@ -1,5 +1,6 @@
 //! `adf mcp serve`: adf as an MCP server, so Claude Code, Codex or any MCP
-//! client can work with a fleet over stdio. It speaks to the fleet's daemon
+//! client can work with a fleet over stdio (or Streamable HTTP on loopback,
+//! behind the daemon's token). It speaks to the fleet's daemon
 //! through the control API (the one that runs, or one it starts inside this
 //! process on a loopback port for as long as it serves), so every rule of
 //! the runtime holds: the client acts as the owner, a message to an agent is
@@ -68,6 +69,7 @@ fn catalog() -> Vec<(&'static str, &'static str, Value)> {
     ]
 }
 
+#[derive(Clone)]
 pub struct FleetServer {
     client: Arc<Client>,
 }
@@ -272,13 +274,15 @@ impl ServerHandler for FleetServer {
     }
 }
 
-/// Serve MCP on stdio for the fleet at `fleet` (the default fleet when
-/// none), until the client hangs up.
-pub fn run(fleet: Option<PathBuf>) -> anyhow::Result<()> {
+/// Serve MCP for the fleet at `fleet` (the default fleet when none): on
+/// stdio until the client hangs up, or with `http` on
+/// `127.0.0.1:<port>/mcp` (Streamable HTTP, the daemon's bearer token
+/// required, loopback `Host`s only) until interrupted.
+pub fn run(fleet: Option<PathBuf>, http: Option<u16>) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async move {
         let fleet = fleet.unwrap_or_else(crate::paths::fleet_dir);
-        let (client, _embedded) = match crate::daemon::discover(&fleet) {
+        let (client, embedded) = match crate::daemon::discover(&fleet) {
             Some(url) => (Client::new(&url), None),
             None => {
                 // No daemon runs for this fleet: one inside this process,
@@ -304,15 +308,71 @@ pub fn run(fleet: Option<PathBuf>) -> anyhow::Result<()> {
                 (Client::new(&format!("http://{}", ready.addr)), Some((stop_tx, task)))
             }
         };
-        let service = FleetServer::new(client)
-            .serve(rmcp::transport::stdio())
-            .await
-            .map_err(|e| anyhow::anyhow!("MCP over stdio: {e}"))?;
-        service.waiting().await.map_err(|e| anyhow::anyhow!("MCP over stdio: {e}"))?;
-        if let Some((stop, task)) = _embedded {
+        let server = FleetServer::new(client);
+        let served = match http {
+            None => serve_stdio(server).await,
+            Some(port) => serve_http(server, port).await,
+        };
+        if let Some((stop, task)) = embedded {
             let _ = stop.send(());
             let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
         }
-        Ok(())
+        served
     })
+}
+
+async fn serve_stdio(server: FleetServer) -> anyhow::Result<()> {
+    let service = server.serve(rmcp::transport::stdio()).await.map_err(|e| anyhow::anyhow!("MCP over stdio: {e}"))?;
+    service.waiting().await.map_err(|e| anyhow::anyhow!("MCP over stdio: {e}"))?;
+    Ok(())
+}
+
+async fn serve_http(server: FleetServer, port: u16) -> anyhow::Result<()> {
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+    let token = crate::daemon::token::load_or_mint().map_err(anyhow::Error::msg)?;
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on 127.0.0.1:{port}: {e}"))?;
+    let addr = listener.local_addr()?;
+    let config = StreamableHttpServerConfig::default().with_allowed_hosts([
+        "localhost".to_string(),
+        "127.0.0.1".into(),
+        "::1".into(),
+    ]);
+    let service =
+        StreamableHttpService::new(move || Ok(server.clone()), Arc::new(LocalSessionManager::default()), config);
+    let token = Arc::new(token);
+    let app = axum::Router::new().nest_service("/mcp", service).layer(axum::middleware::from_fn(
+        move |req: axum::extract::Request, next: axum::middleware::Next| {
+            let token = token.clone();
+            async move {
+                let given = req
+                    .headers()
+                    .get(axum::http::header::AUTHORIZATION)
+                    .and_then(|h| h.to_str().ok())
+                    .and_then(|h| h.strip_prefix("Bearer "));
+                if !given.is_some_and(|t| crate::daemon::token::same(t.trim(), &token)) {
+                    use axum::response::IntoResponse;
+                    return (
+                        axum::http::StatusCode::UNAUTHORIZED,
+                        [(axum::http::header::WWW_AUTHENTICATE, "Bearer")],
+                        axum::Json(json!({"error": "Missing or invalid Authorization: Bearer token (the daemon's)."})),
+                    )
+                        .into_response();
+                }
+                next.run(req).await
+            }
+        },
+    ));
+    eprintln!(
+        "adf mcp serve: http://{addr}/mcp (Authorization: Bearer <the token in {}>)",
+        crate::daemon::token::token_path().display()
+    );
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await?;
+    Ok(())
 }
