@@ -31,6 +31,9 @@ pub enum Suite {
     /// The agent's shell: cat | grep | wc and jq over 1 MB, sqlite3 through
     /// the SQL guard against the bare query.
     Shell,
+    /// The MCP client: a tool call's round trip to a stdio server, memory
+    /// of 20 live servers, reconciling 100 tools.
+    Mcp,
 }
 
 #[derive(Debug, Serialize)]
@@ -64,7 +67,36 @@ pub fn run(out: &Out, suite: Suite, iterations: usize) -> anyhow::Result<()> {
         Suite::Lambda => lambda(out),
         Suite::Crypto => crypto(out, iterations),
         Suite::Shell => shell(out, iterations),
+        Suite::Mcp => mcp(out, iterations),
     }
+}
+
+fn mcp(out: &Out, iterations: usize) -> anyhow::Result<()> {
+    let r = crate::mcp::bench::run(iterations)?;
+    if out.json {
+        return out.json(&r);
+    }
+    let rows = vec![
+        vec![
+            "tool call round trip to a stdio server (echo) p50 / p99".into(),
+            format!("{:.3} / {:.3} ms", r.call_p50_ms, r.call_p99_ms),
+            "< 2 ms over the server's time".into(),
+        ],
+        vec![
+            format!("{} live servers, memory added to this process", r.servers),
+            format!("{:.1} MB", r.rss_added_mb),
+            "< 30 MB".into(),
+        ],
+        vec![
+            "reconcile 100 tools: new / unchanged / 10 changed (p50)".into(),
+            format!(
+                "{:.2} / {:.2} / {:.2} ms",
+                r.reconcile_100_new_ms, r.reconcile_100_unchanged_ms, r.reconcile_100_changed_ms
+            ),
+            "< 10 ms".into(),
+        ],
+    ];
+    out.table(&["measure", "result", "target"], &rows)
 }
 
 fn shell(out: &Out, iterations: usize) -> anyhow::Result<()> {

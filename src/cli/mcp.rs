@@ -81,6 +81,10 @@ pub enum McpCmd {
         /// (the daemon's bearer token required).
         #[arg(long, value_name = "PORT")]
         http: Option<u16>,
+        /// Serve one `echo` tool and nothing else (what `adf bench mcp`
+        /// measures the client against).
+        #[arg(long, hide = true)]
+        echo: bool,
     },
 }
 
@@ -111,7 +115,8 @@ fn probe(spec: &ServerSpec, name: &str) -> anyhow::Result<Vec<crate::mcp::reconc
 
 pub fn run(out: &Out, cmd: McpCmd) -> anyhow::Result<()> {
     match cmd {
-        McpCmd::Serve { fleet, http } => crate::mcp::serve::run(fleet, http),
+        McpCmd::Serve { echo: true, .. } => crate::mcp::serve::run_echo(),
+        McpCmd::Serve { fleet, http, .. } => crate::mcp::serve::run(fleet, http),
         McpCmd::Add { path, name, url, headers, env, no_connect, command } => {
             let add = owner::AddServer {
                 name: name.clone(),

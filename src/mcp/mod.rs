@@ -5,6 +5,7 @@
 //! live ones, their failures and backoff; `serve.rs` is the other
 //! direction, adf as an MCP server for a fleet.
 
+pub mod bench;
 pub mod client;
 pub mod creds;
 pub mod owner;

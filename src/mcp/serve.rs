@@ -321,6 +321,50 @@ pub fn run(fleet: Option<PathBuf>, http: Option<u16>) -> anyhow::Result<()> {
     })
 }
 
+/// A server with one `echo` tool and nothing behind it: what `adf bench
+/// mcp` measures the client against, so the round trip is the protocol's
+/// own cost (the server's time is next to nothing).
+#[derive(Clone)]
+pub struct EchoServer;
+
+impl ServerHandler for EchoServer {
+    fn get_info(&self) -> ServerConfig {
+        let mut info = ServerConfig::default();
+        info.capabilities = ServerCapabilities::builder().enable_tools().build();
+        info.server_info = Implementation::new("adf-echo", env!("CARGO_PKG_VERSION"));
+        info
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let schema = json!({"type": "object", "properties": {"text": {"type": "string"}}});
+        let Value::Object(schema) = schema else { return Ok(ListToolsResult::default()) };
+        Ok(ListToolsResult::with_all_items(vec![Tool::new("echo", "Echo the text.", Arc::new(schema))]))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let t = request.arguments.as_ref().and_then(|a| a.get("text")).and_then(Value::as_str).unwrap_or("");
+        Ok(text(t).into())
+    }
+}
+
+/// `adf mcp serve --echo`: the echo server on stdio.
+pub fn run_echo() -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(async {
+        let service = EchoServer.serve(rmcp::transport::stdio()).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        service.waiting().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok(())
+    })
+}
+
 async fn serve_stdio(server: FleetServer) -> anyhow::Result<()> {
     let service = server.serve(rmcp::transport::stdio()).await.map_err(|e| anyhow::anyhow!("MCP over stdio: {e}"))?;
     service.waiting().await.map_err(|e| anyhow::anyhow!("MCP over stdio: {e}"))?;
