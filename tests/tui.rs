@@ -996,3 +996,42 @@ fn children_show_under_their_parent_and_orphans_stay_top_level() {
     a.focus = Focus::Fleet;
     both("tree_children_under_parents", &a);
 }
+
+/// `:mcp`: servers with their state, tools with their flags and review
+/// status, the selected server's error and stderr; keys make the changes
+/// (as background requests) and `:mcp_add` reads npm, PyPI, URLs and
+/// commands.
+#[tokio::test]
+async fn snapshot_of_the_mcp_view_and_its_keys() {
+    use adf::tui::mcp::McpRequest;
+    let dir = tmp();
+    let mut a = loaded(dir.path()).await;
+    a.run("mcp");
+    assert_eq!(a.main, MainView::Mcp);
+    a.mcp.servers = vec![
+        json!({"name": "ev", "transport": "stdio", "target": "npx -y @modelcontextprotocol/server-everything stdio",
+               "state": "connected", "tools_listed": 3, "credentials": ["API_KEY"], "stderr_tail": [],
+               "tools": [
+                   {"name": "echo", "enabled": true, "visible": true, "restricted": false, "status": null},
+                   {"name": "get-tiny-image", "enabled": true, "visible": true, "restricted": true, "status": "new"},
+                   {"name": "sampleLLM", "enabled": false, "visible": false, "restricted": true, "status": "changed"}]}),
+        json!({"name": "docs", "transport": "http", "target": "https://docs.example.com/mcp", "state": "failed",
+               "error": "the server requires authorization (HTTP 401)", "retry_in_ms": 4000, "restarts": 2,
+               "stderr_tail": ["listening", "token rejected"], "tools": []}),
+    ];
+    a.mcp.sel = 2;
+    both("mcp", &a);
+    let act = keys(&mut a, "r");
+    let Some(Action::Mcp(McpRequest { method, segments, body, .. })) = act.first() else { panic!("{act:?}") };
+    assert_eq!((*method, segments.join("/")), ("PATCH", "mcp/ev/tools/get-tiny-image".to_string()));
+    assert_eq!(body, &Some(json!({"restricted": false})));
+    keys(&mut a, "G");
+    let act = keys(&mut a, "R");
+    assert!(matches!(act.first(), Some(Action::Mcp(r)) if r.segments == ["mcp", "docs", "restart"]), "{act:?}");
+    keys(&mut a, "e");
+    assert_eq!(a.status.as_deref(), Some("select a tool of the server first"));
+    let act = a.command_line("mcp_add npm:@modelcontextprotocol/server-everything stdio");
+    let Some(Action::Mcp(r)) = act.first() else { panic!("{act:?}") };
+    assert_eq!(r.body.as_ref().unwrap()["name"], "everything");
+    assert_eq!(r.method, "POST");
+}

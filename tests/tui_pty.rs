@@ -1063,3 +1063,40 @@ async fn new_agent_as_a_clone_in_the_app() {
     .await
     .unwrap();
 }
+
+/// `:mcp_add` in the app adds a server (connected first, in the
+/// background), the view shows it live with its tool, `r` allows the tool,
+/// `R` restarts the server and `D` removes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_servers_in_the_app() {
+    let dir = tmp();
+    let home = home_with_agent(dir.path());
+    let agents = home.join("data/agents");
+    let home2 = home.clone();
+    tokio::task::spawn_blocking(move || {
+        let home = home2;
+        let mut t = Tui::start(&home, "http://127.0.0.1:9", None, 120, 40);
+        t.wait_for("adf › a › main");
+        t.send(":");
+        t.send(&format!("mcp_add {} mcp serve --echo as echo", env!("CARGO_BIN_EXE_adf")));
+        t.send("\r");
+        t.wait_for("added echo: 1 tools");
+        let s = t.wait_for("echo (stdio) connected");
+        assert!(s.contains("on  vis ask [new]"), "{s}");
+        t.send("j");
+        t.send("r");
+        t.wait_for("restricted → false done");
+        let s = t.wait_for("on  vis ok");
+        assert!(!s.contains("[new]"), "reviewed:\n{s}");
+        t.send("R");
+        t.wait_for("echo: connected, 1 tools");
+        t.send("D");
+        t.wait_for("removed echo and its 1 tools");
+        t.wait_for("No MCP servers");
+        t.quit();
+    })
+    .await
+    .unwrap();
+    let cfg = json(&adf_home(&home, &agents, &["config", "get", "a.adf", "--json"]));
+    assert!(!cfg.to_string().contains("mcp_echo_"), "{cfg}");
+}

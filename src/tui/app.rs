@@ -68,6 +68,9 @@ pub enum Action {
         agent: String,
         what: String,
     },
+    /// A change to an agent's MCP servers, run in the background; its
+    /// answer comes back as a notice.
+    Mcp(super::mcp::McpRequest),
     /// Save a provider key typed into the app (settings file, 0600) and
     /// reload the agents so they use it.
     SaveKey {
@@ -90,6 +93,7 @@ pub enum MainView {
     Files,
     Approvals,
     Inbox,
+    Mcp,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -281,6 +285,10 @@ pub struct App {
     pub chats: HashMap<String, ChatState>,
     pub files: FilesState,
     pub inbox: InboxState,
+    pub mcp: super::mcp::McpState,
+    /// Answers of background work (MCP changes) for the status line.
+    pub notices: tokio::sync::mpsc::UnboundedSender<String>,
+    notices_rx: Option<tokio::sync::mpsc::UnboundedReceiver<String>>,
     pub events: VecDeque<Envelope>,
     pub events_follow: bool,
     pub events_sel: usize,
@@ -321,6 +329,7 @@ const EVENTS_KEPT: usize = 2000;
 
 impl App {
     pub fn new(keymap: Keymap, theme: Theme, glyphs: Glyphs) -> App {
+        let (notices, notices_rx) = tokio::sync::mpsc::unbounded_channel();
         App {
             agents: Vec::new(),
             sel: 0,
@@ -330,6 +339,9 @@ impl App {
             chats: HashMap::new(),
             files: FilesState::default(),
             inbox: InboxState::default(),
+            mcp: Default::default(),
+            notices,
+            notices_rx: Some(notices_rx),
             events: VecDeque::new(),
             events_follow: true,
             events_sel: 0,
@@ -507,6 +519,17 @@ impl App {
         }
         out.sort_by_key(|p| p.since_ms);
         self.pending = out;
+    }
+
+    /// The receiving end of the notices (the event loop takes it once).
+    pub fn take_notices(&mut self) -> Option<tokio::sync::mpsc::UnboundedReceiver<String>> {
+        self.notices_rx.take()
+    }
+
+    pub fn refresh_mcp(&mut self) {
+        let Some(id) = self.selected_id() else { return };
+        self.mcp.servers = self.source.mcp(&id);
+        self.mcp.sel = self.mcp.sel.min(self.mcp.rows().len().saturating_sub(1));
     }
 
     pub fn refresh_inbox(&mut self) {

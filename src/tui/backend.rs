@@ -46,6 +46,15 @@ fn api(e: crate::client::ClientError) -> anyhow::Error {
 }
 
 impl Backend {
+    /// A client of the control API this app drives (its own, or the
+    /// daemon's).
+    pub fn api_client(&self) -> Client {
+        match self {
+            Backend::Local(l) => Client::new(&l.url),
+            Backend::Remote(c) => Client::new(&c.base),
+        }
+    }
+
     /// The loaded agents and the folder they are grouped under.
     pub async fn agents(&self) -> anyhow::Result<(Vec<AgentInfo>, PathBuf)> {
         match self {

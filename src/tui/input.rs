@@ -47,6 +47,7 @@ impl App {
             Focus::Composer => vec!["composer"],
             Focus::Fleet => vec!["list", "agent", "global"],
             Focus::Main if self.main == MainView::Files => vec!["files", "list", "agent", "global"],
+            Focus::Main if self.main == MainView::Mcp => vec!["mcp", "list", "agent", "global"],
             Focus::Main => vec!["list", "agent", "global"],
             Focus::Events => vec!["events", "list", "agent", "global"],
         }
@@ -91,6 +92,30 @@ impl App {
             Some("new_agent") => {
                 self.overlay = Overlay::NewAgent(NewAgentForm::new(&rest));
                 return Vec::new();
+            }
+            Some("mcp_add") => {
+                let Some(agent) = self.selected_id() else {
+                    self.status = Some("no agent selected".into());
+                    return Vec::new();
+                };
+                return match super::mcp::add_body(&rest) {
+                    Ok(body) => {
+                        let name = body["name"].as_str().unwrap_or("").to_string();
+                        self.main = MainView::Mcp;
+                        self.focus = Focus::Main;
+                        vec![Action::Mcp(super::mcp::McpRequest {
+                            agent,
+                            method: "POST",
+                            segments: vec!["mcp".into()],
+                            body: Some(body),
+                            label: format!("adding {name} (connecting first)"),
+                        })]
+                    }
+                    Err(e) => {
+                        self.status = Some(e);
+                        Vec::new()
+                    }
+                };
             }
             Some("rename") if !rest.is_empty() => {
                 return match self.selected_id() {
@@ -183,6 +208,31 @@ impl App {
                 self.focus = Focus::Main;
                 self.refresh_files();
                 Vec::new()
+            }
+            "mcp" => {
+                self.main = MainView::Mcp;
+                self.focus = Focus::Main;
+                self.mcp.sel = 0;
+                self.refresh_mcp();
+                Vec::new()
+            }
+            "mcp_add" => {
+                self.status = Some(":mcp_add npm:PKG | pypi:PKG | URL | COMMAND ARGS… [as NAME]".into());
+                Vec::new()
+            }
+            "mcp_restart" | "mcp_remove" | "mcp_toggle_enabled" | "mcp_toggle_restricted" | "mcp_toggle_visible" => {
+                let Some(agent) = self.selected_id() else { return Vec::new() };
+                if self.main != MainView::Mcp {
+                    self.status = Some("open the MCP view first (:mcp)".into());
+                    return Vec::new();
+                }
+                match super::mcp::request(&agent, &self.mcp, name) {
+                    Ok(r) => vec![Action::Mcp(r)],
+                    Err(e) => {
+                        self.status = Some(e);
+                        Vec::new()
+                    }
+                }
             }
             "inbox" => {
                 self.main = MainView::Inbox;
@@ -380,6 +430,7 @@ impl App {
             (Focus::Main, MainView::Files) => self.files.sel = step(self.files.sel, self.files.entries.len()),
             (Focus::Main, MainView::Approvals) => self.files.sel = step(self.files.sel, self.pending.len()),
             (Focus::Main, MainView::Inbox) => self.inbox.sel = step(self.inbox.sel, self.inbox.rows.len()),
+            (Focus::Main, MainView::Mcp) => self.mcp.sel = step(self.mcp.sel, self.mcp.rows().len()),
             (Focus::Main, MainView::Chat) => {
                 let Some(id) = self.selected_id() else { return };
                 let (theme, glyphs) = (&self.theme, &self.glyphs);
@@ -527,6 +578,9 @@ impl App {
                 &["down", "edit_file", "edit_mind", "back", "palette", "quit"]
             }
             Focus::Main if self.main == MainView::Inbox => &["down", "back", "command_line", "palette", "help", "quit"],
+            Focus::Main if self.main == MainView::Mcp => {
+                &["down", "mcp_toggle_enabled", "mcp_toggle_restricted", "mcp_restart", "back", "palette", "quit"]
+            }
             _ => &[
                 "down",
                 "open",
@@ -558,6 +612,9 @@ fn short(name: &'static str) -> &'static str {
         "approve_once" => "approve",
         "edit_mind" => "mind",
         "edit_file" => "edit",
+        "mcp_toggle_enabled" => "on/off",
+        "mcp_toggle_restricted" => "ask/allow",
+        "mcp_restart" => "restart",
         "command_line" => "command",
         "palette" => "palette",
         "compose_in_editor" => "$EDITOR",

@@ -16,6 +16,7 @@ pub mod highlight;
 pub mod inbox;
 pub mod input;
 pub mod keys;
+pub mod mcp;
 pub mod overlay;
 pub mod readline;
 pub mod source;
@@ -205,6 +206,9 @@ pub fn run_with(opts: Options, factory: ProviderFactory) -> anyhow::Result<()> {
         // In-process, the tree is rooted where the app was opened.
         let root = if matches!(backend, Backend::Local(_)) { dir.clone() } else { root };
         let mut app = App::new(keymap, theme, glyphs);
+        if let Backend::Local(l) = &backend {
+            app = app.with_source(Box::new(source::Local::with_api(crate::client::Client::new(&l.url))));
+        }
         if let Backend::Remote(c) = &backend {
             app.attached = true;
             app = app.with_source(Box::new(source::Remote { client: crate::client::Client::new(&c.base) }));
@@ -299,6 +303,7 @@ async fn event_loop_on(app: &mut App, backend: &mut Backend, opts: &Options, dir
     let mut keys = EventStream::new();
     let mut feed = backend.feed().await?;
     let mut windows = probe_windows(app, backend);
+    let mut notices = app.take_notices().unwrap_or_else(|| tokio::sync::mpsc::unbounded_channel().1);
     let mut dirty = true;
     let mut last_draw = Instant::now() - FRAME;
     let mut clock = tokio::time::interval(Duration::from_secs(1));
@@ -341,6 +346,13 @@ async fn event_loop_on(app: &mut App, backend: &mut Backend, opts: &Options, dir
                     dirty = true;
                 }
             },
+            Some(text) = notices.recv() => {
+                app.status = Some(text);
+                if app.main == app::MainView::Mcp {
+                    app.refresh_mcp();
+                }
+                dirty = true;
+            }
             Some((id, n)) = windows.recv() => {
                 app.set_window(&id, n);
                 dirty = true;
@@ -374,6 +386,24 @@ async fn event_loop_on(app: &mut App, backend: &mut Backend, opts: &Options, dir
         }
     }
     Ok(())
+}
+
+/// The status line for an MCP change's answer.
+fn mcp_answer(req: &mcp::McpRequest, v: &serde_json::Value) -> String {
+    if v["success"] == false {
+        let why = v["connection_error"].as_str().or(v["message"].as_str()).unwrap_or("it failed");
+        return format!("{}: {why}", req.label);
+    }
+    match req.method {
+        "POST" if req.segments.len() == 1 => format!(
+            "added {}: {} tools, each asking you until you allow it (r)",
+            v["server"].as_str().unwrap_or(""),
+            v["tools"].as_array().map(Vec::len).unwrap_or(0)
+        ),
+        "POST" => format!("{}: connected, {} tools", req.segments[1], v["tools_discovered"]),
+        "DELETE" => format!("removed {} and its {} tools", req.segments[1], v["tools_removed"]),
+        _ => format!("{} done", req.label),
+    }
 }
 
 /// Suspend the app, run the editor on `text`, resume; the edited text.
@@ -641,6 +671,24 @@ async fn perform(
             app.status = Some(format!("{old} is now {name} (the file keeps its name)"));
         }
         Action::EditConfig { agent } => edit_config(app, backend, term, opts, dir, &agent).await?,
+        Action::Mcp(req) => {
+            let client = backend.api_client();
+            let tx = app.notices.clone();
+            app.status = Some(format!("{}…", req.label));
+            tokio::spawn(async move {
+                let mut segs: Vec<&str> = vec!["agents", req.agent.as_str()];
+                segs.extend(req.segments.iter().map(String::as_str));
+                let method = reqwest::Method::from_bytes(req.method.as_bytes()).unwrap_or(reqwest::Method::GET);
+                let answer = match client.url(&segs, &[]) {
+                    Ok(url) => client.call(method, url, req.body.as_ref()).await,
+                    Err(e) => Err(e),
+                };
+                let _ = tx.send(match answer {
+                    Ok(v) => mcp_answer(&req, &v),
+                    Err(e) => format!("{}: {e}", req.label),
+                });
+            });
+        }
         Action::Bell { agent, what } => {
             let mut out = std::io::stdout();
             // BEL, and OSC 9 (a desktop notification where the terminal has it).

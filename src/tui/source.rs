@@ -28,12 +28,26 @@ pub trait Source: Send {
     fn file_text(&self, id: &str, path: &str) -> Option<String>;
     /// Inbox rows, newest first (at most 200).
     fn inbox(&self, id: &str) -> Vec<Value>;
+    /// The agent's MCP servers with their live status (the runtime knows
+    /// it, not the file: read through the control API).
+    fn mcp(&self, _id: &str) -> Vec<Value> {
+        Vec::new()
+    }
 }
 
-/// The agents' files, read directly.
+/// The agents' files, read directly; the app's own control API for what
+/// only the runtime knows.
 #[derive(Default)]
 pub struct Local {
     readers: HashMap<String, Store>,
+    pub api: Option<Remote>,
+}
+
+impl Local {
+    /// Files read directly, live state through the app's own API.
+    pub fn with_api(client: Client) -> Local {
+        Local { readers: HashMap::new(), api: Some(Remote { client }) }
+    }
 }
 
 impl Source for Local {
@@ -70,6 +84,9 @@ impl Source for Local {
     fn inbox(&self, id: &str) -> Vec<Value> {
         let rows = self.readers.get(id).and_then(|s| s.inbox_list(None, Some(200)).ok()).unwrap_or_default();
         rows.into_iter().map(Value::Object).collect()
+    }
+    fn mcp(&self, id: &str) -> Vec<Value> {
+        self.api.as_ref().map(|a| a.mcp(id)).unwrap_or_default()
     }
 }
 
@@ -170,6 +187,9 @@ impl Source for Remote {
         rows.reverse();
         rows.truncate(200);
         rows
+    }
+    fn mcp(&self, id: &str) -> Vec<Value> {
+        self.get(&["agents", id, "mcp"], &[]).and_then(|v| v["servers"].as_array().cloned()).unwrap_or_default()
     }
     fn file_text(&self, id: &str, path: &str) -> Option<String> {
         let v = self.get(&["agents", id, "files", "content"], &[("path", path)])?;
