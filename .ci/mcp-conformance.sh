@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# The MCP conformance suite (@modelcontextprotocol/conformance, PEERS.md)
-# against `adf mcp serve --http`. The suite needs Node 22 (fs.globSync),
+# The MCP conformance suite (@modelcontextprotocol/conformance, PEERS.md),
+# both ways: its server scenarios against `adf mcp serve --http`, and its
+# client scenarios (the handshake, a tool call, and OAuth: discovery,
+# dynamic registration, PKCE, scopes, token endpoint auth methods, issuer
+# checks) against adf's MCP client through `adf mcp probe`. The 0.2 line
+# speaks the 2026-07-28 protocol rmcp 3.11 offers first. The suite needs Node 22 (fs.globSync),
 # taken from the npm registry's `node` package; both are pinned and cached
 # outside the clone. The suite cannot send headers, so a loopback proxy
 # (tests/peers/auth_proxy.mjs) adds the daemon's token and changes nothing
@@ -12,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NODE_V=22
-CONF_V=0.1.16
+CONF_V=0.2.0-alpha.12
 NODE_DIR=/var/cache/adf-peers/node$NODE_V
 CONF_DIR=/var/cache/adf-peers/mcp-conformance-$CONF_V
 if ! command -v npm >/dev/null 2>&1; then
@@ -58,5 +62,29 @@ for scenario in server-initialize ping tools-list dns-rebinding-protection; do
   else
     echo "conformance $scenario: $(grep -o 'Passed: [0-9/]*' "$HOME_DIR/$scenario.log")"
   fi
+done
+# adf's MCP client against the suite's servers: the URL is appended to the
+# command. --headless-auth follows the authorization URL without a browser
+# (the suite's authorization server approves at once).
+PROBE="$(pwd)/$ADF mcp probe --oauth --headless-auth"
+run_client() {
+  local scenario=$1 command=$2 log
+  log="$HOME_DIR/client-${scenario//\//_}.log"
+  if ! PATH="$(dirname "$NODE"):$PATH" "$NODE" "$CONF_DIR/node_modules/.bin/conformance" client \
+      --command "$command" --scenario "$scenario" > "$log" 2>&1 || ! grep -q "OVERALL: PASSED" "$log"; then
+    echo "conformance client scenario $scenario failed:" >&2
+    cat "$log" >&2
+    FAILED=1
+  else
+    echo "conformance client $scenario: $(grep -o 'Passed: [0-9/]*' "$log")"
+  fi
+}
+run_client tools_call "$PROBE --call add_numbers --args '{\"a\":1,\"b\":2}'"
+for scenario in initialize auth/metadata-default auth/metadata-var1 auth/metadata-var2 auth/metadata-var3 \
+    auth/scope-from-www-authenticate auth/scope-from-scopes-supported auth/scope-omitted-when-undefined \
+    auth/token-endpoint-auth-basic auth/token-endpoint-auth-post auth/token-endpoint-auth-none \
+    auth/2025-03-26-oauth-endpoint-fallback auth/iss-supported-missing auth/iss-wrong-issuer auth/iss-unexpected \
+    auth/iss-normalized auth/metadata-issuer-mismatch auth/resource-mismatch; do
+  run_client "$scenario" "$PROBE"
 done
 exit "$FAILED"

@@ -176,6 +176,9 @@ fn adf_mcp_refuses_what_it_cannot_do_and_changes_nothing() {
         (vec!["mcp", "tool", "a.adf", "ev", "echo", "--allow"], "no MCP tool"),
         (vec!["mcp", "tool", "a.adf", "ev", "echo"], "say what to change"),
         (vec!["mcp", "rm", "a.adf", "ev"], "no MCP server"),
+        (vec!["mcp", "add", "a.adf", "x", "--oauth", "--", "srv"], "--oauth is for an HTTP server"),
+        (vec!["mcp", "login", "a.adf", "nope"], "no HTTP MCP server"),
+        (vec!["mcp", "restart", "a.adf", "nope"], "no MCP server"),
     ] {
         let out = adf_in(dir.path(), &args);
         assert!(!out.status.success(), "{args:?}");

@@ -340,3 +340,35 @@ fn the_daemon_routes_and_the_cli_through_them() {
     let (st, _) = d.call("DELETE", "/agents/a/mcp/py", None);
     assert_eq!(st, 404);
 }
+
+/// A server signed in with OAuth: the sealed tokens (`mcp:<server>:oauth`)
+/// are sent as the bearer, and only to the URL they were issued for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the Python MCP SDK: see .ci/mcp-py.sh and ADF_MCP_PYTHON"]
+async fn sealed_oauth_tokens_are_pinned_to_their_url() {
+    use adf::mcp::client::{ServerSpec, connect};
+    let (_peer, url) = tokio::task::spawn_blocking(|| http_peer("oauth-access-1")).await.unwrap();
+    let creds: rmcp::transport::auth::StoredCredentials = serde_json::from_value(json!({
+        "client_id": "adf-test",
+        "token_response": {"access_token": "oauth-access-1", "token_type": "Bearer", "expires_in": 3600},
+        "granted_scopes": [], "token_received_at": std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()
+    }))
+    .unwrap();
+    let sealed = adf::mcp::oauth::seal_text(&url, &creds);
+    let spec = |u: &str| {
+        ServerSpec::with_secrets(&json!({"name": "web", "transport": "http", "url": u, "auth": "oauth"}), |p| {
+            (p == "mcp:web:oauth").then(|| sealed.clone())
+        })
+        .unwrap()
+    };
+    let dir = tmp();
+    let conn = connect(&spec(&url), dir.path()).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(conn.tools.len(), 5);
+    let (out, err) = conn.call("echo", json!({"text": "signed in"})).await;
+    assert_eq!((out.as_str(), err), ("signed in", false));
+    conn.close().await;
+    let moved = url.replace("127.0.0.1", "localhost");
+    let e = connect(&spec(&moved), dir.path()).await.err().expect("another URL never gets the tokens");
+    assert!(e.reason.contains("belongs to another URL"), "{e}");
+}

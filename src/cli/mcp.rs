@@ -40,7 +40,34 @@ pub enum McpCmd {
         /// Save without connecting (its tools are declared at the first call).
         #[arg(long)]
         no_connect: bool,
+        /// Sign in with OAuth first (an HTTP server that requires it): the
+        /// URL to open is printed; the tokens are sealed in the file.
+        #[arg(long)]
+        oauth: bool,
         /// The command and its arguments (after `--`).
+        #[arg(last = true)]
+        command: Vec<String>,
+    },
+    /// Sign in to an HTTP server again with OAuth (tokens sealed in the file).
+    Login { path: PathBuf, name: String },
+    /// Connect to a server without saving anything: list its tools, and
+    /// call one with `--call TOOL [--args JSON]`.
+    Probe {
+        /// The server's URL (Streamable HTTP) …
+        url: Option<String>,
+        #[arg(long = "header", value_name = "K=V")]
+        headers: Vec<String>,
+        #[arg(long)]
+        oauth: bool,
+        /// Follow the authorization URL without a browser (servers that
+        /// approve at once, as the MCP conformance suite's do).
+        #[arg(long, hide = true)]
+        headless_auth: bool,
+        #[arg(long)]
+        call: Option<String>,
+        #[arg(long, default_value = "{}")]
+        args: String,
+        /// … or a command and its arguments (after `--`).
         #[arg(last = true)]
         command: Vec<String>,
     },
@@ -116,14 +143,96 @@ fn probe(spec: &ServerSpec, name: &str) -> anyhow::Result<Vec<crate::mcp::reconc
 pub fn run(out: &Out, cmd: McpCmd) -> anyhow::Result<()> {
     match cmd {
         McpCmd::Serve { echo: true, .. } => crate::mcp::serve::run_echo(),
+        McpCmd::Login { path, name } => {
+            let Target::Local(store) = open_for_write(&path)? else {
+                anyhow::bail!("{}: held by another adf process; sign in there or stop it first", path.display());
+            };
+            let mut cfg = store.config_value().map_err(|e| at(&path, e))?;
+            let Some(url) = server_entry(&cfg, &name).and_then(|s| s["url"].as_str()).map(str::to_string) else {
+                close(store)?;
+                anyhow::bail!("{}: no HTTP MCP server named {name:?}", path.display());
+            };
+            let sealed = sign_in(&url, &name, false)?;
+            let mut store = unlocked(&path, store)?;
+            let purpose = crate::mcp::creds::purpose(&name, crate::mcp::oauth::KEY);
+            let mut spec = ServerSpec::with_secrets(server_entry(&cfg, &name).unwrap_or(&Value::Null), |p| {
+                store.secret_get(p).ok().flatten().and_then(|b| String::from_utf8(b).ok())
+            })
+            .map_err(|e| anyhow_at(&path, e))?;
+            spec.oauth = Some(sealed.clone());
+            let tools = probe(&spec, &name)?;
+            store.secret_set(&purpose, sealed.as_bytes(), false).map_err(|e| at(&path, e))?;
+            if let Some(s) = cfg
+                .pointer_mut("/mcp/servers")
+                .and_then(Value::as_array_mut)
+                .and_then(|a| a.iter_mut().find(|s| s["name"] == name.as_str()))
+            {
+                s["auth"] = json!("oauth");
+            }
+            reconcile(&mut cfg, &name, &tools);
+            store.config_replace(cfg).map_err(|e| at(&path, e))?;
+            close(store)?;
+            out.line(format!("{name}: signed in, {} tools (the tokens are sealed in {})", tools.len(), path.display()))
+        }
+        McpCmd::Probe { url, headers, oauth, headless_auth, call, args, command } => {
+            let mut add = owner::AddServer {
+                name: "probe".into(),
+                command,
+                url: url.clone(),
+                headers: owner::pairs(&headers, "--header").map_err(anyhow::Error::msg)?,
+                ..Default::default()
+            };
+            let args: Value = serde_json::from_str(&args).map_err(|e| anyhow::anyhow!("--args is not JSON: {e}"))?;
+            let rt = tokio_rt()?;
+            let scratch = std::env::temp_dir().join("adf-mcp").join("cli").join("probe");
+            let spec_of = |add: &owner::AddServer| -> anyhow::Result<ServerSpec> {
+                let (entry, sealed) = owner::entry(add).map_err(anyhow::Error::msg)?;
+                ServerSpec::with_secrets(&entry, |p| sealed.iter().find(|(k, _)| k == p).map(|(_, v)| v.clone()))
+                    .map_err(anyhow::Error::msg)
+            };
+            // With --oauth, sign in only when the server asks for it.
+            let conn = match rt.block_on(connect(&spec_of(&add)?, &scratch)) {
+                Ok(c) => c,
+                Err(e) if oauth && e.reason.contains("HTTP 401") => {
+                    let u = url.as_deref().unwrap_or_default();
+                    add.oauth = Some(sign_in(u, "probe", headless_auth)?);
+                    rt.block_on(connect(&spec_of(&add)?, &scratch)).map_err(|e| anyhow::anyhow!("{e}"))?
+                }
+                Err(e) => anyhow::bail!("{e}"),
+            };
+            let result = call.as_ref().map(|t| rt.block_on(conn.call(t, args.clone())));
+            let tools = conn.tools.clone();
+            rt.block_on(conn.close());
+            if out.json {
+                return out.json(&json!({"tools": tools, "result": result.as_ref().map(|(r, e)| json!({"content": r, "is_error": e}))}));
+            }
+            for t in &tools {
+                out.line(format!(
+                    "{:<32} {}",
+                    t.name,
+                    t.description.as_deref().unwrap_or("").lines().next().unwrap_or("")
+                ))?;
+            }
+            match result {
+                Some((r, false)) => out.line(r),
+                Some((r, true)) => anyhow::bail!("{}: {r}", call.unwrap_or_default()),
+                None => Ok(()),
+            }
+        }
         McpCmd::Serve { fleet, http, .. } => crate::mcp::serve::run(fleet, http),
-        McpCmd::Add { path, name, url, headers, env, no_connect, command } => {
+        McpCmd::Add { path, name, url, headers, env, no_connect, oauth, command } => {
+            let oauth = match (&url, oauth) {
+                (Some(u), true) => Some(sign_in(u, &name, false)?),
+                (None, true) => anyhow::bail!("--oauth is for an HTTP server (--url)"),
+                _ => None,
+            };
             let add = owner::AddServer {
                 name: name.clone(),
                 command,
                 url,
                 env: owner::pairs(&env, "--env").map_err(|e| anyhow_at(&path, e))?,
                 headers: owner::pairs(&headers, "--header").map_err(|e| anyhow_at(&path, e))?,
+                oauth: oauth.clone(),
             };
             let (entry, sealed) = owner::entry(&add).map_err(|e| anyhow_at(&path, e))?;
             let answer = match open_for_write(&path)? {
@@ -131,6 +240,7 @@ pub fn run(out: &Out, cmd: McpCmd) -> anyhow::Result<()> {
                     let body = json!({"name": name, "command": add.command, "url": add.url,
                         "env": add.env.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>(),
                         "headers": add.headers.iter().map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>(),
+                        "oauth": oauth,
                         "connect": !no_connect});
                     let body = strip_nulls(body);
                     via.call(reqwest::Method::POST, &["mcp"], &[], Some(&body))?
@@ -366,6 +476,22 @@ pub fn run(out: &Out, cmd: McpCmd) -> anyhow::Result<()> {
             out.line(format!("{name}: connected, {} tools", answer["tools_discovered"]))
         }
     }
+}
+
+/// OAuth sign-in from the terminal: the URL to open goes to stderr (a user
+/// on SSH opens it on their own machine and pastes back the address the
+/// browser lands on if it cannot reach this one). The sealed text.
+fn sign_in(url: &str, name: &str, headless: bool) -> anyhow::Result<String> {
+    use crate::mcp::oauth::{Approver, seal_text, sign_in};
+    let rt = tokio_rt()?;
+    let mut tell = |auth: &str| {
+        eprintln!(
+            "Sign in to {name}: open this address in a browser (on this machine, or on yours over SSH):\n\n  {auth}\n\nWaiting for the sign-in… (if the browser cannot come back to this machine, paste the address it lands on here)"
+        );
+    };
+    let approver = if headless { Approver::Headless } else { Approver::Person(&mut tell) };
+    let creds = rt.block_on(sign_in(url, approver)).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+    Ok(seal_text(url, &creds))
 }
 
 /// Drop the null members of a JSON body.

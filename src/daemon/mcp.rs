@@ -57,6 +57,11 @@ async fn add(State(s): State<AppState>, Path(id): Path<String>, b: Bytes) -> Api
         url: v["url"].as_str().map(str::to_string),
         env: owner::object_pairs(&v["env"], "env").map_err(ApiError::bad)?,
         headers: owner::object_pairs(&v["headers"], "headers").map_err(ApiError::bad)?,
+        oauth: match &v["oauth"] {
+            Value::Null => None,
+            Value::String(s) => Some(s.clone()),
+            other => return Err(ApiError::bad(format!("`oauth` must be a string, not {other}"))),
+        },
     };
     let (entry, sealed) = owner::entry(&add).map_err(ApiError::bad)?;
     let spec = ServerSpec::with_secrets(&entry, |p| sealed.iter().find(|(k, _)| k == p).map(|(_, v)| v.clone()))

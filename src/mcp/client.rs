@@ -42,6 +42,8 @@ pub struct ServerSpec {
     pub env: Vec<(String, String)>,
     /// Credential keys the config names that have no value.
     pub missing: Vec<String>,
+    /// The sealed OAuth sign-in (`mcp:<server>:oauth`), for an HTTP server.
+    pub oauth: Option<String>,
     pub call_timeout: Duration,
     /// How long `initialize` and the first `tools/list` may take.
     pub connect_timeout: Duration,
@@ -62,6 +64,7 @@ impl ServerSpec {
                 .map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect())
                 .unwrap_or_default()
         };
+        let oauth = secret(&super::creds::purpose(&name, super::oauth::KEY));
         let resolved = super::creds::resolve(v, secret);
         let transport = match v["transport"].as_str().unwrap_or("stdio") {
             "stdio" => match (v["command"].as_str().filter(|c| !c.is_empty()), v["npm_package"].as_str()) {
@@ -95,6 +98,7 @@ impl ServerSpec {
             transport,
             env: resolved.env,
             missing: resolved.missing,
+            oauth: if v["transport"] == "http" { oauth } else { None },
             call_timeout,
             connect_timeout: CONNECT_TIMEOUT,
         })
@@ -111,6 +115,8 @@ pub struct Connection {
     /// Set when the transport failed under a call or the process closed
     /// its stderr (it exited): the SDK notices a moment later.
     gone: Arc<std::sync::atomic::AtomicBool>,
+    /// The OAuth tokens in use (and whether the SDK refreshed them).
+    oauth: Option<(String, super::oauth::Tokens)>,
 }
 
 /// Why a connection failed, with the server's last words.
@@ -150,6 +156,7 @@ pub async fn connect(spec: &ServerSpec, scratch: &Path) -> Result<Connection, Co
     };
     let mut reader: Option<tokio::task::JoinHandle<()>> = None;
     let gone: Arc<std::sync::atomic::AtomicBool> = Arc::default();
+    let mut oauth: Option<(String, super::oauth::Tokens)> = None;
     let started = match &spec.transport {
         Transport::Stdio { command, args } => {
             std::fs::create_dir_all(scratch).map_err(|e| fail(format!("scratch folder: {e}"), &stderr))?;
@@ -202,11 +209,27 @@ pub async fn connect(spec: &ServerSpec, scratch: &Path) -> Result<Connection, Co
                 .default_headers(map)
                 .build()
                 .map_err(|e| fail(format!("http client: {e}"), &stderr))?;
-            let transport = StreamableHttpClientTransport::with_client(
-                client,
-                StreamableHttpClientTransportConfig::with_uri(url.clone()),
-            );
-            tokio::time::timeout(spec.connect_timeout, ().serve(transport)).await
+            let config = StreamableHttpClientTransportConfig::with_uri(url.clone());
+            match &spec.oauth {
+                None => {
+                    let transport = StreamableHttpClientTransport::with_client(client, config);
+                    tokio::time::timeout(spec.connect_timeout, ().serve(transport)).await
+                }
+                Some(sealed) => {
+                    let Some(creds) = super::oauth::unseal(sealed, url) else {
+                        return Err(fail(
+                            "the stored sign-in belongs to another URL: sign in again (adf mcp login FILE NAME)".into(),
+                            &stderr,
+                        ));
+                    };
+                    let tokens = super::oauth::Tokens::new(creds);
+                    let auth =
+                        super::oauth::authorized(url, client, tokens.clone()).await.map_err(|e| fail(e, &stderr))?;
+                    oauth = Some((url.clone(), tokens));
+                    let transport = StreamableHttpClientTransport::with_client(auth, config);
+                    tokio::time::timeout(spec.connect_timeout, ().serve(transport)).await
+                }
+            }
         }
     };
     // A server that failed has usually said why on stderr just before:
@@ -225,7 +248,7 @@ pub async fn connect(spec: &ServerSpec, scratch: &Path) -> Result<Connection, Co
         }
         Ok(Err(e)) if e.to_string().contains("Auth required") => {
             return Err(fail(
-                "the server requires authorization (HTTP 401): give it a token with --header \"Authorization=Bearer …\" (interactive OAuth sign-in is not supported yet)".into(),
+                "the server requires authorization (HTTP 401): sign in with --oauth (adf mcp add … --url URL --oauth, or adf mcp login FILE NAME), or give a token with --header \"Authorization=Bearer …\"".into(),
                 &stderr,
             ));
         }
@@ -245,10 +268,17 @@ pub async fn connect(spec: &ServerSpec, scratch: &Path) -> Result<Connection, Co
             input_schema: Value::Object((*t.input_schema).clone()),
         })
         .collect();
-    Ok(Connection { name: spec.name.clone(), tools, service, stderr, call_timeout: spec.call_timeout, gone })
+    Ok(Connection { name: spec.name.clone(), tools, service, stderr, call_timeout: spec.call_timeout, gone, oauth })
 }
 
 impl Connection {
+    /// The sealed text of OAuth tokens the SDK refreshed since the last
+    /// call (to seal again), if any.
+    pub fn refreshed_oauth(&self) -> Option<String> {
+        let (url, tokens) = self.oauth.as_ref()?;
+        tokens.refreshed().map(|c| super::oauth::seal_text(url, &c))
+    }
+
     /// The last lines the server wrote to stderr.
     pub fn stderr_tail(&self) -> Vec<String> {
         tail(&self.stderr)

@@ -8,6 +8,7 @@
 pub mod bench;
 pub mod client;
 pub mod creds;
+pub mod oauth;
 pub mod owner;
 pub mod reconcile;
 pub mod serve;

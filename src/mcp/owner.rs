@@ -21,6 +21,9 @@ pub struct AddServer {
     pub env: Vec<(String, String)>,
     /// Request headers (sealed, never in the config).
     pub headers: Vec<(String, String)>,
+    /// A finished OAuth sign-in (`oauth::seal_text`), sealed as
+    /// `mcp:<server>:oauth`.
+    pub oauth: Option<String>,
 }
 
 pub fn valid_name(name: &str) -> bool {
@@ -76,6 +79,13 @@ pub fn entry(add: &AddServer) -> Result<(Value, Vec<(String, String)>), String> 
     }
     if !header_env.is_empty() {
         e["header_env"] = Value::Array(header_env);
+    }
+    if let Some(o) = &add.oauth {
+        if add.url.is_none() {
+            return Err("OAuth is for an HTTP server (--url)".into());
+        }
+        e["auth"] = json!("oauth");
+        sealed.push((creds::purpose(&add.name, super::oauth::KEY), o.clone()));
     }
     Ok((e, sealed))
 }

@@ -156,8 +156,19 @@ impl Executor {
                 outcome.removed.len()
             ),
         );
+        if let Some(sealed) = conn.refreshed_oauth() {
+            self.seal_oauth(&name, &sealed);
+        }
         self.mcp.connected(conn);
         outcome
+    }
+
+    /// Seal a server's OAuth tokens again after the SDK refreshed them.
+    fn seal_oauth(&mut self, server: &str, sealed: &str) {
+        let purpose = creds::purpose(server, crate::mcp::oauth::KEY);
+        if let Err(e) = self.store.secret_set(&purpose, sealed.as_bytes(), false) {
+            let _ = self.log("warn", "mcp", "oauth_not_saved", &format!("{server}: refreshed tokens not sealed: {e}"));
+        }
     }
 
     /// Stop a running server (its process group is killed); it starts
@@ -196,6 +207,9 @@ impl Executor {
             o.retain(|k, _| !k.starts_with('_'));
         }
         let (content, is_error) = conn.call(&tool, args).await;
+        if let Some(sealed) = conn.refreshed_oauth() {
+            self.seal_oauth(&server_name, &sealed);
+        }
         let content = if is_error { content } else { self.keep_mcp_media(&server_name, &tool, content).await };
         if is_error { ToolOutput::err(content) } else { ToolOutput::ok(content) }
     }
