@@ -1035,3 +1035,35 @@ async fn snapshot_of_the_mcp_view_and_its_keys() {
     assert_eq!(r.body.as_ref().unwrap()["name"], "everything");
     assert_eq!(r.method, "POST");
 }
+
+/// `:skills` (or `K`): the fleet's and the agent's skills, a replaced one
+/// and a muted one marked, an invalid one with its reason; `m` asks to
+/// mute the selected skill.
+#[tokio::test]
+async fn snapshot_of_the_skills_view() {
+    let dir = tmp();
+    let mut a = loaded(dir.path()).await;
+    a.run("skills");
+    assert_eq!(a.main, MainView::Skills);
+    a.skills.index = json!({
+        "skills": [
+            {"name": "refunds", "description": "The fleet's old refunds.", "root": "fleet", "path": "skills/refunds/SKILL.md",
+             "resources": [], "muted": false, "shadowed": true},
+            {"name": "refunds", "description": "Handle refund requests within the 30-day window.", "root": "agent",
+             "path": "skills/refunds/SKILL.md", "resources": ["references/policy.md"], "muted": false},
+            {"name": "triage", "description": "Sort incoming mail by urgency.", "root": "fleet",
+             "path": "skills/triage/SKILL.md", "resources": ["refs/levels.md"], "muted": true}
+        ],
+        "invalid": [{"root": "agent", "path": "skills/nameless/SKILL.md", "reason": "the frontmatter has no name"}]
+    });
+    a.skills.sel = 1;
+    both("skills", &a);
+    let act = keys(&mut a, "m");
+    assert!(matches!(act.first(), Some(Action::MuteSkill { name, on: true, .. }) if name == "refunds"), "{act:?}");
+    keys(&mut a, "j");
+    let act = keys(&mut a, "m");
+    assert!(matches!(act.first(), Some(Action::MuteSkill { on: false, .. })), "unmute: {act:?}");
+    keys(&mut a, "g");
+    assert!(keys(&mut a, "m").is_empty(), "a replaced fleet skill is not the one to mute");
+    assert!(a.status.as_deref().unwrap_or("").contains("replaces it"));
+}

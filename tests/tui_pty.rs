@@ -1100,3 +1100,36 @@ async fn mcp_servers_in_the_app() {
     let cfg = json(&adf_home(&home, &agents, &["config", "get", "a.adf", "--json"]));
     assert!(!cfg.to_string().contains("mcp_echo_"), "{cfg}");
 }
+
+/// `K` lists the agent's skills in the app; `m` mutes one (the file's
+/// `skills.muted`) and `m` again offers it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skills_in_the_app() {
+    let dir = tmp();
+    let home = home_with_agent(dir.path());
+    let agents = home.join("data/agents");
+    ok(&adf(
+        &home,
+        &["files", "put", "data/agents/a.adf", "skills/refunds/SKILL.md", "-"],
+        Some(b"---\nname: refunds\ndescription: Handle refund requests.\n---\nbody"),
+    ));
+    let home2 = home.clone();
+    tokio::task::spawn_blocking(move || {
+        let home = home2;
+        let mut t = Tui::start(&home, "http://127.0.0.1:9", None, 120, 40);
+        t.wait_for("adf › a › main");
+        t.send("K");
+        let s = t.wait_for("a · skills (1)");
+        assert!(s.contains("Handle refund requests."), "{s}");
+        t.send("m");
+        t.wait_for("refunds muted");
+        t.wait_for("(muted)");
+        t.send("m");
+        t.wait_for("refunds offered again");
+        t.quit();
+    })
+    .await
+    .unwrap();
+    let muted = json(&adf_home(&home, &agents, &["config", "get", "a.adf", "skills", "--json"]));
+    assert_eq!(muted["muted"], serde_json::json!([]), "{muted}");
+}

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use base64::Engine;
 use clap::Subcommand;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::held::{Target, open_for_write};
 use super::output::{Out, at, close, open_for_read};
@@ -179,18 +179,6 @@ pub fn run(out: &Out, cmd: SkillsCmd) -> anyhow::Result<()> {
     }
 }
 
-fn set_muted(cfg: &mut Value, name: &str, on: bool) {
-    let mut list = skills::muted(cfg);
-    list.retain(|n| n != name);
-    if on {
-        list.push(name.to_string());
-    }
-    if !cfg["skills"].is_object() {
-        cfg["skills"] = json!({});
-    }
-    cfg["skills"]["muted"] = json!(list);
-}
-
 fn mute(out: &Out, path: &Path, name: &str, on: bool) -> anyhow::Result<()> {
     {
         let store = open_for_read(path)?;
@@ -203,13 +191,13 @@ fn mute(out: &Out, path: &Path, name: &str, on: bool) -> anyhow::Result<()> {
     match open_for_write(path)? {
         Target::Local(mut store) => {
             let mut cfg = store.config_value().map_err(|e| at(path, e))?;
-            set_muted(&mut cfg, name, on);
+            skills::set_muted(&mut cfg, name, on);
             store.config_replace(cfg).map_err(|e| at(path, e))?;
             close(store)?;
         }
         Target::Held(via) => {
             let mut cfg = via.call(reqwest::Method::GET, &["config"], &[], None)?["config"].take();
-            set_muted(&mut cfg, name, on);
+            skills::set_muted(&mut cfg, name, on);
             via.call(reqwest::Method::PUT, &["config"], &[], Some(&cfg))?;
         }
     }

@@ -2,7 +2,8 @@
 //! tools, adding one (connected first, its env and header values sealed in
 //! the agent's credentials, never echoed back), a tool's flags, a restart,
 //! removal. A server starts outside the agent's actor (a slow `initialize`
-//! never holds a turn up) and the actor then takes the connection.
+//! never holds a turn up) and the actor then takes the connection. The
+//! agent's skills are read here too.
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -22,6 +23,19 @@ pub fn router() -> Router<AppState> {
         .route("/agents/{id}/mcp/{name}", delete(remove))
         .route("/agents/{id}/mcp/{name}/restart", post(restart))
         .route("/agents/{id}/mcp/{name}/tools/{tool}", patch(tool))
+        .route("/agents/{id}/skills", get(skills))
+}
+
+/// The agent's skills (the fleet's and its own), invalid ones with the
+/// reason.
+async fn skills(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult {
+    let (id, index) = s
+        .read(&id, |st| {
+            let cfg = st.config_value()?;
+            Ok(crate::knowledge::skills::index(st, Some(&crate::knowledge::skills::fleet_root()), &cfg))
+        })
+        .await?;
+    Ok(Json(json!({"agentId": id, "skills": index.skills, "invalid": index.invalid})))
 }
 
 fn unprocessable(e: &ConnectError) -> ApiError {

@@ -148,6 +148,7 @@ pub const ROUTES: &[Route] = &[
         r("patch", "/agents/{id}/mcp/{name}/tools/{tool}", "Change an MCP tool's flags"),
         &["enabled:boolean", "visible:boolean", "restricted:boolean"],
     ),
+    r("get", "/agents/{id}/skills", "Skills (the fleet's and the agent's), muted, invalid with the reason"),
     r("get", "/runtime", "The runtime: agents, states, event cursor"),
     r("get", "/runtime/providers", "Providers, as metadata (never keys)"),
     r("get", "/runtime/usage", "Usage of every agent"),

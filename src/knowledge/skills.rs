@@ -100,6 +100,19 @@ pub fn muted(cfg: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Mute (or unmute) a skill in a config (`skills.muted`).
+pub fn set_muted(cfg: &mut Value, name: &str, on: bool) {
+    let mut list = muted(cfg);
+    list.retain(|n| n != name);
+    if on {
+        list.push(name.to_string());
+    }
+    if !cfg["skills"].is_object() {
+        cfg["skills"] = serde_json::json!({});
+    }
+    cfg["skills"]["muted"] = serde_json::json!(list);
+}
+
 /// Index both roots. `fleet` is the fleet folder (none: the agent only).
 pub fn index(store: &Store, fleet: Option<&Path>, cfg: &Value) -> Index {
     let muted = muted(cfg);

@@ -71,6 +71,12 @@ pub enum Action {
     /// A change to an agent's MCP servers, run in the background; its
     /// answer comes back as a notice.
     Mcp(super::mcp::McpRequest),
+    /// Mute or unmute one of an agent's skills (its `skills.muted`).
+    MuteSkill {
+        agent: String,
+        name: String,
+        on: bool,
+    },
     /// Save a provider key typed into the app (settings file, 0600) and
     /// reload the agents so they use it.
     SaveKey {
@@ -94,6 +100,7 @@ pub enum MainView {
     Approvals,
     Inbox,
     Mcp,
+    Skills,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -286,6 +293,7 @@ pub struct App {
     pub files: FilesState,
     pub inbox: InboxState,
     pub mcp: super::mcp::McpState,
+    pub skills: super::skills::SkillsState,
     /// Answers of background work (MCP changes) for the status line.
     pub notices: tokio::sync::mpsc::UnboundedSender<String>,
     notices_rx: Option<tokio::sync::mpsc::UnboundedReceiver<String>>,
@@ -340,6 +348,7 @@ impl App {
             files: FilesState::default(),
             inbox: InboxState::default(),
             mcp: Default::default(),
+            skills: Default::default(),
             notices,
             notices_rx: Some(notices_rx),
             events: VecDeque::new(),
@@ -530,6 +539,12 @@ impl App {
         let Some(id) = self.selected_id() else { return };
         self.mcp.servers = self.source.mcp(&id);
         self.mcp.sel = self.mcp.sel.min(self.mcp.rows().len().saturating_sub(1));
+    }
+
+    pub fn refresh_skills(&mut self) {
+        let Some(id) = self.selected_id() else { return };
+        self.skills.index = self.source.skills(&id);
+        self.skills.sel = self.skills.sel.min(self.skills.len().saturating_sub(1));
     }
 
     pub fn refresh_inbox(&mut self) {

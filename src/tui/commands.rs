@@ -53,6 +53,8 @@ pub const ALL: &[CommandDef] = &[
     c("events_scope", &["scope"], "Events of the selected agent only, or of the whole fleet"),
     c("filter", &[], "Filter the events pane, or find in the focused list"),
     c("connect", &["provider", "key"], "Connect a model provider: type its key (saved 0600)"),
+    c("skills", &[], "The selected agent's skills: the fleet's and its own, muted, invalid with the reason"),
+    c("skill_toggle_mute", &["mute"], "Mute or unmute the selected skill (its files stay)"),
     c("mcp", &["mcp_servers"], "The selected agent's MCP servers: status, tools and their flags, stderr"),
     c("mcp_add", &[], "Add an MCP server: :mcp_add npm:PKG | pypi:PKG | URL | COMMAND ARGS… [as NAME]"),
     c("mcp_restart", &[], "Connect the selected MCP server again"),

@@ -48,6 +48,7 @@ impl App {
             Focus::Fleet => vec!["list", "agent", "global"],
             Focus::Main if self.main == MainView::Files => vec!["files", "list", "agent", "global"],
             Focus::Main if self.main == MainView::Mcp => vec!["mcp", "list", "agent", "global"],
+            Focus::Main if self.main == MainView::Skills => vec!["skills", "list", "agent", "global"],
             Focus::Main => vec!["list", "agent", "global"],
             Focus::Events => vec!["events", "list", "agent", "global"],
         }
@@ -215,6 +216,25 @@ impl App {
                 self.mcp.sel = 0;
                 self.refresh_mcp();
                 Vec::new()
+            }
+            "skills" => {
+                self.main = MainView::Skills;
+                self.focus = Focus::Main;
+                self.skills.sel = 0;
+                self.refresh_skills();
+                Vec::new()
+            }
+            "skill_toggle_mute" => {
+                let (Some(agent), Some(s)) = (self.selected_id(), self.skills.selected()) else {
+                    self.status = Some("select a skill first (:skills)".into());
+                    return Vec::new();
+                };
+                if s["root"] == "fleet" && s["shadowed"] == true {
+                    self.status = Some("the agent's own skill of this name replaces it; mute that one".into());
+                    return Vec::new();
+                }
+                let name = s["name"].as_str().unwrap_or("").to_string();
+                vec![Action::MuteSkill { agent, on: s["muted"] != true, name }]
             }
             "mcp_add" => {
                 self.status = Some(":mcp_add npm:PKG | pypi:PKG | URL | COMMAND ARGS… [as NAME]".into());
@@ -431,6 +451,7 @@ impl App {
             (Focus::Main, MainView::Approvals) => self.files.sel = step(self.files.sel, self.pending.len()),
             (Focus::Main, MainView::Inbox) => self.inbox.sel = step(self.inbox.sel, self.inbox.rows.len()),
             (Focus::Main, MainView::Mcp) => self.mcp.sel = step(self.mcp.sel, self.mcp.rows().len()),
+            (Focus::Main, MainView::Skills) => self.skills.sel = step(self.skills.sel, self.skills.len()),
             (Focus::Main, MainView::Chat) => {
                 let Some(id) = self.selected_id() else { return };
                 let (theme, glyphs) = (&self.theme, &self.glyphs);
@@ -578,6 +599,7 @@ impl App {
                 &["down", "edit_file", "edit_mind", "back", "palette", "quit"]
             }
             Focus::Main if self.main == MainView::Inbox => &["down", "back", "command_line", "palette", "help", "quit"],
+            Focus::Main if self.main == MainView::Skills => &["down", "skill_toggle_mute", "back", "palette", "quit"],
             Focus::Main if self.main == MainView::Mcp => {
                 &["down", "mcp_toggle_enabled", "mcp_toggle_restricted", "mcp_restart", "back", "palette", "quit"]
             }
@@ -615,6 +637,7 @@ fn short(name: &'static str) -> &'static str {
         "mcp_toggle_enabled" => "on/off",
         "mcp_toggle_restricted" => "ask/allow",
         "mcp_restart" => "restart",
+        "skill_toggle_mute" => "mute",
         "command_line" => "command",
         "palette" => "palette",
         "compose_in_editor" => "$EDITOR",

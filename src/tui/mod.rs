@@ -19,6 +19,7 @@ pub mod keys;
 pub mod mcp;
 pub mod overlay;
 pub mod readline;
+pub mod skills;
 pub mod source;
 pub mod spawn;
 pub mod theme;
@@ -671,6 +672,18 @@ async fn perform(
             app.status = Some(format!("{old} is now {name} (the file keeps its name)"));
         }
         Action::EditConfig { agent } => edit_config(app, backend, term, opts, dir, &agent).await?,
+        Action::MuteSkill { agent, name, on } => {
+            let mut cfg =
+                app.source.config(&agent).ok_or_else(|| anyhow::anyhow!("{agent}: cannot read its config"))?;
+            crate::knowledge::skills::set_muted(&mut cfg, &name, on);
+            backend.write_config(&agent, cfg).await?;
+            app.refresh_skills();
+            app.status = Some(if on {
+                format!("{name} muted (kept, not offered to the model)")
+            } else {
+                format!("{name} offered again")
+            });
+        }
         Action::Mcp(req) => {
             let client = backend.api_client();
             let tx = app.notices.clone();

@@ -33,6 +33,10 @@ pub trait Source: Send {
     fn mcp(&self, _id: &str) -> Vec<Value> {
         Vec::new()
     }
+    /// The agent's skills index (`{skills, invalid}`).
+    fn skills(&self, _id: &str) -> Value {
+        Value::Null
+    }
 }
 
 /// The agents' files, read directly; the app's own control API for what
@@ -87,6 +91,12 @@ impl Source for Local {
     }
     fn mcp(&self, id: &str) -> Vec<Value> {
         self.api.as_ref().map(|a| a.mcp(id)).unwrap_or_default()
+    }
+    fn skills(&self, id: &str) -> Value {
+        let Some(s) = self.readers.get(id) else { return Value::Null };
+        let cfg = s.config_value().unwrap_or_default();
+        let index = crate::knowledge::skills::index(s, Some(&crate::knowledge::skills::fleet_root()), &cfg);
+        serde_json::to_value(index).unwrap_or_default()
     }
 }
 
@@ -190,6 +200,9 @@ impl Source for Remote {
     }
     fn mcp(&self, id: &str) -> Vec<Value> {
         self.get(&["agents", id, "mcp"], &[]).and_then(|v| v["servers"].as_array().cloned()).unwrap_or_default()
+    }
+    fn skills(&self, id: &str) -> Value {
+        self.get(&["agents", id, "skills"], &[]).unwrap_or_default()
     }
     fn file_text(&self, id: &str, path: &str) -> Option<String> {
         let v = self.get(&["agents", id, "files", "content"], &[("path", path)])?;
