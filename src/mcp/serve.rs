@@ -226,11 +226,32 @@ impl FleetServer {
     }
 }
 
+/// A server that offers tools only, named `name`.
+fn tools_only(name: &str) -> ServerConfig {
+    let mut info = ServerConfig::default();
+    info.capabilities = ServerCapabilities::builder().enable_tools().build();
+    info.server_info = Implementation::new(name, env!("CARGO_PKG_VERSION"));
+    info
+}
+
+/// A tools/list answer from (name, description, input schema).
+fn listing(tools: impl IntoIterator<Item = (&'static str, &'static str, Value)>) -> ListToolsResult {
+    let tools = tools
+        .into_iter()
+        .map(|(name, description, schema)| {
+            let schema = match schema {
+                Value::Object(o) => o,
+                _ => serde_json::Map::new(),
+            };
+            Tool::new(name, description, Arc::new(schema))
+        })
+        .collect();
+    ListToolsResult::with_all_items(tools)
+}
+
 impl ServerHandler for FleetServer {
     fn get_info(&self) -> ServerConfig {
-        let mut info = ServerConfig::default();
-        info.capabilities = ServerCapabilities::builder().enable_tools().build();
-        info.server_info = Implementation::new("adf", env!("CARGO_PKG_VERSION"));
+        let mut info = tools_only("adf");
         info.instructions = Some(
             "An adf fleet: agents that each live in one file. list_agents, then send_message to talk to one; \
              answer_approval settles the tool calls they wait on."
@@ -244,17 +265,7 @@ impl ServerHandler for FleetServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let tools = catalog()
-            .into_iter()
-            .map(|(name, description, schema)| {
-                let schema = match schema {
-                    Value::Object(o) => o,
-                    _ => serde_json::Map::new(),
-                };
-                Tool::new(name, description, Arc::new(schema))
-            })
-            .collect();
-        Ok(ListToolsResult::with_all_items(tools))
+        Ok(listing(catalog()))
     }
 
     async fn call_tool(
@@ -329,10 +340,7 @@ pub struct EchoServer;
 
 impl ServerHandler for EchoServer {
     fn get_info(&self) -> ServerConfig {
-        let mut info = ServerConfig::default();
-        info.capabilities = ServerCapabilities::builder().enable_tools().build();
-        info.server_info = Implementation::new("adf-echo", env!("CARGO_PKG_VERSION"));
-        info
+        tools_only("adf-echo")
     }
 
     async fn list_tools(
@@ -341,8 +349,7 @@ impl ServerHandler for EchoServer {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let schema = json!({"type": "object", "properties": {"text": {"type": "string"}}});
-        let Value::Object(schema) = schema else { return Ok(ListToolsResult::default()) };
-        Ok(ListToolsResult::with_all_items(vec![Tool::new("echo", "Echo the text.", Arc::new(schema))]))
+        Ok(listing([("echo", "Echo the text.", schema)]))
     }
 
     async fn call_tool(
