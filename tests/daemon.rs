@@ -312,6 +312,14 @@ async fn route_groups_with_good_and_bad_input() {
     assert!(!p.to_string().contains("sk-test"), "{p}");
     assert_eq!(d.get("/runtime").await["agents"].as_array().unwrap().len(), 2);
     assert!(d.get("/diagnostics").await["daemon"]["pid"].is_number());
+
+    // A message sent as the agent, without a turn: checked like msg_send.
+    let (s, v) = d.call("POST", "/agents/a/messages", Some(json!({"recipient": "b"}))).await;
+    assert_eq!((s, v["error"].as_str().unwrap_or("")), (400, "`content` (a non-empty string) is required"));
+    let (s, _) = d.call("POST", "/agents/nobody/messages", Some(json!({"recipient": "b", "content": "x"}))).await;
+    assert_eq!(s, 404);
+    let (s, v) = d.call("POST", "/agents/a/messages", Some(json!({"recipient": "no-such-peer", "content": "x"}))).await;
+    assert_eq!((s, v["code"].as_str()), (422, Some("SEND_FAILED")), "{v}");
     let _ = d.home.clone();
 }
 

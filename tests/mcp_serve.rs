@@ -23,6 +23,13 @@ async fn an_mcp_client_lists_messages_reads_and_approves() {
         Scripted::sse(anthropic_text(&["Hello from ", "scout."], 10, 3)),
         Scripted::sse(anthropic_tool("toolu_1", "sys_update_config", r#"{"path":"description","value":"x"}"#)),
         Scripted::sse(anthropic_text(&["Description set."], 10, 3)),
+        // scout, woken by the client's message, answers it as a peer.
+        Scripted::sse(anthropic_tool(
+            "toolu_2",
+            "msg_send",
+            r#"{"recipient":"mcp-client","content":"pong from scout"}"#,
+        )),
+        Scripted::sse(anthropic_text(&["Replied."], 10, 3)),
     ])
     .await;
     let spec = ServerSpec::from_config(&json!({
@@ -42,6 +49,9 @@ async fn an_mcp_client_lists_messages_reads_and_approves() {
             "list_agents",
             "agent_status",
             "send_message",
+            "message_agent",
+            "inbox",
+            "whoami",
             "list_files",
             "read_file",
             "pending_approvals",
@@ -52,7 +62,8 @@ async fn an_mcp_client_lists_messages_reads_and_approves() {
     let (listed, err) = conn.call("list_agents", json!({})).await;
     assert!(!err, "{listed}");
     let listed: Value = serde_json::from_str(&listed).unwrap();
-    assert_eq!(listed[0]["name"], "scout", "{listed}");
+    let names: Vec<&str> = listed.as_array().unwrap().iter().filter_map(|a| a["name"].as_str()).collect();
+    assert_eq!(names, ["mcp-client", "scout"], "the client's own identity is one of the fleet: {listed}");
 
     let (reply, err) = conn.call("send_message", json!({"agent": "scout", "text": "hi"})).await;
     assert_eq!((reply.as_str(), err), ("Hello from scout.", false));
@@ -85,7 +96,18 @@ async fn an_mcp_client_lists_messages_reads_and_approves() {
     }
     let (bad, err) = conn.call("send_message", json!({"agent": "nobody", "text": "hi"})).await;
     assert!(err, "{bad}");
+
+    // The client's own identity: an agent of the fleet with a DID and an
+    // inbox, which agents answer as any peer.
+    let (me, err) = conn.call("whoami", json!({})).await;
+    assert!(!err && me.contains("\"mcp-client\"") && me.contains("did:key:"), "{me}");
+    let (reply, err) =
+        conn.call("message_agent", json!({"agent": "scout", "text": "ping", "timeout_seconds": 30})).await;
+    assert!(!err && reply.ends_with("pong from scout"), "{reply}");
+    let (inbox, _) = conn.call("inbox", json!({})).await;
+    assert!(inbox.contains("pong from scout"), "{inbox}");
     conn.close().await;
+    assert!(fleet.join("mcp-client.adf").is_file(), "the identity is a file of the fleet");
 }
 
 /// `--http PORT`: Streamable HTTP on loopback behind the daemon's token;
@@ -120,7 +142,7 @@ async fn over_streamable_http_behind_the_token() {
     let refused = connect(&spec("Bearer wrong"), &home.path().join("s1")).await.err().expect("refused");
     assert!(refused.reason.contains("requires authorization (HTTP 401)"), "{refused}");
     let conn = connect(&spec(&format!("Bearer {}", token.trim())), &home.path().join("s2")).await.unwrap();
-    assert_eq!(conn.tools.len(), 7);
+    assert_eq!(conn.tools.len(), 10);
     let (listed, err) = conn.call("list_agents", json!({})).await;
     assert!(!err && listed.contains("scout"), "{listed}");
     conn.close().await;

@@ -112,6 +112,10 @@ pub enum McpCmd {
         /// measures the client against).
         #[arg(long, hide = true)]
         echo: bool,
+        /// The name of the client's own identity and inbox in the fleet
+        /// (an agent file made on first use).
+        #[arg(long = "as", value_name = "NAME", default_value = "mcp-client")]
+        me: String,
     },
 }
 
@@ -219,7 +223,12 @@ pub fn run(out: &Out, cmd: McpCmd) -> anyhow::Result<()> {
                 None => Ok(()),
             }
         }
-        McpCmd::Serve { fleet, http, .. } => crate::mcp::serve::run(fleet, http),
+        McpCmd::Serve { fleet, http, me, .. } => {
+            if !owner::valid_name(&me) {
+                anyhow::bail!("--as {me:?}: use lowercase letters, digits, _ and -");
+            }
+            crate::mcp::serve::run(fleet, http, &me)
+        }
         McpCmd::Add { path, name, url, headers, env, no_connect, oauth, command } => {
             let oauth = match (&url, oauth) {
                 (Some(u), true) => Some(sign_in(u, &name, false)?),

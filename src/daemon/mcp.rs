@@ -24,6 +24,36 @@ pub fn router() -> Router<AppState> {
         .route("/agents/{id}/mcp/{name}/restart", post(restart))
         .route("/agents/{id}/mcp/{name}/tools/{tool}", patch(tool))
         .route("/agents/{id}/skills", get(skills))
+        .route("/agents/{id}/messages", post(send_message))
+}
+
+/// Send an ALF message as the agent, without a turn (its messaging rules
+/// apply as to `msg_send`): `{recipient, content, subject?, thread_id?}`.
+async fn send_message(State(s): State<AppState>, Path(id): Path<String>, b: Bytes) -> ApiResult {
+    let (id, _) = s.agent(&id).await?;
+    let v = body(&b)?;
+    for k in ["recipient", "content"] {
+        if !v[k].as_str().is_some_and(|t| !t.trim().is_empty()) {
+            return Err(ApiError::bad(format!("`{k}` (a non-empty string) is required")));
+        }
+    }
+    let mut input = serde_json::Map::new();
+    for k in ["recipient", "content", "subject", "thread_id", "parent_id"] {
+        if let Some(t) = v[k].as_str() {
+            input.insert(k.into(), json!(t));
+        }
+    }
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let cmd = crate::runtime::agent::AgentCommand::Send { input: Value::Object(input), reply: tx };
+    s.fleet.lock().await.send(&id, cmd).map_err(ApiError::internal)?;
+    let out = tokio::time::timeout(std::time::Duration::from_secs(120), rx)
+        .await
+        .map_err(|_| ApiError::internal("the agent did not send within 120 s"))?
+        .map_err(|_| ApiError::internal("the agent stopped"))?;
+    if out.is_error {
+        return Err(ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, out.content).with_code("SEND_FAILED"));
+    }
+    Ok(Json(json!({"agentId": id, "success": true, "result": out.content})))
 }
 
 /// The agent's skills (the fleet's and its own), invalid ones with the

@@ -148,6 +148,10 @@ pub const ROUTES: &[Route] = &[
         r("patch", "/agents/{id}/mcp/{name}/tools/{tool}", "Change an MCP tool's flags"),
         &["enabled:boolean", "visible:boolean", "restricted:boolean"],
     ),
+    b(
+        r("post", "/agents/{id}/messages", "Send an ALF message as the agent, without a turn"),
+        &["recipient:text!", "content:text!", "subject:string", "thread_id:string", "parent_id:string"],
+    ),
     r("get", "/agents/{id}/skills", "Skills (the fleet's and the agent's), muted, invalid with the reason"),
     r("get", "/runtime", "The runtime: agents, states, event cursor"),
     r("get", "/runtime/providers", "Providers, as metadata (never keys)"),
@@ -230,7 +234,7 @@ pub fn document() -> Value {
             op["responses"]["202"] =
                 json!({"description": "Accepted", "content": {"application/json": {"schema": {}}}});
         }
-        if route.path.ends_with("/mcp") && route.method == "post" {
+        if (route.path.ends_with("/mcp") || route.path.ends_with("/messages")) && route.method == "post" {
             op["responses"]["422"] = json!({"$ref": "#/components/responses/Error"});
         }
         if let Some(fields) = route.body {

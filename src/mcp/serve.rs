@@ -44,6 +44,17 @@ fn catalog() -> Vec<(&'static str, &'static str, Value)> {
                    "required": ["agent", "text"]}),
         ),
         (
+            "message_agent",
+            "Send an ALF message from your own identity (see whoami) to an agent, as any peer would, and wait \
+             for its reply in your inbox. The agent decides whether and how to answer.",
+            json!({"type": "object", "properties": {"agent": agent, "text": {"type": "string", "minLength": 1},
+                   "subject": {"type": "string"},
+                   "timeout_seconds": {"type": "integer", "minimum": 1, "maximum": 3600}},
+                   "required": ["agent", "text"]}),
+        ),
+        ("inbox", "Messages agents sent to you, newest first.", json!({"type": "object", "properties": {}})),
+        ("whoami", "Your own identity in the fleet: name, handle, DID.", json!({"type": "object", "properties": {}})),
+        (
             "list_files",
             "The files of an agent (path, size, mime type).",
             json!({"type": "object", "properties": {"agent": agent}, "required": ["agent"]}),
@@ -72,6 +83,8 @@ fn catalog() -> Vec<(&'static str, &'static str, Value)> {
 #[derive(Clone)]
 pub struct FleetServer {
     client: Arc<Client>,
+    /// The agent that is this client's own identity and inbox.
+    me: Option<String>,
 }
 
 fn text(s: impl Into<String>) -> CallToolResult {
@@ -88,7 +101,54 @@ fn pretty(v: &Value) -> String {
 
 impl FleetServer {
     pub fn new(client: Client) -> Self {
-        FleetServer { client: Arc::new(client) }
+        FleetServer { client: Arc::new(client), me: None }
+    }
+
+    /// Give the client its own identity: the agent `me` of the fleet.
+    pub fn with_identity(mut self, me: &str) -> Self {
+        self.me = Some(me.to_string());
+        self
+    }
+
+    fn me(&self) -> Result<&str, String> {
+        self.me.as_deref().ok_or_else(|| "this server has no identity of its own (adf mcp serve --as NAME)".into())
+    }
+
+    /// Inbox rows of the client's agent.
+    async fn my_inbox(&self) -> Result<Vec<Value>, String> {
+        let v = self.client.get(&["agents", self.me()?, "inbox"]).await.map_err(|e| e.to_string())?;
+        Ok(v["messages"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// An ALF message from the client's identity, then its answer.
+    async fn message_agent(&self, a: &Value) -> Result<CallToolResult, String> {
+        let to = a["agent"].as_str().filter(|s| !s.is_empty()).ok_or("`agent` is required")?;
+        let said = a["text"].as_str().filter(|t| !t.trim().is_empty()).ok_or("`text` is required")?;
+        let wait = Duration::from_secs(a["timeout_seconds"].as_u64().unwrap_or(DEFAULT_WAIT).clamp(1, 3600));
+        let seen: std::collections::HashSet<String> =
+            self.my_inbox().await?.iter().filter_map(|m| m["id"].as_str().map(str::to_string)).collect();
+        let mut body = json!({"recipient": to, "content": said});
+        if let Some(s) = a["subject"].as_str() {
+            body["subject"] = json!(s);
+        }
+        self.client.post(&["agents", self.me()?, "messages"], &body).await.map_err(|e| e.to_string())?;
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let fresh: Vec<Value> = self
+                .my_inbox()
+                .await?
+                .into_iter()
+                .filter(|m| m["id"].as_str().is_some_and(|id| !seen.contains(id)))
+                .collect();
+            if let Some(m) = fresh.first() {
+                let from = m["sender_alias"].as_str().or(m["from"].as_str()).unwrap_or("?");
+                return Ok(text(format!("{from}: {}", m["content"].as_str().unwrap_or(""))));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(text(format!("sent; no reply within {} s (it may come later: see inbox)", wait.as_secs())));
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
     }
 
     async fn run_tool(&self, name: &str, a: &Value) -> Result<CallToolResult, String> {
@@ -152,6 +212,33 @@ impl FleetServer {
                 }
                 let v = c.post(&["agents", agent()?, "tasks", task, "resolve"], &body).await.map_err(e)?;
                 text(pretty(&v))
+            }
+            "message_agent" => self.message_agent(a).await?,
+            "inbox" => {
+                let rows: Vec<Value> = self
+                    .my_inbox()
+                    .await?
+                    .iter()
+                    .rev()
+                    .map(|m| {
+                        json!({"id": m["id"], "from": m["sender_alias"].as_str().or(m["from"].as_str()),
+                                    "subject": m["subject"], "content": m["content"], "status": m["status"]})
+                    })
+                    .collect();
+                text(pretty(&json!(rows)))
+            }
+            "whoami" => {
+                let v = c.get(&["agents", self.me()?]).await.map_err(e)?;
+                let meta = c.get(&["agents", self.me()?, "meta"]).await.map_err(e)?;
+                let did = meta["entries"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|m| m["key"] == "adf_did")
+                    .map(|m| m["value"].clone())
+                    .unwrap_or(Value::Null);
+                text(pretty(&json!({"name": v["config"]["name"], "handle": v["config"]["handle"], "did": did,
+                                    "id": v["id"]})))
             }
             "send_message" => {
                 let msg = a["text"].as_str().filter(|t| !t.trim().is_empty()).ok_or("`text` is required")?;
@@ -285,16 +372,51 @@ impl ServerHandler for FleetServer {
     }
 }
 
+/// The agent that is the client's own identity and inbox (`<fleet>/<name>.adf`),
+/// made on first use: owned by this install, reviewed, and never woken (it
+/// has no model to run; the client reads its inbox).
+fn ensure_identity(fleet: &std::path::Path, name: &str) -> anyhow::Result<PathBuf> {
+    let path = fleet.join(format!("{name}.adf"));
+    if path.exists() {
+        return Ok(path);
+    }
+    std::fs::create_dir_all(fleet)?;
+    let install = crate::identity::install::current().map_err(anyhow::Error::msg)?;
+    let created = crate::store::create::create_file(
+        &path,
+        &crate::store::create::NewAgent {
+            name: Some(name),
+            description: Some("An MCP client's identity and inbox (adf mcp serve)"),
+            seal_to: Some(install),
+            ..Default::default()
+        },
+    )
+    .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    crate::review::mark_reviewed(&created.id).map_err(anyhow::Error::msg)?;
+    let mut store = crate::store::Store::open(&path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    store
+        .config_set(crate::store::Caller::Owner, "triggers.on_inbox.enabled", json!(false))
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    store.close().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    Ok(path)
+}
+
 /// Serve MCP for the fleet at `fleet` (the default fleet when none): on
 /// stdio until the client hangs up, or with `http` on
 /// `127.0.0.1:<port>/mcp` (Streamable HTTP, the daemon's bearer token
 /// required, loopback `Host`s only) until interrupted.
-pub fn run(fleet: Option<PathBuf>, http: Option<u16>) -> anyhow::Result<()> {
+pub fn run(fleet: Option<PathBuf>, http: Option<u16>, me: &str) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async move {
         let fleet = fleet.unwrap_or_else(crate::paths::fleet_dir);
+        let identity = ensure_identity(&fleet, me)?;
         let (client, embedded) = match crate::daemon::discover(&fleet) {
-            Some(url) => (Client::new(&url), None),
+            Some(url) => {
+                let c = Client::new(&url);
+                // A running daemon loads the identity if it is new to it.
+                let _ = c.post(&["agents", "load"], &json!({"filePath": identity})).await;
+                (c, None)
+            }
             None => {
                 // No daemon runs for this fleet: one inside this process,
                 // on loopback, for as long as the client stays.
@@ -319,7 +441,7 @@ pub fn run(fleet: Option<PathBuf>, http: Option<u16>) -> anyhow::Result<()> {
                 (Client::new(&format!("http://{}", ready.addr)), Some((stop_tx, task)))
             }
         };
-        let server = FleetServer::new(client);
+        let server = FleetServer::new(client).with_identity(me);
         let served = match http {
             None => serve_stdio(server).await,
             Some(port) => serve_http(server, port).await,

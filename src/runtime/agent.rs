@@ -42,6 +42,13 @@ pub enum AgentCommand {
     /// Owner work on the agent's file (an edited file written back, a
     /// query): runs at once when no turn runs, else right after the turn.
     With(OwnerWork),
+    /// Send an ALF message as this agent without a turn (`msg_send`'s
+    /// input): an owner's or an MCP client's message from this identity.
+    /// Queued behind a running turn.
+    Send {
+        input: serde_json::Value,
+        reply: tokio::sync::oneshot::Sender<crate::tools::ToolOutput>,
+    },
     /// An agent-scope trigger fired: wake the model with this message
     /// (queued behind a running turn).
     Wake {
@@ -177,6 +184,8 @@ pub fn spawn_with(
         let mut quiet_ticks: u32 = 0;
         // Owner work that arrived during a turn.
         let mut deferred: Vec<OwnerWork> = Vec::new();
+        let mut deferred_sends: Vec<(serde_json::Value, tokio::sync::oneshot::Sender<crate::tools::ToolOutput>)> =
+            Vec::new();
         let mut ticker = tokio::time::interval(tick);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -285,6 +294,10 @@ pub fn spawn_with(
                                 (w.0)(&mut ex);
                                 continue;
                             }
+                            Some(AgentCommand::Send { input, reply }) => {
+                                let _ = reply.send(ex.msg_send(&input).await);
+                                continue;
+                            }
                             Some(AgentCommand::Resume) => {
                                 started.store(true, Ordering::Relaxed);
                                 continue;
@@ -352,6 +365,7 @@ pub fn spawn_with(
                             }
                             Some(AgentCommand::Resume) => {}
                             Some(AgentCommand::With(w)) => deferred.push(w),
+                            Some(AgentCommand::Send { input, reply }) => deferred_sends.push((input, reply)),
                             Some(AgentCommand::Wake { text, event_type }) => {
                                 // Latest wins for inbox wakes: one wake covers a burst.
                                 if event_type == "inbox" {
@@ -365,6 +379,9 @@ pub fn spawn_with(
             }
             for w in deferred.drain(..) {
                 (w.0)(&mut ex);
+            }
+            for (input, reply) in deferred_sends.drain(..) {
+                let _ = reply.send(ex.msg_send(&input).await);
             }
             // The turn future is gone: waiting approvals and asks with it.
             owner.clear();
@@ -405,6 +422,9 @@ pub fn spawn_with(
                                 break;
                             }
                             Some(AgentCommand::With(w)) => (w.0)(&mut ex),
+                            Some(AgentCommand::Send { input, reply }) => {
+                                let _ = reply.send(ex.msg_send(&input).await);
+                            }
                             Some(_) => {}
                         },
                     }
