@@ -33,7 +33,7 @@ async fn send_message(State(s): State<AppState>, Path(id): Path<String>, b: Byte
     let (id, _) = s.agent(&id).await?;
     let v = body(&b)?;
     for k in ["recipient", "content"] {
-        if !v[k].as_str().is_some_and(|t| !t.trim().is_empty()) {
+        if v[k].as_str().is_none_or(|t| t.trim().is_empty()) {
             return Err(ApiError::bad(format!("`{k}` (a non-empty string) is required")));
         }
     }
