@@ -320,6 +320,20 @@ async fn route_groups_with_good_and_bad_input() {
     assert_eq!(s, 404);
     let (s, v) = d.call("POST", "/agents/a/messages", Some(json!({"recipient": "no-such-peer", "content": "x"}))).await;
     assert_eq!((s, v["code"].as_str()), (422, Some("SEND_FAILED")), "{v}");
+
+    // A sign-in made elsewhere is sealed only for the server's own URL.
+    let mut cfg = d.get("/agents/a/config").await["config"].clone();
+    cfg["mcp"] = json!({"servers": [{"name": "web", "transport": "http", "url": "http://127.0.0.1:9/mcp"}]});
+    assert_eq!(d.call("PUT", "/agents/a/config", Some(cfg)).await.0, 200);
+    let signed = |url: &str| json!({"oauth": json!({"url": url, "credentials": {"client_id": "c"}}).to_string()});
+    let (s, _) = d.call("PUT", "/agents/a/mcp/nope/oauth", Some(signed("http://127.0.0.1:9/mcp"))).await;
+    assert_eq!(s, 404);
+    let (s, v) = d.call("PUT", "/agents/a/mcp/web/oauth", Some(signed("http://elsewhere.test/mcp"))).await;
+    assert_eq!(s, 400, "{v}");
+    let (s, v) = d.call("PUT", "/agents/a/mcp/web/oauth", Some(signed("http://127.0.0.1:9/mcp"))).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(d.get("/agents/a/config").await["config"]["mcp"]["servers"][0]["auth"], "oauth");
+    assert!(!d.get("/agents/a/mcp").await.to_string().contains("client_id"), "never in answers");
     let _ = d.home.clone();
 }
 

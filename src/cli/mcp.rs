@@ -148,8 +148,24 @@ pub fn run(out: &Out, cmd: McpCmd) -> anyhow::Result<()> {
     match cmd {
         McpCmd::Serve { echo: true, .. } => crate::mcp::serve::run_echo(),
         McpCmd::Login { path, name } => {
-            let Target::Local(store) = open_for_write(&path)? else {
-                anyhow::bail!("{}: held by another adf process; sign in there or stop it first", path.display());
+            let store = match open_for_write(&path)? {
+                Target::Local(store) => store,
+                Target::Held(via) => {
+                    // Sign in here, seal through the holder, reconnect there.
+                    let servers = via.call(reqwest::Method::GET, &["mcp"], &[], None)?;
+                    let url = servers["servers"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .find(|s| s["name"] == name.as_str() && s["transport"] == "http")
+                        .and_then(|s| s["target"].as_str())
+                        .map(str::to_string)
+                        .ok_or_else(|| anyhow::anyhow!("{}: no HTTP MCP server named {name:?}", path.display()))?;
+                    let sealed = sign_in(&url, &name, false)?;
+                    via.call(reqwest::Method::PUT, &["mcp", &name, "oauth"], &[], Some(&json!({"oauth": sealed})))?;
+                    let r = via.call(reqwest::Method::POST, &["mcp", &name, "restart"], &[], None)?;
+                    return out.line(format!("{name}: signed in, {} tools", r["tools_discovered"]));
+                }
             };
             let mut cfg = store.config_value().map_err(|e| at(&path, e))?;
             let Some(url) = server_entry(&cfg, &name).and_then(|s| s["url"].as_str()).map(str::to_string) else {

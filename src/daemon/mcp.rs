@@ -22,6 +22,7 @@ pub fn router() -> Router<AppState> {
         .route("/agents/{id}/mcp", get(list).post(add))
         .route("/agents/{id}/mcp/{name}", delete(remove))
         .route("/agents/{id}/mcp/{name}/restart", post(restart))
+        .route("/agents/{id}/mcp/{name}/oauth", axum::routing::put(oauth_put))
         .route("/agents/{id}/mcp/{name}/tools/{tool}", patch(tool))
         .route("/agents/{id}/skills", get(skills))
         .route("/agents/{id}/messages", post(send_message))
@@ -154,6 +155,41 @@ async fn remove(State(s): State<AppState>, Path((id, name)): Path<(String, Strin
         })
         .await?;
     Ok(Json(json!({"agentId": id, "success": true, "tools_removed": n})))
+}
+
+/// A finished OAuth sign-in for an HTTP server (`adf mcp login` on a held
+/// file): sealed as `mcp:<server>:oauth` if it belongs to the server's URL;
+/// the server starts with it at the next call or restart.
+async fn oauth_put(State(s): State<AppState>, Path((id, name)): Path<(String, String)>, b: Bytes) -> ApiResult {
+    let (id, _) = s.agent(&id).await?;
+    let v = body(&b)?;
+    let sealed =
+        v["oauth"].as_str().ok_or_else(|| ApiError::bad("`oauth` (the sealed sign-in) is required"))?.to_string();
+    let (id, _) = s
+        .write(&id, move |ex| {
+            let mut cfg = ex.store.config_value()?;
+            let url = server_entry(&cfg, &name)
+                .and_then(|e| e["url"].as_str())
+                .map(str::to_string)
+                .ok_or_else(|| ApiError::not_found(format!("no HTTP MCP server named {name:?}")))?;
+            if crate::mcp::oauth::unseal(&sealed, &url).is_none() {
+                return Err(ApiError::bad(format!("the sign-in is not for {url}")));
+            }
+            let purpose = crate::mcp::creds::purpose(&name, crate::mcp::oauth::KEY);
+            ex.store.secret_set(&purpose, sealed.as_bytes(), false)?;
+            if let Some(e) = cfg
+                .pointer_mut("/mcp/servers")
+                .and_then(Value::as_array_mut)
+                .and_then(|a| a.iter_mut().find(|e| e["name"] == name.as_str()))
+            {
+                e["auth"] = json!("oauth");
+            }
+            ex.store.config_replace(cfg)?;
+            ex.mcp_stop(&name);
+            Ok(())
+        })
+        .await?;
+    Ok(Json(json!({"agentId": id, "success": true})))
 }
 
 /// Stop the server, start it again outside the actor, hand it back.

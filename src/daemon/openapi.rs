@@ -145,6 +145,10 @@ pub const ROUTES: &[Route] = &[
     r("delete", "/agents/{id}/mcp/{name}", "Remove an MCP server, its tools and credentials"),
     r("post", "/agents/{id}/mcp/{name}/restart", "Connect an MCP server again and rediscover its tools"),
     b(
+        r("put", "/agents/{id}/mcp/{name}/oauth", "Seal a finished OAuth sign-in for an HTTP MCP server"),
+        &["oauth:string!"],
+    ),
+    b(
         r("patch", "/agents/{id}/mcp/{name}/tools/{tool}", "Change an MCP tool's flags"),
         &["enabled:boolean", "visible:boolean", "restricted:boolean"],
     ),

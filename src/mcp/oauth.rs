@@ -201,6 +201,36 @@ async fn wait_for_redirect(listener: &tokio::net::TcpListener, redirect: &str) -
 mod tests {
     use super::*;
 
+    /// The browser's redirect reaches the loopback listener: other paths
+    /// are refused, the callback's address comes back whole and the
+    /// browser is told it may close the tab.
+    #[tokio::test]
+    async fn the_loopback_callback_takes_the_browser_redirect() {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let redirect = format!("http://127.0.0.1:{port}/callback");
+        let browser = tokio::spawn(async move {
+            let get = |path: &'static str| async move {
+                let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+                s.write_all(format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").as_bytes()).await.unwrap();
+                let mut out = String::new();
+                s.read_to_string(&mut out).await.unwrap();
+                out
+            };
+            let stray = get("/favicon.ico").await;
+            let page = get("/callback?code=abc&state=xyz&iss=https%3A%2F%2Fauth.example").await;
+            (stray, page)
+        });
+        let landed = tokio::time::timeout(std::time::Duration::from_secs(10), wait_for_redirect(&listener, &redirect))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(landed, format!("{redirect}?code=abc&state=xyz&iss=https%3A%2F%2Fauth.example"));
+        let (stray, page) = browser.await.unwrap();
+        assert!(stray.starts_with("HTTP/1.1 404"), "{stray}");
+        assert!(page.starts_with("HTTP/1.1 200") && page.contains("Signed in"), "{page}");
+    }
+
     #[test]
     fn tokens_are_pinned_to_their_url() {
         let c = StoredCredentials::new("client-1".into(), None, vec!["read".into()], Some(1));
