@@ -216,3 +216,44 @@ fn adf_mcp_add_ls_tool_rm() {
     let cfg = adf_in(dir.path(), &["config", "get", "a.adf", "--json"]);
     assert!(!String::from_utf8_lossy(&cfg.stdout).contains("mcp_ev_"));
 }
+
+/// A stdio server's whole process tree goes when its connection does
+/// (closed, or dropped with the agent): a grandchild it started is killed
+/// with it, never left running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_process_tree_is_killed_with_the_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let alive = |pid: &str| std::path::Path::new(&format!("/proc/{pid}")).exists();
+    for how in ["close", "drop"] {
+        let pidfile = dir.path().join(format!("grandchild-{how}"));
+        let script = format!(
+            "sleep 300 & echo $! > '{}'; exec '{}' mcp serve --echo",
+            pidfile.display(),
+            env!("CARGO_BIN_EXE_adf")
+        );
+        let spec = stdio("tree", "sh", &["-c", &script]);
+        let conn = connect(&spec, &dir.path().join(how)).await.unwrap_or_else(|e| panic!("{e}"));
+        let (out, err) = conn.call("echo", json!({"text": "up"})).await;
+        assert_eq!((out.as_str(), err), ("up", false));
+        let pid = std::fs::read_to_string(&pidfile).unwrap().trim().to_string();
+        assert!(alive(&pid), "the grandchild runs while the server does");
+        match how {
+            "close" => conn.close().await,
+            _ => drop(conn),
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while alive(&pid) && Instant::now() < deadline {
+            // A killed process lingers as a zombie until reaped: count that as gone.
+            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            if state.split_whitespace().nth(2) == Some("Z") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        assert!(
+            state.is_empty() || state.split_whitespace().nth(2) == Some("Z"),
+            "{how}: grandchild {pid} still runs: {state}"
+        );
+    }
+}

@@ -62,7 +62,8 @@ async fn an_mcp_client_lists_messages_reads_and_approves() {
     let (listed, err) = conn.call("list_agents", json!({})).await;
     assert!(!err, "{listed}");
     let listed: Value = serde_json::from_str(&listed).unwrap();
-    let names: Vec<&str> = listed.as_array().unwrap().iter().filter_map(|a| a["name"].as_str()).collect();
+    let mut names: Vec<&str> = listed.as_array().unwrap().iter().filter_map(|a| a["name"].as_str()).collect();
+    names.sort();
     assert_eq!(names, ["mcp-client", "scout"], "the client's own identity is one of the fleet: {listed}");
 
     let (reply, err) = conn.call("send_message", json!({"agent": "scout", "text": "hi"})).await;

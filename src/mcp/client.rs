@@ -105,6 +105,23 @@ impl ServerSpec {
     }
 }
 
+/// Kills a stdio server's process group when dropped: the server may have
+/// exited cleanly on its own (closing stdin asks it to), but what it
+/// started must not outlive it.
+struct GroupKill(Option<i32>);
+
+impl Drop for GroupKill {
+    fn drop(&mut self) {
+        if let Some(pgid) = self.0.filter(|p| *p > 1) {
+            // SAFETY: killpg only sends a signal; a group that is gone
+            // answers ESRCH, which is fine.
+            unsafe {
+                libc::killpg(pgid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
 /// A live connection and the tools the server listed.
 pub struct Connection {
     pub name: String,
@@ -117,6 +134,8 @@ pub struct Connection {
     gone: Arc<std::sync::atomic::AtomicBool>,
     /// The OAuth tokens in use (and whether the SDK refreshed them).
     oauth: Option<(String, super::oauth::Tokens)>,
+    /// Last field: dropped after the service, so the group goes last.
+    _group: GroupKill,
 }
 
 /// Why a connection failed, with the server's last words.
@@ -157,6 +176,7 @@ pub async fn connect(spec: &ServerSpec, scratch: &Path) -> Result<Connection, Co
     let mut reader: Option<tokio::task::JoinHandle<()>> = None;
     let gone: Arc<std::sync::atomic::AtomicBool> = Arc::default();
     let mut oauth: Option<(String, super::oauth::Tokens)> = None;
+    let mut group = GroupKill(None);
     let started = match &spec.transport {
         Transport::Stdio { command, args } => {
             std::fs::create_dir_all(scratch).map_err(|e| fail(format!("scratch folder: {e}"), &stderr))?;
@@ -174,6 +194,8 @@ pub async fn connect(spec: &ServerSpec, scratch: &Path) -> Result<Connection, Co
                 .stderr(std::process::Stdio::piped())
                 .spawn()
                 .map_err(|e| fail(format!("cannot start {command:?}: {e}"), &stderr))?;
+            // The server leads its own process group (ProcessGroup::leader).
+            group = GroupKill(proc.id().and_then(|p| i32::try_from(p).ok()));
             if let Some(err) = err {
                 let buf = stderr.clone();
                 let gone = gone.clone();
@@ -268,7 +290,16 @@ pub async fn connect(spec: &ServerSpec, scratch: &Path) -> Result<Connection, Co
             input_schema: Value::Object((*t.input_schema).clone()),
         })
         .collect();
-    Ok(Connection { name: spec.name.clone(), tools, service, stderr, call_timeout: spec.call_timeout, gone, oauth })
+    Ok(Connection {
+        name: spec.name.clone(),
+        tools,
+        service,
+        stderr,
+        call_timeout: spec.call_timeout,
+        gone,
+        oauth,
+        _group: group,
+    })
 }
 
 impl Connection {
