@@ -3,6 +3,8 @@
 //! names their node_modules), and processes that fail the ways servers
 //! fail (exit at once, speak garbage, never answer).
 
+mod common;
+
 use std::time::{Duration, Instant};
 
 use adf::mcp::client::{ServerSpec, Transport, connect};
@@ -255,5 +257,78 @@ async fn the_server_process_tree_is_killed_with_the_connection() {
             state.is_empty() || state.split_whitespace().nth(2) == Some("Z"),
             "{how}: grandchild {pid} still runs: {state}"
         );
+    }
+}
+
+/// The agent's `mcp_install`, `mcp_restart` and `mcp_uninstall` each ask
+/// the owner first (whatever their declarations say); approved, they
+/// install a server (its tools restricted), reconnect it and remove it;
+/// denied, nothing changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agents_mcp_tools_ask_the_owner_first() {
+    use std::sync::{Arc, Mutex};
+
+    use adf::providers::scripted::{Reply, Scripted};
+    use adf::runtime::bus::Bus;
+    use adf::runtime::executor::{ApprovalRequest, Decision, Executor, Owner};
+    use adf::store::{Caller, NewAgent, Store};
+    use futures_util::future::BoxFuture;
+
+    struct Answers(bool, Mutex<Vec<String>>);
+    impl Owner for Answers {
+        fn approve<'a>(&'a self, req: &'a ApprovalRequest) -> BoxFuture<'a, Decision> {
+            self.1.lock().unwrap().push(req.tool.clone());
+            let d = if self.0 { Decision::Approve { always: false } } else { Decision::Deny { feedback: None } };
+            Box::pin(async move { d })
+        }
+        fn answer<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Option<String>> {
+            Box::pin(async { None })
+        }
+    }
+
+    let install = json!({"type": "custom", "package": env!("CARGO_BIN_EXE_adf"), "args": ["mcp", "serve", "--echo"],
+                         "name": "echo", "env": {"ECHO_KEY": "k-123"}});
+    for approve in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut s, _) = Store::create(
+            dir.path().join("a.adf"),
+            &NewAgent { provider: Some("scripted"), model: Some("m"), ..Default::default() },
+        )
+        .unwrap();
+        let mut tools = adf::store::defaults::default_tools();
+        for t in tools.as_array_mut().unwrap() {
+            if t["name"].as_str().is_some_and(|n| n.starts_with("mcp_")) {
+                t["enabled"] = json!(true);
+                t["visible"] = json!(true);
+            }
+        }
+        s.config_set(Caller::Owner, "tools", tools).unwrap();
+        let provider = Arc::new(Scripted::new(vec![
+            Reply::Tools(vec![("mcp_install".into(), install.clone())]),
+            Reply::Tools(vec![("mcp_restart".into(), json!({"name": "echo"}))]),
+            Reply::Tools(vec![("mcp_uninstall".into(), json!({"name": "echo"}))]),
+            Reply::Text("done".into()),
+        ]));
+        let owner = Arc::new(Answers(approve, Mutex::new(Vec::new())));
+        let mut ex = Executor::new(s, provider, Bus::new(), owner.clone()).unwrap();
+        ex.chat("install the echo server").await.unwrap();
+        assert_eq!(*owner.1.lock().unwrap(), ["mcp_install", "mcp_restart", "mcp_uninstall"], "each asked");
+        let r = common::tool_results(&ex.store);
+        let cfg = ex.store.config_value().unwrap();
+        if !approve {
+            assert!(r.iter().all(|(t, err)| *err && t.contains("rejected")), "{r:?}");
+            assert!(cfg["mcp"]["servers"].as_array().is_none_or(|a| a.is_empty()), "{cfg}");
+            continue;
+        }
+        let installed: Value = serde_json::from_str(&r[0].0).unwrap();
+        assert_eq!((installed["success"].clone(), installed["tools_discovered"].clone()), (json!(true), json!(1)));
+        assert_eq!(installed["env_keys"], json!(["ECHO_KEY"]));
+        let restarted: Value = serde_json::from_str(&r[1].0).unwrap();
+        assert_eq!(restarted["success"], true, "{restarted}");
+        let removed: Value = serde_json::from_str(&r[2].0).unwrap();
+        assert_eq!(removed["success"], true, "{removed}");
+        assert!(cfg["mcp"]["servers"].as_array().unwrap().is_empty());
+        assert!(!cfg.to_string().contains("mcp_echo_echo"), "its tools went with it");
+        assert!(ex.store.secrets().unwrap().iter().all(|s| !s.purpose.starts_with("mcp:echo:")), "and its credentials");
     }
 }

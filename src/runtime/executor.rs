@@ -1443,13 +1443,16 @@ impl Executor {
             }
         }
         let justification = input.get("_reason").and_then(Value::as_str).map(str::to_string);
+        // Installing, restarting or removing the agent's own tool servers is
+        // always the owner's call, whatever the declaration says.
+        let restricted = decl.is_restricted() || crate::tools::always_asks(name);
         if super::background::async_capable(name) && super::background::wants_async(&input) {
-            return Ok(Gate::Done(self.start_async(name, &input, decl.is_restricted(), source)?));
+            return Ok(Gate::Done(self.start_async(name, &input, restricted, source)?));
         }
         if name == "ask" {
             return self.ask(&input, id, source).await;
         }
-        if decl.is_restricted() {
+        if restricted {
             let (task_id, decision) =
                 self.request_approval(name, id, &input, "restricted", None, justification, source).await?;
             match decision {

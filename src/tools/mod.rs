@@ -176,6 +176,13 @@ pub fn execute(ctx: &mut Ctx<'_>, name: &str, input: &Value) -> ToolOutput {
     }
 }
 
+/// Tools that ask the owner before every call even when their declaration
+/// is not restricted (the file format's defaults leave them unrestricted):
+/// the agent adding, restarting or removing its own MCP servers.
+pub fn always_asks(name: &str) -> bool {
+    matches!(name, "mcp_install" | "mcp_restart" | "mcp_uninstall")
+}
+
 /// Why a declared tool cannot run in this build: the capability it needs
 /// (a later part of adf). `None` for tools that run.
 pub fn unavailable(name: &str) -> Option<&'static str> {
