@@ -1030,6 +1030,12 @@ async fn snapshot_of_the_mcp_view_and_its_keys() {
     assert!(matches!(act.first(), Some(Action::Mcp(r)) if r.segments == ["mcp", "docs", "restart"]), "{act:?}");
     keys(&mut a, "e");
     assert_eq!(a.status.as_deref(), Some("select a tool of the server first"));
+    // `/mcp` typed in the composer opens the view rather than messaging.
+    a.run("chat");
+    a.focus = Focus::Composer;
+    keys(&mut a, "/mcp");
+    assert!(key(&mut a, KeyCode::Enter).is_empty());
+    assert_eq!((a.main, a.focus), (MainView::Mcp, Focus::Main));
     let act = a.command_line("mcp_add npm:@modelcontextprotocol/server-everything stdio");
     let Some(Action::Mcp(r)) = act.first() else { panic!("{act:?}") };
     assert_eq!(r.body.as_ref().unwrap()["name"], "everything");

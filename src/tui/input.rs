@@ -575,6 +575,13 @@ impl App {
         if text.trim().is_empty() {
             return Vec::new();
         }
+        // `/mcp` and `/skills` open their views (the app's own commands,
+        // not a message); any other `/…` goes to the agent (a skill).
+        if let Some(view) = ["mcp", "skills"].into_iter().find(|v| text.trim() == format!("/{v}")) {
+            self.composer = TextArea::default();
+            self.focus = Focus::Main;
+            return self.run(view);
+        }
         let Some(id) = self.selected_id() else {
             self.status = Some("no agent selected".into());
             return Vec::new();
