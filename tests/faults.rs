@@ -219,21 +219,9 @@ struct Daemon {
 }
 
 fn start_daemon(home: &Path, base: &str) -> Daemon {
-    let fleet = home.join("data/agents");
-    let _ = std::fs::remove_file(fleet.join(".daemon.json"));
-    let child = Command::new(env!("CARGO_BIN_EXE_adf"))
-        .args(["daemon", "--port", "0", "--no-mesh"])
-        .env("ADF_HOME", home)
-        .env("ANTHROPIC_API_KEY", "k")
-        .env("ANTHROPIC_BASE_URL", base)
-        .env_remove("ADF_DAEMON_TOKEN")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let v = daemon_info(&fleet, Duration::from_secs(20));
-    let token = std::fs::read_to_string(home.join("config/daemon-token")).unwrap();
-    Daemon { child, url: v["url"].as_str().unwrap().to_string(), token: token.trim().to_string() }
+    let (child, url, token) =
+        spawn_daemon(home, &["--no-mesh"], &[("ANTHROPIC_API_KEY", "k"), ("ANTHROPIC_BASE_URL", base)]);
+    Daemon { child, url, token }
 }
 
 /// A daemon with four busy agents killed at random moments, fifty times:

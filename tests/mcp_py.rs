@@ -242,18 +242,8 @@ impl Drop for Daemon {
 }
 
 fn daemon(home: &Path) -> Daemon {
-    let fleet = home.join("data/agents");
-    let child = Command::new(env!("CARGO_BIN_EXE_adf"))
-        .args(["daemon", "--port", "0"])
-        .env("ADF_HOME", home)
-        .env_remove("ADF_DAEMON_TOKEN")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let v = daemon_info(&fleet, Duration::from_secs(20));
-    let token = std::fs::read_to_string(home.join("config/daemon-token")).unwrap();
-    Daemon { child, url: v["url"].as_str().unwrap().to_string(), token }
+    let (child, url, token) = spawn_daemon(home, &[], &[]);
+    Daemon { child, url, token }
 }
 
 impl Daemon {

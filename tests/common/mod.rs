@@ -138,6 +138,24 @@ pub fn daemon_info(fleet: &Path, within: std::time::Duration) -> serde_json::Val
     serde_json::from_str(&std::fs::read_to_string(&info).unwrap()).unwrap()
 }
 
+/// `adf daemon --port 0` for the fleet under `home` (extra arguments and
+/// environment added), once it says where it listens: the child, its URL
+/// and the token local clients use.
+pub fn spawn_daemon(home: &Path, args: &[&str], env: &[(&str, &str)]) -> (std::process::Child, String, String) {
+    let fleet = home.join("data/agents");
+    // A daemon killed by an earlier step leaves its discovery file behind.
+    let _ = std::fs::remove_file(fleet.join(".daemon.json"));
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_adf"));
+    cmd.args(["daemon", "--port", "0"]).args(args).env("ADF_HOME", home).env_remove("ADF_DAEMON_TOKEN");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("spawn adf daemon");
+    let v = daemon_info(&fleet, std::time::Duration::from_secs(20));
+    let token = std::fs::read_to_string(home.join("config/daemon-token")).expect("the daemon's token");
+    (child, v["url"].as_str().unwrap_or_default().to_string(), token.trim().to_string())
+}
+
 /// Every tool result in the loop, in order: (text, is_error).
 pub fn tool_results(s: &adf::store::Store) -> Vec<(String, bool)> {
     s.loop_rows(None)
