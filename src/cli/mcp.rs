@@ -207,8 +207,7 @@ pub fn run(out: &Out, cmd: McpCmd) -> anyhow::Result<()> {
             let scratch = std::env::temp_dir().join("adf-mcp").join("cli").join("probe");
             let spec_of = |add: &owner::AddServer| -> anyhow::Result<ServerSpec> {
                 let (entry, sealed) = owner::entry(add).map_err(anyhow::Error::msg)?;
-                ServerSpec::with_secrets(&entry, |p| sealed.iter().find(|(k, _)| k == p).map(|(_, v)| v.clone()))
-                    .map_err(anyhow::Error::msg)
+                ServerSpec::with_sealed(&entry, &sealed).map_err(anyhow::Error::msg)
             };
             // With --oauth, sign in only when the server asks for it.
             let conn = match rt.block_on(connect(&spec_of(&add)?, &scratch)) {
@@ -276,10 +275,7 @@ pub fn run(out: &Out, cmd: McpCmd) -> anyhow::Result<()> {
                         close(store)?;
                         anyhow::bail!("{}: an MCP server named {name:?} is already configured", path.display());
                     }
-                    let spec = ServerSpec::with_secrets(&entry, |p| {
-                        sealed.iter().find(|(k, _)| k == p).map(|(_, v)| v.clone())
-                    })
-                    .map_err(|e| anyhow_at(&path, e))?;
+                    let spec = ServerSpec::with_sealed(&entry, &sealed).map_err(|e| anyhow_at(&path, e))?;
                     let tools = if no_connect {
                         None
                     } else {
@@ -431,19 +427,13 @@ pub fn run(out: &Out, cmd: McpCmd) -> anyhow::Result<()> {
                 Target::Local(store) => {
                     let mut store = unlocked(&path, store)?;
                     let mut cfg = store.config_value().map_err(|e| at(&path, e))?;
-                    let Some(ns) = server_entry(&cfg, &name).map(crate::mcp::creds::namespace) else {
+                    let Some(server) = server_entry(&cfg, &name).cloned() else {
                         close(store)?;
                         anyhow::bail!("{}: no MCP server named {name:?}", path.display());
                     };
                     let n = remove_server(&mut cfg, &name);
                     store.config_replace(cfg).map_err(|e| at(&path, e))?;
-                    for r in store.secrets().map_err(|e| at(&path, e))? {
-                        if r.purpose.starts_with(&format!("mcp:{ns}:"))
-                            || r.purpose.starts_with(&format!("mcp:{name}:"))
-                        {
-                            store.secret_rm(&r.purpose).map_err(|e| at(&path, e))?;
-                        }
-                    }
+                    crate::mcp::creds::remove_sealed(&mut store, &server).map_err(|e| at(&path, e))?;
                     close(store)?;
                     n
                 }

@@ -109,8 +109,7 @@ async fn add(State(s): State<AppState>, Path(id): Path<String>, b: Bytes) -> Api
         },
     };
     let (entry, sealed) = owner::entry(&add).map_err(ApiError::bad)?;
-    let spec = ServerSpec::with_secrets(&entry, |p| sealed.iter().find(|(k, _)| k == p).map(|(_, v)| v.clone()))
-        .map_err(ApiError::bad)?;
+    let spec = ServerSpec::with_sealed(&entry, &sealed).map_err(ApiError::bad)?;
     if server_entry(&cfg, &name).is_some() {
         return Err(ApiError::new(StatusCode::CONFLICT, format!("an MCP server named {name:?} is already configured"))
             .with_code("MCP_EXISTS"));

@@ -24,10 +24,7 @@ pub struct Report {
     pub reconcile_100_changed_ms: f64,
 }
 
-fn pct(mut v: Vec<f64>, p: f64) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
-    v[((v.len() as f64 - 1.0) * p).round() as usize]
-}
+use crate::runtime::shell::bench::pct;
 
 /// Resident memory of this process, in bytes (Linux; 0 elsewhere).
 fn rss() -> u64 {

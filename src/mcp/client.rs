@@ -55,6 +55,12 @@ impl ServerSpec {
         Self::with_secrets(v, |_| None)
     }
 
+    /// Read an entry whose sealed values are at hand (not yet in a file):
+    /// `(purpose, value)` pairs, as `owner::entry` returns them.
+    pub fn with_sealed(v: &Value, sealed: &[(String, String)]) -> Result<ServerSpec, String> {
+        Self::with_secrets(v, |p| sealed.iter().find(|(k, _)| k == p).map(|(_, v)| v.clone()))
+    }
+
     /// Read one `mcp.servers[]` entry, its env and headers resolved from
     /// the config and the sealed `mcp:<namespace>:<KEY>` values.
     pub fn with_secrets(v: &Value, secret: impl Fn(&str) -> Option<String>) -> Result<ServerSpec, String> {

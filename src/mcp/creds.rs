@@ -64,6 +64,26 @@ pub fn header_key(header: &str) -> String {
     header.trim().chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' }).collect()
 }
 
+/// Remove a server's sealed values (under its namespace and its name):
+/// how many went.
+pub fn remove_sealed(store: &mut crate::store::Store, server: &Value) -> crate::store::Result<usize> {
+    let roots: Vec<String> = [namespace(server), server["name"].as_str().unwrap_or("").to_string()]
+        .into_iter()
+        .filter(|n| !n.is_empty())
+        .map(|n| format!("mcp:{n}:"))
+        .collect();
+    let doomed: Vec<String> = store
+        .secrets()?
+        .into_iter()
+        .map(|r| r.purpose)
+        .filter(|p| roots.iter().any(|r| p.starts_with(r.as_str())))
+        .collect();
+    for p in &doomed {
+        store.secret_rm(p)?;
+    }
+    Ok(doomed.len())
+}
+
 /// What a server is given at spawn or request time.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Resolved {

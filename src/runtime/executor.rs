@@ -112,6 +112,8 @@ pub struct Executor {
     seq_next: u64,
     seq_limit: u64,
     snapshot: Snapshot,
+    /// The system prompt's skills and bundles sections, built once a turn.
+    knowledge: Option<Option<String>>,
     /// What the executor needs to know of the session without keeping its
     /// rows: read once, then kept up to date as rows are appended (the
     /// file stays the truth; compaction and clears read it again).
@@ -196,6 +198,7 @@ impl Executor {
             seq_next: 0,
             seq_limit: 0,
             snapshot: Snapshot::new(),
+            knowledge: None,
             session: None,
             transcript: prompt::Transcript::default(),
             mcp: Default::default(),
@@ -652,6 +655,7 @@ impl Executor {
         if resume_calls.is_empty() {
             self.settle_dangling()?;
         }
+        self.knowledge = None;
         let turn_id = self.next_turn_id.take().unwrap_or_else(|| format!("turn_{}", crate::store::create::nanoid(10)));
         let now = crate::store::now_ms();
         self.checkpoint(&json!({"id": turn_id, "status": "in_progress", "started_at": now, "updated_at": now,
@@ -1299,7 +1303,9 @@ impl Executor {
     /// The provider request for the current loop.
     fn request(&mut self, c: &CachedConfig) -> Result<ModelRequest, StoreError> {
         let (cfg, typed) = (&c.value, &c.typed);
-        let system = prompt::system_prompt(&self.store, cfg, &mut self.snapshot);
+        let store = &self.store;
+        let knowledge = self.knowledge.get_or_insert_with(|| prompt::knowledge_sections(store, cfg)).as_deref();
+        let system = prompt::system_prompt(&self.store, cfg, &mut self.snapshot, knowledge);
         self.session()?;
         for inj in self.inject.drain() {
             self.transcript.push_injection(&inj.text);

@@ -20,8 +20,23 @@ and prefer small, verifiable steps. Use tools to act; plain text is your reply t
 
 const SEP: &str = "\n\n---\n\n";
 
-/// Build the system prompt. `snapshot` holds the session's file reads.
-pub fn system_prompt(store: &Store, cfg: &Value, snapshot: &mut Snapshot) -> String {
+/// The skills and knowledge-bundle sections (`None`: neither exists). They
+/// read the agent's files and the fleet's skills folder, so the executor
+/// builds them once a turn, not for every model request.
+pub fn knowledge_sections(store: &Store, cfg: &Value) -> Option<String> {
+    let skills = crate::knowledge::skills::index(store, Some(&crate::knowledge::skills::fleet_root()), cfg);
+    let bundles = crate::knowledge::okf::bundles(store);
+    let parts: Vec<String> =
+        [crate::knowledge::skills::prompt_section(&skills), crate::knowledge::okf::prompt_section(&bundles)]
+            .into_iter()
+            .flatten()
+            .collect();
+    (!parts.is_empty()).then(|| parts.join(SEP))
+}
+
+/// Build the system prompt. `snapshot` holds the session's file reads;
+/// `knowledge` is `knowledge_sections`, appended as it is.
+pub fn system_prompt(store: &Store, cfg: &Value, snapshot: &mut Snapshot, knowledge: Option<&str>) -> String {
     let mut parts: Vec<String> = Vec::new();
     if cfg.get("include_base_prompt").and_then(Value::as_bool) != Some(false) {
         parts.push(BASE_PROMPT.to_string());
@@ -51,14 +66,9 @@ pub fn system_prompt(store: &Store, cfg: &Value, snapshot: &mut Snapshot) -> Str
     let mut out = snapshot.render(&joined, |p| store.file_read_text(p).ok());
     // Skills and bundles come after the templating: their text is never
     // expanded as a template.
-    let skills = crate::knowledge::skills::index(store, Some(&crate::knowledge::skills::fleet_root()), cfg);
-    let bundles = crate::knowledge::okf::bundles(store);
-    for section in [crate::knowledge::skills::prompt_section(&skills), crate::knowledge::okf::prompt_section(&bundles)]
-        .into_iter()
-        .flatten()
-    {
+    if let Some(k) = knowledge {
         out.push_str(SEP);
-        out.push_str(&section);
+        out.push_str(k);
     }
     if is_autonomous(cfg) {
         out.push_str(SEP);

@@ -239,17 +239,11 @@ impl Executor {
     /// declarations removed.
     pub fn mcp_remove(&mut self, name: &str) -> Result<usize, String> {
         let mut cfg = self.store.config_value().map_err(|e| e.to_string())?;
-        let ns =
-            server_entry(&cfg, name).map(creds::namespace).ok_or_else(|| format!("no MCP server named \"{name}\""))?;
+        let server = server_entry(&cfg, name).cloned().ok_or_else(|| format!("no MCP server named \"{name}\""))?;
         let removed = remove_server(&mut cfg, name);
         self.store.config_replace(cfg).map_err(|e| e.to_string())?;
         self.mcp.forget(name);
-        let rows = self.store.secrets().map_err(|e| e.to_string())?;
-        for r in rows {
-            if r.purpose.starts_with(&format!("mcp:{ns}:")) || r.purpose.starts_with(&format!("mcp:{name}:")) {
-                let _ = self.store.secret_rm(&r.purpose);
-            }
-        }
+        let _ = creds::remove_sealed(&mut self.store, &server);
         let _ = self.log("info", "mcp", "removed", &format!("{name}: {removed} tool declarations"));
         Ok(removed)
     }

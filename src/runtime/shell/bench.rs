@@ -28,7 +28,8 @@ pub struct Report {
     pub sqlite3_over_bare_us: f64,
 }
 
-fn pct(mut v: Vec<f64>, p: f64) -> f64 {
+/// The `p` quantile (0..=1) of samples.
+pub(crate) fn pct(mut v: Vec<f64>, p: f64) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
     v[((v.len() as f64 - 1.0) * p).round() as usize]
 }
