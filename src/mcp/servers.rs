@@ -164,6 +164,11 @@ impl Servers {
         had
     }
 
+    /// What is known of one server (none: never started).
+    pub fn status(&self, name: &str) -> Option<&ServerStatus> {
+        self.status.get(name).map(|(st, _)| st)
+    }
+
     pub fn forget(&mut self, name: &str) {
         self.conns.remove(name);
         self.status.remove(name);

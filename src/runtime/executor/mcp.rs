@@ -89,8 +89,7 @@ impl Executor {
             Live::Down => {}
         }
         if let Err(wait) = self.mcp.may_start(&name) {
-            let why = self.mcp.statuses(&json!({"mcp": {"servers": [{"name": name}]}}));
-            let why = why.first().and_then(|s| s.error.clone()).unwrap_or_else(|| "it failed".into());
+            let why = self.mcp.status(&name).and_then(|s| s.error.clone()).unwrap_or_else(|| "it failed".into());
             return Err(ConnectFailure {
                 message: format!(
                     "MCP server \"{name}\" is not connected ({why}); it is tried again in {} s",
@@ -224,7 +223,7 @@ impl Executor {
         self.mcp.stop(name);
         Ok(match self.mcp_ensure(&server).await {
             Ok(_) => {
-                let n = self.mcp.statuses(&cfg).into_iter().find(|s| s.name == name).map(|s| s.tools).unwrap_or(0);
+                let n = self.mcp.status(name).map(|s| s.tools).unwrap_or(0);
                 json!({"success": true, "name": name, "tools_discovered": n, "location": LOCATION,
                        "message": format!("Server \"{name}\" reconnected: {n} tools; your tool choices are kept.")})
             }
@@ -296,7 +295,7 @@ impl Executor {
         let kind = input["type"].as_str().unwrap_or("npm");
         match self.mcp_ensure(&entry).await {
             Ok(_) => {
-                let n = self.mcp.statuses(&json!({"mcp": {"servers": [{"name": name}]}}))[0].tools;
+                let n = self.mcp.status(&name).map(|s| s.tools).unwrap_or(0);
                 ToolOutput::json(&json!({"success": true, "name": name, "type": kind, "source": source,
                     "location": LOCATION, "tools_discovered": n, "env_keys": entry["env_keys"],
                     "message": format!("Server \"{name}\" installed. {n} tools discovered, enabled, and protected by human approval.")}))
