@@ -166,6 +166,8 @@ pub async fn sign_in(url: &str, approver: Approver<'_>) -> Result<StoredCredenti
 /// or pasted on stdin (a browser on another machine).
 async fn wait_for_redirect(listener: &tokio::net::TcpListener, redirect: &str) -> Result<String, String> {
     let mut stdin = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    // No stdin (closed, not a terminal): only the browser can answer.
+    let mut stdin_open = true;
     loop {
         tokio::select! {
             accepted = listener.accept() => {
@@ -185,12 +187,11 @@ async fn wait_for_redirect(listener: &tokio::net::TcpListener, redirect: &str) -
                 let base = redirect.trim_end_matches("/callback");
                 return Ok(format!("{base}{path}"));
             }
-            line = stdin.next_line() => {
+            line = stdin.next_line(), if stdin_open => {
                 match line {
                     Ok(Some(l)) if l.contains("code=") => return Ok(l.trim().to_string()),
                     Ok(Some(_)) => continue,
-                    // No stdin (not a terminal): only the browser can answer.
-                    _ => std::future::pending::<()>().await,
+                    _ => stdin_open = false,
                 }
             }
         }
