@@ -383,7 +383,7 @@ async fn model_invoke_and_task_resolve_from_code() {
         json!({"said": "hi there", "refused": "REQUIRES_AUTHORIZED_CODE", "parked": "pending_approval", "missing": "NOT_FOUND"})
     );
     let req = &provider.requests()[1];
-    assert_eq!(req.system, "Be brief");
+    assert_eq!(&*req.system, "Be brief");
     assert!(req.tools.is_empty());
     // The authorized lambda (approved from the loop) may approve it: the tool runs.
     assert!(results[1].contains("\"status\": \"completed\""), "{}", results[1]);

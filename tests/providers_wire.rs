@@ -20,11 +20,11 @@ fn request() -> ModelRequest {
             role: Role::User,
             content: vec![json!({"type": "text", "text": "hi"})],
         }]),
-        tools: vec![ToolSpec {
+        tools: std::sync::Arc::new(vec![ToolSpec {
             name: "fs_read".into(),
             description: "Read a file".into(),
             input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}),
-        }],
+        }]),
         max_tokens: 256,
         temperature: Some(0.5),
         effort: None,

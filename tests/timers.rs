@@ -131,11 +131,13 @@ async fn an_idle_agent_releases_its_memory() {
     let ex = Executor::new(s, Arc::new(Scripted::new([Reply::Text("hi".into())])), Bus::new(), owner.clone()).unwrap();
     let (h, task) = spawn_with_tick(ex, owner, Duration::from_millis(2));
     h.send(adf::runtime::agent::AgentCommand::Chat("hello".into()));
-    tokio::time::sleep(Duration::from_millis(200 + 2 * adf::runtime::agent::RELEASE_AFTER_TICKS as u64 * 2)).await;
+    tokio::time::sleep(Duration::from_millis(200 + 2 * adf::runtime::agent::PARK_AFTER_TICKS as u64 * 2)).await;
     drop(h);
     let ex = task.await.unwrap();
-    assert_eq!(visible(&ex.store).len(), 2, "the turn ran");
     assert!(!ex.is_loaded(), "after a quiet spell the caches are gone");
+    assert!(ex.store.is_parked(), "and the file's connection is closed");
+    assert_eq!(visible(&ex.store).len(), 2, "the turn ran, and the file opens again on use");
+    assert!(!ex.store.is_parked());
 }
 
 /// The loop without its `[Context: …]` audit rows.

@@ -34,6 +34,9 @@ pub enum Suite {
     /// The MCP client: a tool call's round trip to a stdio server, memory
     /// of 20 live servers, reconciling 100 tools.
     Mcp,
+    /// How cost grows: 10 to 10,000 idle agents (memory, a woken agent's
+    /// first turn) and 1 to 100 busy ones (turn latency, scheduling lag).
+    Scale,
 }
 
 #[derive(Debug, Serialize)]
@@ -58,16 +61,17 @@ fn measure(n: usize, mut f: impl FnMut(usize) -> anyhow::Result<()>) -> anyhow::
     Ok((us(t[n / 2]), us(t[(n * 9 / 10).min(n - 1)])))
 }
 
-pub fn run(out: &Out, suite: Suite, iterations: usize) -> anyhow::Result<()> {
+pub fn run(out: &Out, suite: Suite, iterations: usize, short: bool, check: bool) -> anyhow::Result<()> {
     match suite {
         Suite::Store => store(out, iterations),
         Suite::Events => events(out, iterations),
         Suite::Tui => tui(out),
-        Suite::Daemon => daemon(out),
+        Suite::Daemon => daemon(out, short, check),
         Suite::Lambda => lambda(out),
         Suite::Crypto => crypto(out, iterations),
         Suite::Shell => shell(out, iterations),
         Suite::Mcp => mcp(out, iterations),
+        Suite::Scale => super::scenario::scale(out, short),
     }
 }
 
@@ -192,29 +196,43 @@ fn lambda(out: &Out) -> anyhow::Result<()> {
     out.table(&["measure", "result", "target"], &rows)
 }
 
-fn daemon(out: &Out) -> anyhow::Result<()> {
-    let r = crate::daemon::bench::run()?;
+fn daemon(out: &Out, short: bool, check: bool) -> anyhow::Result<()> {
+    let r = crate::daemon::bench::run(short)?;
+    let v = serde_json::to_value(&r)?;
     if out.json {
-        return out.json(&r);
+        out.json(&r)?;
+        return super::bench_check::enforce(&v, check);
     }
     let rows = vec![
         vec!["start to /health, 10 agents".into(), format!("{:.1} ms", r.start_to_health_ms), "< 100 ms".into()],
-        vec!["RSS, 100 idle agents".into(), format!("{:.1} MB", r.rss_100_idle_agents_mb), "< 50 MB".into()],
+        vec!["RSS, 100 idle agents".into(), format!("{:.1} MB", r.rss_100_idle_agents_mb), "".into()],
+        vec![
+            format!("RSS, {} idle agents", r.idle_agents),
+            format!("{:.1} MB ({:.1} KB per agent)", r.rss_idle_agents_mb, r.idle_kb_per_agent),
+            "< 60 MB (1,000), < 20 KB each".into(),
+        ],
+        vec![
+            format!("GET /agents, {} agents, p50", r.idle_agents),
+            format!("{:.2} ms", r.list_p50_ms),
+            "< 1 ms".into(),
+        ],
         vec![
             "POST /agents/load p50 / p99".into(),
             format!("{:.2} / {:.2} ms", r.load_p50_ms, r.load_p99_ms),
-            "p50 < 5 ms".into(),
+            "p50 < 0.5 ms".into(),
         ],
         vec![
-            format!("{} SSE clients, {} events/s", r.sse_clients, r.sse_rate_per_sec),
+            format!("{} SSE clients, {} events/s, {} s", r.sse_clients, r.sse_rate_per_sec, r.sse_seconds),
             format!(
                 "{} dropped, delivery p50 {:.2} / p99 {:.2} ms",
                 r.sse_dropped, r.sse_delivery_p50_ms, r.sse_delivery_p99_ms
             ),
-            "0 dropped, p99 < 5 ms".into(),
+            "0 dropped, p99 < 2 ms".into(),
         ],
+        vec!["PUT a file, one agent, 8 clients".into(), format!("{:.0} /s", r.put_per_sec), "≥ 10,000 /s".into()],
     ];
-    out.table(&["DAEMON", "MEASURED", "TARGET"], &rows)
+    out.table(&["DAEMON", "MEASURED", "TARGET"], &rows)?;
+    super::bench_check::enforce(&v, check)
 }
 
 fn tui(out: &Out) -> anyhow::Result<()> {

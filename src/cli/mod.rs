@@ -3,6 +3,7 @@
 //! `main` as one line naming the file and the cause.
 
 mod bench;
+mod bench_check;
 pub mod bench_spawn;
 mod chat;
 mod clone;
@@ -177,6 +178,13 @@ pub enum Command {
         /// of the reference driver's paced rate: a throughput test.
         #[arg(long)]
         flat_out: bool,
+        /// The short form (CI): fewer agents and seconds where a suite
+        /// has a long one (`daemon`).
+        #[arg(long)]
+        short: bool,
+        /// Fail (exit status 1) when a figure is more than twice its target.
+        #[arg(long)]
+        check: bool,
     },
     /// Run the fleet headless with the HTTP control API and event stream.
     ///
@@ -652,10 +660,12 @@ fn run_simple(command: Option<Command>, out: &Out) -> anyhow::Result<()> {
         Some(Command::Meta(cmd)) => meta::run(out, cmd),
         Some(Command::Config(cmd)) => config::run(out, cmd),
         Some(Command::Sql { path, sql, params }) => sql::run(out, &path, &sql, &params),
-        Some(Command::Bench { scenario: Some(sc), agents, seconds, flat_out, .. }) => {
-            scenario::run(out, sc, agents, seconds, flat_out)
+        Some(Command::Bench { scenario: Some(sc), agents, seconds, flat_out, check, .. }) => {
+            scenario::run(out, sc, agents, seconds, flat_out, check)
         }
-        Some(Command::Bench { suite, iterations, .. }) => bench::run(out, suite, iterations),
+        Some(Command::Bench { suite, iterations, short, check, .. }) => {
+            bench::run(out, suite, iterations, short, check)
+        }
         Some(_) => Ok(()),
     }
 }

@@ -21,14 +21,40 @@ use crate::store::create::create_file;
 pub struct Report {
     pub start_to_health_ms: f64,
     pub rss_100_idle_agents_mb: f64,
+    /// Idle agents in the daemon process for the memory figures.
+    pub idle_agents: usize,
+    pub rss_idle_agents_mb: f64,
+    /// Memory each idle agent adds beyond the first ten (KiB).
+    pub idle_kb_per_agent: f64,
+    /// `GET /agents` with `idle_agents` agents loaded.
+    pub list_p50_ms: f64,
     pub load_p50_ms: f64,
     pub load_p99_ms: f64,
     pub sse_clients: usize,
     pub sse_events_per_client: usize,
     pub sse_rate_per_sec: usize,
+    pub sse_seconds: usize,
     pub sse_dropped: usize,
     pub sse_delivery_p50_ms: f64,
     pub sse_delivery_p99_ms: f64,
+    /// Owner file writes (`PUT …/files/content`) on one agent, 8 clients.
+    pub put_per_sec: f64,
+    /// The issue's targets: `{"max": x}` or `{"min": x}` per figure.
+    pub targets: serde_json::Value,
+}
+
+/// The daemon's targets (issue 17).
+pub fn targets() -> serde_json::Value {
+    json!({
+        "start_to_health_ms": {"max": 100.0},
+        "idle_kb_per_agent": {"max": 20.0},
+        "rss_idle_agents_mb": {"max": 60.0},
+        "list_p50_ms": {"max": 1.0},
+        "load_p50_ms": {"max": 0.5},
+        "sse_dropped": {"max": 0.0},
+        "sse_delivery_p99_ms": {"max": 2.0},
+        "put_per_sec": {"min": 10000.0},
+    })
 }
 
 /// Run `adf daemon` on the files (named, so no review is needed) with a
@@ -115,16 +141,18 @@ async fn start(
     Ok((ready, stop_tx, task))
 }
 
-pub fn run() -> anyhow::Result<Report> {
+/// `short`: the CI form (200 idle agents, 2 s of events) instead of the
+/// full one (1,000 agents, 10 s).
+pub fn run(short: bool) -> anyhow::Result<Report> {
     let dir = std::env::temp_dir().join(format!("adf-bench-daemon-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    let r = rt.block_on(run_in(&dir));
+    let r = rt.block_on(run_in(&dir, short));
     let _ = std::fs::remove_dir_all(&dir);
     r
 }
 
-async fn run_in(dir: &Path) -> anyhow::Result<Report> {
+async fn run_in(dir: &Path, short: bool) -> anyhow::Result<Report> {
     let http = crate::providers::http_client();
     // The daemon as its own process: start to /health with 10 agents, and
     // its resident memory with 100 idle agents.
@@ -140,14 +168,40 @@ async fn run_in(dir: &Path) -> anyhow::Result<Report> {
     let _ = child.kill();
     let _ = child.wait();
 
-    let hundred = dir.join("hundred");
-    std::fs::create_dir_all(&hundred)?;
-    let files = agents(&hundred, 100, 0)?;
-    let (mut child, _) = spawn(dir, &hundred, &files).await?;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let rss = proc_rss_mb(child.id());
-    let _ = child.kill();
-    let _ = child.wait();
+    // Idle memory: the daemon's RSS with 10 agents, then with many (their
+    // first timer tick parks them), and `GET /agents` over the many.
+    let rss_of = async |n: usize, files: &[PathBuf], fleet: &Path| -> anyhow::Result<(f64, Option<f64>)> {
+        let (mut child, url) = spawn(dir, fleet, &files[..n]).await?;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let rss = proc_rss_mb(child.id());
+        let mut list = Vec::new();
+        if n > 100 {
+            let token = std::fs::read_to_string(dir.join("home/config/daemon-token"))?;
+            for _ in 0..200 {
+                let t = Instant::now();
+                let r = http.get(format!("{url}/agents")).bearer_auth(token.trim()).send().await?;
+                anyhow::ensure!(r.status().is_success(), "GET /agents: {}", r.status());
+                let v: serde_json::Value = r.json().await?;
+                list.push(t.elapsed().as_secs_f64() * 1000.0);
+                anyhow::ensure!(
+                    v.as_array().map(Vec::len) == Some(n),
+                    "GET /agents listed {:?}",
+                    v.as_array().map(Vec::len)
+                );
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        Ok((rss, (!list.is_empty()).then(|| pct(&mut list, 0.5))))
+    };
+    let idle_n = if short { 200 } else { 1000 };
+    let many = dir.join("many");
+    std::fs::create_dir_all(&many)?;
+    let files = agents(&many, idle_n, 0)?;
+    let (rss10, _) = rss_of(10, &files, &many).await?;
+    let (rss, _) = rss_of(100, &files, &many).await?;
+    let (rss_many, list_p50) = rss_of(idle_n, &files, &many).await?;
+    let idle_kb = (rss_many - rss10) * 1024.0 / (idle_n - 10) as f64;
 
     // In-process from here (the bench publishes on the daemon's bus):
     // loads, then the SSE fan-out.
@@ -171,8 +225,39 @@ async fn run_in(dir: &Path) -> anyhow::Result<Report> {
         loads.push(t.elapsed().as_secs_f64() * 1000.0);
     }
 
-    // 10 SSE clients, 5 000 events a second for 2 s.
-    let (clients, rate, secs) = (10usize, 5000usize, 2usize);
+    // Owner writes on one agent: 8 clients, each PUT waits for its answer.
+    let put_per_sec = {
+        let id = {
+            let r = http.get(format!("{base}/agents")).bearer_auth(&ready.token).send().await?;
+            let v: serde_json::Value = r.json().await?;
+            v[0]["id"].as_str().unwrap_or_default().to_string()
+        };
+        let n_each = if short { 250 } else { 1000 };
+        let t = Instant::now();
+        let mut writers = Vec::new();
+        for c in 0..8 {
+            let (http, base, token, id) = (http.clone(), base.clone(), ready.token.clone(), id.clone());
+            writers.push(tokio::spawn(async move {
+                for i in 0..n_each {
+                    let r = http
+                        .put(format!("{base}/agents/{id}/files/content"))
+                        .bearer_auth(&token)
+                        .json(&json!({"path": format!("notes/{c}.md"), "content": format!("note {i}")}))
+                        .send()
+                        .await?;
+                    anyhow::ensure!(r.status().is_success(), "PUT failed: {}", r.status());
+                }
+                anyhow::Ok(())
+            }));
+        }
+        for w in writers {
+            w.await??;
+        }
+        (8 * n_each) as f64 / t.elapsed().as_secs_f64()
+    };
+
+    // 10 SSE clients, 20 000 events a second.
+    let (clients, rate, secs) = (10usize, 20_000usize, if short { 2usize } else { 10 });
     let total = rate * secs;
     let start_cursor = ready.bus.cursor();
     let mut readers = Vec::new();
@@ -187,12 +272,14 @@ async fn run_in(dir: &Path) -> anyhow::Result<Report> {
             let mut stream = resp.bytes_stream();
             let mut buf = String::new();
             let mut lat = Vec::with_capacity(total);
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(secs as u64 + 20);
             while lat.len() < total {
                 let Ok(Some(Ok(chunk))) = tokio::time::timeout_at(deadline, stream.next()).await else { break };
                 buf.push_str(&String::from_utf8_lossy(&chunk));
-                while let Some(end) = buf.find("\n\n") {
-                    let frame: String = buf.drain(..end + 2).collect();
+                let mut start = 0;
+                while let Some(end) = buf[start..].find("\n\n") {
+                    let frame = &buf[start..start + end];
+                    start += end + 2;
                     // The payload's `sent_us`, without parsing the frame.
                     if let Some(at) = frame.find("\"sent_us\":")
                         && let Some(sent) = frame[at + 10..]
@@ -203,13 +290,14 @@ async fn run_in(dir: &Path) -> anyhow::Result<Report> {
                         lat.push(micros().saturating_sub(sent) as f64 / 1000.0);
                     }
                 }
+                buf.drain(..start);
             }
             lat
         }));
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
-    // 10 events every 2 ms: 5 000 a second.
-    let batch = 10;
+    // 20 events every millisecond.
+    let batch = 20;
     let tick = Duration::from_micros(1_000_000 / rate as u64 * batch as u64);
     let mut next = tokio::time::Instant::now();
     let mut sent = 0;
@@ -238,14 +326,21 @@ async fn run_in(dir: &Path) -> anyhow::Result<Report> {
     Ok(Report {
         start_to_health_ms: start_ms,
         rss_100_idle_agents_mb: rss,
+        idle_agents: idle_n,
+        rss_idle_agents_mb: rss_many,
+        idle_kb_per_agent: idle_kb,
+        list_p50_ms: list_p50.unwrap_or(0.0),
         load_p50_ms: pct(&mut loads, 0.5),
         load_p99_ms: pct(&mut loads, 0.99),
         sse_clients: clients,
         sse_events_per_client: total,
         sse_rate_per_sec: rate,
+        sse_seconds: secs,
         sse_dropped: dropped,
         sse_delivery_p50_ms: pct(&mut all, 0.5),
         sse_delivery_p99_ms: pct(&mut all, 0.99),
+        put_per_sec,
+        targets: targets(),
     })
 }
 

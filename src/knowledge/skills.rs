@@ -62,6 +62,35 @@ pub fn fleet_root() -> PathBuf {
     crate::paths::data_dir().join("skills")
 }
 
+/// A fingerprint of the fleet's skills folder: its own time, each skill
+/// folder's and each SKILL.md's time and size. A skill added, removed or
+/// edited (or a file added at a skill folder's top) changes it, so an
+/// index built for one fingerprint is good until the next differs; with
+/// no folder it is one failed `read_dir`.
+pub fn fleet_signature(dir: &Path) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let Ok(meta) = std::fs::metadata(dir) else { return 0 };
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    meta.modified().ok().hash(&mut h);
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        let mut seen: Vec<(std::ffi::OsString, u64)> = entries
+            .flatten()
+            .map(|e| {
+                let mut eh = std::collections::hash_map::DefaultHasher::new();
+                std::fs::metadata(e.path()).ok().and_then(|m| m.modified().ok()).hash(&mut eh);
+                if let Ok(m) = std::fs::metadata(e.path().join("SKILL.md")) {
+                    (m.modified().ok(), m.len()).hash(&mut eh);
+                }
+                (e.file_name(), eh.finish())
+            })
+            .collect();
+        seen.sort();
+        seen.hash(&mut h);
+    }
+    // Never 0 for a folder that exists (0 means none).
+    h.finish() | 1
+}
+
 /// Split YAML frontmatter from the body. `None` without frontmatter.
 pub fn frontmatter(text: &str) -> Option<(&str, &str)> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);

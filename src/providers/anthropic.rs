@@ -50,7 +50,7 @@ pub fn body(req: &ModelRequest) -> Value {
         "stream": true,
     });
     if !req.system.is_empty() {
-        b["system"] = Value::String(req.system.clone());
+        b["system"] = Value::String(req.system.to_string());
     }
     if !req.tools.is_empty() {
         b["tools"] = serde_json::to_value(&req.tools).unwrap_or(Value::Null);
@@ -322,7 +322,7 @@ mod tests {
             model: "m".into(),
             system: "s".into(),
             messages: Default::default(),
-            tools: vec![],
+            tools: Default::default(),
             max_tokens: 4096,
             temperature: Some(0.7),
             effort: Some(Effort::High),

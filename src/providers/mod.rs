@@ -74,11 +74,14 @@ impl Effort {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ModelRequest {
     pub model: String,
-    pub system: String,
+    /// Shared with the executor's prompt cache: built once per config
+    /// revision and session, never copied per call.
+    pub system: std::sync::Arc<str>,
     /// Shared with the executor's transcript, so a call does not copy the
     /// whole history.
     pub messages: std::sync::Arc<Vec<Message>>,
-    pub tools: Vec<ToolSpec>,
+    /// The advertised tools, built once per config revision and shared.
+    pub tools: std::sync::Arc<Vec<ToolSpec>>,
     pub max_tokens: u64,
     pub temperature: Option<f64>,
     pub effort: Option<Effort>,
@@ -411,12 +414,12 @@ mod tests {
     fn trailing_instructions_join_the_last_user_message() {
         let mut req = ModelRequest {
             model: "m".into(),
-            system: String::new(),
+            system: "".into(),
             messages: std::sync::Arc::new(vec![Message {
                 role: Role::User,
                 content: vec![serde_json::json!({"type": "text", "text": "hi"})],
             }]),
-            tools: vec![],
+            tools: Default::default(),
             max_tokens: 1,
             temperature: None,
             effort: None,

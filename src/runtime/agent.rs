@@ -148,8 +148,10 @@ pub fn spawn(ex: Executor, owner: Arc<Waiting>) -> (AgentHandle, tokio::task::Jo
 /// The timer poll tick (runtime.md §6.2).
 pub const TIMER_TICK: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Ticks without a turn after which an idle agent drops its caches.
-pub const RELEASE_AFTER_TICKS: u32 = 120;
+/// Quiet ticks after which an idle agent is parked: its caches dropped
+/// and its file's connection closed until the next use (0–5 s after its
+/// last work; opening again costs well under a millisecond).
+pub const PARK_AFTER_TICKS: u32 = 1;
 
 /// `spawn` with another timer tick (tests).
 pub fn spawn_with_tick(
@@ -208,7 +210,13 @@ pub fn spawn_with(
                         _ = ticker.tick() => None,
                     } {
                         None => {
-                            if started.load(Ordering::Relaxed) && !announced {
+                            let started_now = started.load(Ordering::Relaxed);
+                            // A parked agent's tick reads no file unless a
+                            // timer is due or another connection wrote.
+                            if (announced || !started_now) && ex.parked_and_quiet(crate::store::now_ms()) {
+                                continue;
+                            }
+                            if started_now && !announced {
                                 announced = true;
                                 ex.trigger(
                                     super::triggers::TriggerEvent {
@@ -226,10 +234,9 @@ pub fn spawn_with(
                                 ex.run_system().await;
                             }
                             quiet_ticks = quiet_ticks.saturating_add(1);
-                            // Unkeyed injections live only in memory until
-                            // delivered: keep the agent loaded for them.
-                            if quiet_ticks >= RELEASE_AFTER_TICKS && ex.is_loaded() && ex.inject_queue().is_empty() {
-                                ex.release();
+                            // Work a tick found (a timer's wake) runs first.
+                            if quiet_ticks >= PARK_AFTER_TICKS && timer_wakes.is_empty() {
+                                ex.park();
                             }
                             continue;
                         }
@@ -385,6 +392,12 @@ pub fn spawn_with(
             }
             // The turn future is gone: waiting approvals and asks with it.
             owner.clear();
+            // The WAL checkpoint the turn's commits made due runs here,
+            // after the turn (off the async threads: it syncs the file).
+            if ex.store.checkpoint_due() {
+                let store = &mut ex.store;
+                let _ = super::executor::blocking(|| store.checkpoint_if_due());
+            }
             if let Some((reason, state)) = cut {
                 if reason == "owner_state_transition" {
                     let _ = ex.note(&format!("[System] Turn ended by owner; state set to {state}."));

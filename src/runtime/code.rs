@@ -604,9 +604,9 @@ impl Executor {
             args["model"].as_str().or(cfg.pointer("/model/model_id").and_then(Value::as_str)).unwrap_or("").to_string();
         let req = ModelRequest {
             model: model.clone(),
-            system: system.join("\n\n"),
+            system: system.join("\n\n").into(),
             messages: Arc::new(messages),
-            tools: Vec::new(),
+            tools: Default::default(),
             max_tokens: args["max_tokens"].as_u64().unwrap_or(4096),
             temperature: args["temperature"].as_f64().or(Some(0.7)),
             effort: None,

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 mod mcp;
 pub(crate) mod media;
 mod owner;
+mod park;
 mod skills;
 
 use super::bus::Bus;
@@ -112,8 +113,10 @@ pub struct Executor {
     seq_next: u64,
     seq_limit: u64,
     snapshot: Snapshot,
-    /// The system prompt's skills and bundles sections, built once a turn.
-    knowledge: Option<Option<String>>,
+    /// The system prompt as last built and what it was built from; the
+    /// knowledge key is checked once a turn.
+    prompt: Option<PromptCache>,
+    knowledge_checked: bool,
     /// What the executor needs to know of the session without keeping its
     /// rows: read once, then kept up to date as rows are appended (the
     /// file stays the truth; compaction and clears read it again).
@@ -133,6 +136,16 @@ pub struct Executor {
     warned: u8,
     /// The turn in progress: (id, started at).
     current: Option<(String, i64, String)>,
+    /// The turn checkpoint as last set; `cp_pending` when it is still to
+    /// be written (with the next loop row), `cp_final` when the turn's
+    /// closing checkpoint already went with its last row.
+    cp: Option<Value>,
+    cp_pending: bool,
+    cp_final: bool,
+    /// Unread inbox messages at an inbox revision.
+    unread: Option<(u64, u64)>,
+    /// Set when the actor parked the agent (closed its connection).
+    parked: Option<park::Parked>,
     /// The parsed config and advertised tools, refreshed when the config
     /// revision changes.
     cfg: Option<Arc<CachedConfig>>,
@@ -185,6 +198,9 @@ impl Executor {
         bus: Arc<Bus>,
         owner: Arc<dyn Owner>,
     ) -> Result<Self, StoreError> {
+        let mut store = store;
+        // Checkpoints run between turns (the actor), never inside a commit.
+        store.defer_checkpoints()?;
         let cfg = store.config_value()?;
         let agent_id = cfg.get("id").and_then(Value::as_str).unwrap_or("").to_string();
         Ok(Executor {
@@ -198,13 +214,19 @@ impl Executor {
             seq_next: 0,
             seq_limit: 0,
             snapshot: Snapshot::new(),
-            knowledge: None,
+            prompt: None,
+            knowledge_checked: false,
             session: None,
             transcript: prompt::Transcript::default(),
             mcp: Default::default(),
             flush_done: false,
             cfg: None,
             current: None,
+            cp: None,
+            cp_pending: false,
+            cp_final: false,
+            unread: None,
+            parked: None,
             prices: Default::default(),
             context_hash: None,
             preset: None,
@@ -405,6 +427,8 @@ impl Executor {
     }
 
     fn checkpoint(&mut self, v: &Value) {
+        self.cp = Some(v.clone());
+        self.cp_pending = false;
         let _ = self.store.set_system_meta(CHECKPOINT, &v.to_string(), MetaProtection::Readonly);
     }
 
@@ -415,7 +439,28 @@ impl Executor {
         model: Option<&str>,
         tokens: Option<&Value>,
     ) -> Result<i64, StoreError> {
-        let row = self.store.loop_append_row(&NewLoopRow { role, content, model, tokens, ord: None })?;
+        let cp = if std::mem::take(&mut self.cp_pending) { self.cp.clone() } else { None };
+        self.append_cp(role, content, model, tokens, cp)
+    }
+
+    /// Append a row, with the checkpoint `cp` (if any) in the same commit.
+    fn append_cp(
+        &mut self,
+        role: &str,
+        content: &Value,
+        model: Option<&str>,
+        tokens: Option<&Value>,
+        cp: Option<Value>,
+    ) -> Result<i64, StoreError> {
+        self.cp_pending = false;
+        let text = cp.as_ref().map(Value::to_string);
+        let row = self.store.loop_append_row_with(
+            &NewLoopRow { role, content, model, tokens, ord: None },
+            text.as_deref().map(|t| (CHECKPOINT, t)),
+        )?;
+        if cp.is_some() {
+            self.cp = cp;
+        }
         if let Some(s) = self.session.as_mut() {
             s.add(&row);
             self.transcript.push(&row);
@@ -655,14 +700,21 @@ impl Executor {
         if resume_calls.is_empty() {
             self.settle_dangling()?;
         }
-        self.knowledge = None;
+        self.knowledge_checked = false;
         let turn_id = self.next_turn_id.take().unwrap_or_else(|| format!("turn_{}", crate::store::create::nanoid(10)));
         let now = crate::store::now_ms();
-        self.checkpoint(&json!({"id": turn_id, "status": "in_progress", "started_at": now, "updated_at": now,
-            "event_type": event_type, "scope": "agent", "replay": "not_attempted"}));
+        let cp = json!({"id": turn_id, "status": "in_progress", "started_at": now, "updated_at": now,
+            "event_type": event_type, "scope": "agent", "replay": "not_attempted"});
         self.current = Some((turn_id.clone(), now, event_type.to_string()));
-        if let Some(text) = text {
-            self.user_text(text)?;
+        self.cp_final = false;
+        match text {
+            // The checkpoint goes in with the turn's first row: one commit.
+            Some(text) => {
+                self.cp = Some(cp);
+                self.cp_pending = true;
+                self.user_text(text)?;
+            }
+            None => self.checkpoint(&cp),
         }
         self.set_state("active");
         let end = self.run_loop(&turn_id, resume_calls).await;
@@ -683,7 +735,9 @@ impl Executor {
             TurnEnd::Suspended => ("interrupted", Some("suspended"), "suspended".to_string()),
             TurnEnd::Failed { state, .. } => ("failed", Some("provider_error"), state.to_string()),
         };
-        self.finish_checkpoint(&turn_id, now, event_type, status, reason);
+        if !std::mem::take(&mut self.cp_final) {
+            self.finish_checkpoint(&turn_id, now, event_type, status, reason);
+        }
         let content = match &end {
             TurnEnd::Completed { text } => text.clone(),
             _ => String::new(),
@@ -803,12 +857,25 @@ impl Executor {
     }
 
     fn finish_checkpoint(&mut self, id: &str, started: i64, event_type: &str, status: &str, reason: Option<&str>) {
-        let mut cp = json!({"id": id, "status": status, "started_at": started, "updated_at": crate::store::now_ms(),
-            "completed_at": crate::store::now_ms(), "event_type": event_type, "scope": "agent", "replay": "not_replayed"});
-        if let Some(r) = reason {
-            cp["reason"] = json!(r);
-        }
+        let cp = closing(id, started, event_type, status, reason);
         self.checkpoint(&cp);
+    }
+
+    /// The closing checkpoint of the turn in progress.
+    fn closing_checkpoint(&self, status: &str, reason: Option<&str>) -> Option<Value> {
+        let (id, started, event_type) = self.current.as_ref()?;
+        Some(closing(id, *started, event_type, status, reason))
+    }
+
+    /// The current checkpoint with `updated_at` now (progress made), to be
+    /// written with the row that made it.
+    fn touched_checkpoint(&mut self) -> Option<Value> {
+        let mut cp = match self.cp.take() {
+            Some(cp) => cp,
+            None => self.store.meta_get(CHECKPOINT).ok().flatten().and_then(|m| serde_json::from_str(&m.value).ok())?,
+        };
+        cp["updated_at"] = json!(crate::store::now_ms());
+        Some(cp)
     }
 
     fn set_state(&mut self, state: &str) {
@@ -819,15 +886,6 @@ impl Executor {
                 "system:executor",
                 json!({"filePath": self.store.path().display().to_string(), "state": state}),
             );
-        }
-    }
-
-    fn touch_checkpoint(&mut self) {
-        if let Ok(Some(m)) = self.store.meta_get(CHECKPOINT)
-            && let Ok(mut cp) = serde_json::from_str::<Value>(&m.value)
-        {
-            cp["updated_at"] = json!(crate::store::now_ms());
-            self.checkpoint(&cp);
         }
     }
 
@@ -843,9 +901,12 @@ impl Executor {
             }
         }
         loop {
-            // Let other agents run between steps: the SQLite work here is
-            // short but never awaits.
-            tokio::task::yield_now().await;
+            // Let other agents run between steps once this task has used
+            // its share of the scheduler's budget (the SQLite work here is
+            // short but never awaits). A plain yield on every step made an
+            // instant turn wait for the scheduler to come round, often on
+            // another thread.
+            tokio::task::consume_budget().await;
             let cached = self.config()?;
             let (cfg, typed) = (&cached.value, &cached.typed);
             let max_turns = typed.limits.as_ref().and_then(|l| l.max_active_turns).flatten();
@@ -893,17 +954,25 @@ impl Executor {
             };
             let tokens = usage_json(&response.usage);
             let model = typed.model.as_ref().and_then(|m| m.model_id.clone()).unwrap_or_default();
-            self.append("assistant", &Value::Array(response.content.clone()), Some(&model), Some(&tokens))?;
-            self.touch_checkpoint();
             let calls: Vec<Value> = response.tool_calls().cloned().collect();
+            let text = response.text();
+            let content = Value::Array(response.content);
+            if calls.is_empty() && !prompt::is_autonomous(cfg) {
+                // The turn ends with this row: its closing checkpoint goes
+                // in the same commit.
+                let cp = self.closing_checkpoint("completed", None);
+                let closed = cp.is_some();
+                self.append_cp("assistant", &content, Some(&model), Some(&tokens), cp)?;
+                self.cp_final = closed;
+                return Ok(TurnEnd::Completed { text });
+            }
+            let cp = self.touched_checkpoint();
+            self.append_cp("assistant", &content, Some(&model), Some(&tokens), cp)?;
             if calls.is_empty() {
-                if !prompt::is_autonomous(cfg) {
-                    return Ok(TurnEnd::Completed { text: response.text() });
-                }
                 narration += 1;
                 if narration >= 4 {
                     self.log("warn", "executor", "narration_loop_break", "4 replies in a row without a tool call")?;
-                    return Ok(TurnEnd::Completed { text: response.text() });
+                    return Ok(TurnEnd::Completed { text });
                 }
                 let nudge = if narration == 1 {
                     "[Continue working autonomously according to your instructions. Control your state with sys_set_state().]"
@@ -988,11 +1057,11 @@ impl Executor {
                 end = Some(TurnEnd::Completed { text: input["message"].as_str().unwrap_or("").to_string() });
             }
         }
-        self.append("user", &Value::Array(results), None, None)?;
+        let cp = self.touched_checkpoint();
+        self.append_cp("user", &Value::Array(results), None, None, cp)?;
         for (id, blocks) in media {
             self.transcript.attach_media(&id, blocks);
         }
-        self.touch_checkpoint();
         // Background calls of a bare executor (no fleet to run them on).
         self.finish_async_calls().await;
         for signal in signals {
@@ -1075,7 +1144,7 @@ impl Executor {
                 role: crate::providers::Role::User,
                 content: vec![json!({"type": "text", "text": ask})],
             }]),
-            tools: Vec::new(),
+            tools: Default::default(),
             max_tokens: 2048,
             temperature: Some(0.3),
             effort: None,
@@ -1199,6 +1268,7 @@ impl Executor {
         self.context_hash = None;
         self.transcript.reset();
         self.snapshot.reset();
+        self.prompt = None;
         self.flush_done = false;
     }
 
@@ -1212,7 +1282,16 @@ impl Executor {
         };
         let mut parts = Vec::new();
         if on("inbox_hints") && cfg.pointer("/messaging/inbox_mode").and_then(Value::as_bool) != Some(false) {
-            let unread = self.store.inbox_unread().unwrap_or(0);
+            // Counted again only when the inbox changed.
+            let rev = self.store.rev(crate::store::revs::Table::Inbox);
+            let unread = match self.unread {
+                Some((r, n)) if r == rev => n,
+                _ => {
+                    let n = self.store.inbox_unread().unwrap_or(0);
+                    self.unread = Some((rev, n));
+                    n
+                }
+            };
             if unread > 0 {
                 parts.push(format!(
                     "You have {unread} unread message(s) in your inbox. Use msg_list and msg_read to read them."
@@ -1238,11 +1317,7 @@ impl Executor {
 
     /// `[Context: …]` rows (audit only, never replayed): the system prompt
     /// and the dynamic instructions, written when they change.
-    fn record_context(&mut self, system: &str, dynamic: Option<&str>) -> Result<(), StoreError> {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        system.hash(&mut h);
-        let hash = h.finish();
+    fn record_context(&mut self, system: &str, hash: u64, dynamic: Option<&str>) -> Result<(), StoreError> {
         if self.context_hash != Some(hash) {
             self.context_hash = Some(hash);
             self.user_text(&format!("[Context: system_prompt]\n{system}"))?;
@@ -1295,17 +1370,46 @@ impl Executor {
                 })
             })
             .collect();
-        let c = Arc::new(CachedConfig { rev, value, typed, tools });
+        let c = Arc::new(CachedConfig { rev, value, typed, tools: Arc::new(tools) });
         self.cfg = Some(c.clone());
         Ok(c)
+    }
+
+    /// The system prompt for this request: rebuilt only when the config
+    /// revision changed or (checked once a turn) the agent's files or the
+    /// fleet's skills folder did. With it, its hash for `record_context`.
+    fn system_prompt(&mut self, c: &CachedConfig) -> (Arc<str>, u64) {
+        use crate::knowledge::skills;
+        let key = match &self.prompt {
+            Some(p) if self.knowledge_checked => p.knowledge_key,
+            _ => {
+                self.knowledge_checked = true;
+                (self.store.rev(crate::store::revs::Table::Files), skills::fleet_signature(&skills::fleet_root()))
+            }
+        };
+        if let Some(p) = &self.prompt
+            && p.cfg_rev == c.rev
+            && p.knowledge_key == key
+        {
+            return (p.system.clone(), p.hash);
+        }
+        let knowledge = prompt::knowledge_sections(&self.store, &c.value);
+        let system: Arc<str> =
+            prompt::system_prompt(&self.store, &c.value, &mut self.snapshot, knowledge.as_deref()).into();
+        let hash = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            system.hash(&mut h);
+            h.finish()
+        };
+        self.prompt = Some(PromptCache { cfg_rev: c.rev, knowledge_key: key, system: system.clone(), hash });
+        (system, hash)
     }
 
     /// The provider request for the current loop.
     fn request(&mut self, c: &CachedConfig) -> Result<ModelRequest, StoreError> {
         let (cfg, typed) = (&c.value, &c.typed);
-        let store = &self.store;
-        let knowledge = self.knowledge.get_or_insert_with(|| prompt::knowledge_sections(store, cfg)).as_deref();
-        let system = prompt::system_prompt(&self.store, cfg, &mut self.snapshot, knowledge);
+        let (system, hash) = self.system_prompt(c);
         self.session()?;
         for inj in self.inject.drain() {
             self.transcript.push_injection(&inj.text);
@@ -1318,7 +1422,7 @@ impl Executor {
             .then(|| cfg.pointer("/model/reasoning/max_tokens").and_then(Value::as_u64))
             .flatten();
         let trailing = self.dynamic_instructions(cfg)?;
-        self.record_context(&system, trailing.as_deref())?;
+        self.record_context(&system, hash, trailing.as_deref())?;
         Ok(ModelRequest {
             model: model.model_id.unwrap_or_default(),
             trailing,
@@ -1981,17 +2085,38 @@ fn transcript_text(rows: &[LoopRow]) -> String {
     if n > 100_000 { out.chars().skip(n - 100_000).collect() } else { out }
 }
 
+/// A turn's closing checkpoint.
+fn closing(id: &str, started: i64, event_type: &str, status: &str, reason: Option<&str>) -> Value {
+    let now = crate::store::now_ms();
+    let mut cp = json!({"id": id, "status": status, "started_at": started, "updated_at": now,
+        "completed_at": now, "event_type": event_type, "scope": "agent", "replay": "not_replayed"});
+    if let Some(r) = reason {
+        cp["reason"] = json!(r);
+    }
+    cp
+}
+
 /// The config as the executor uses it, for one config revision.
 struct CachedConfig {
     rev: u64,
     value: Value,
     typed: AgentConfig,
-    tools: Vec<ToolSpec>,
+    tools: Arc<Vec<ToolSpec>>,
+}
+
+/// The system prompt of the current session, kept while the config
+/// revision and the knowledge sections' sources stay the same (the
+/// template snapshot is fixed for a session, and a reset drops this).
+struct PromptCache {
+    cfg_rev: u64,
+    knowledge_key: (u64, u64),
+    system: Arc<str>,
+    hash: u64,
 }
 
 /// Run large synchronous work (archiving a whole loop) without stalling
 /// the other tasks of a multi-threaded runtime.
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
+pub(crate) fn blocking<T>(f: impl FnOnce() -> T) -> T {
     match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
         Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
         _ => f(),

@@ -19,6 +19,8 @@ use crate::store::Store;
 /// One loaded agent.
 struct Loaded {
     path: PathBuf,
+    /// `path` resolved (links, `..`), the key of `Fleet::files`.
+    canon: PathBuf,
     name: String,
     handle: String,
     agent: AgentHandle,
@@ -68,6 +70,9 @@ pub struct Fleet {
     pub bus: Arc<Bus>,
     factory: ProviderFactory,
     agents: BTreeMap<String, Loaded>,
+    /// The resolved paths of the loaded files: a second load of one is
+    /// refused without looking at every agent.
+    files: std::collections::HashSet<PathBuf>,
     /// Publish `turn.delta` events (front ends that render streams).
     stream_deltas: bool,
     /// Load agents whose provider cannot be set up, with a provider that
@@ -115,6 +120,7 @@ impl Fleet {
             bus,
             factory,
             agents: BTreeMap::new(),
+            files: Default::default(),
             stream_deltas: false,
             lenient: false,
             unconfigured: BTreeMap::new(),
@@ -135,6 +141,7 @@ impl Fleet {
     pub async fn unload(&mut self, agent: &str) -> Result<(), String> {
         let id = self.resolve(agent)?;
         let l = self.agents.remove(&id).ok_or_else(|| format!("{agent}: not loaded"))?;
+        self.files.remove(&l.canon);
         self.mesh.unregister(&id);
         drop(l.agent);
         let ex = l.task.await.map_err(|e| format!("{}: {e}", l.path.display()))?;
@@ -211,8 +218,8 @@ impl Fleet {
     /// not flagged for autostart, or not reviewed: they answer the owner,
     /// their timers wait for `start`).
     pub fn load_with(&mut self, path: &Path, started: bool) -> Result<AgentInfo, String> {
-        let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
-        if self.agents.values().any(|l| canon(&l.path) == canon(path)) {
+        let canon = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        if self.files.contains(&canon) {
             return Err(format!("{}: already loaded", path.display()));
         }
         let mut store = Store::open(path).map_err(|e| e.to_string())?;
@@ -272,7 +279,8 @@ impl Fleet {
             self.foreign.insert(id.clone());
         }
         let info = AgentInfo { id: id.clone(), name: name.clone(), handle: handle.clone(), path: path.to_path_buf() };
-        self.agents.insert(id, Loaded { path: path.to_path_buf(), name, handle, agent, task, started });
+        self.files.insert(canon.clone());
+        self.agents.insert(id, Loaded { path: path.to_path_buf(), canon, name, handle, agent, task, started });
         Ok(info)
     }
 
@@ -390,6 +398,7 @@ impl Fleet {
     pub async fn reload(&mut self, agent: &str) -> Result<AgentInfo, String> {
         let id = self.resolve(agent)?;
         let l = self.agents.remove(&id).ok_or_else(|| format!("{agent}: not loaded"))?;
+        self.files.remove(&l.canon);
         // The actor ends when its last handle goes.
         drop(l.agent);
         match l.task.await {

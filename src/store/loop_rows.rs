@@ -24,6 +24,9 @@ pub struct LoopRow {
     pub ord: Option<i64>,
 }
 
+const INSERT: &str =
+    "INSERT INTO adf_loop(role, content_json, model, tokens, created_at, ord) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+
 /// A row to append.
 #[derive(Debug, Clone)]
 pub struct NewLoopRow<'a> {
@@ -42,8 +45,32 @@ impl Store {
 
     /// Append one row and return it as stored.
     pub fn loop_append_row(&mut self, row: &NewLoopRow<'_>) -> Result<LoopRow> {
+        self.loop_append_row_with(row, None)
+    }
+
+    /// Append one row and, in the same transaction, set a runtime meta key
+    /// (the turn checkpoint moves with the row it describes: one commit,
+    /// and never one without the other).
+    pub fn loop_append_row_with(&mut self, row: &NewLoopRow<'_>, meta: Option<(&str, &str)>) -> Result<LoopRow> {
         let created_at = now_ms();
-        let seq = self.loop_append_at(row, created_at)?;
+        let seq = match meta {
+            None => self.loop_append_at(row, created_at)?,
+            Some((key, value)) => {
+                let path = self.path().to_path_buf();
+                let content = serde_json::to_string(row.content).unwrap_or_else(|_| "[]".into());
+                let tokens = row.tokens.map(|t| t.to_string());
+                self.write(|tx| {
+                    tx.prepare_cached(INSERT)
+                        .and_then(|mut st| {
+                            st.execute(params![row.role, content, row.model, tokens, created_at, row.ord])
+                        })
+                        .at(&path)?;
+                    let seq = tx.last_insert_rowid();
+                    Store::meta_put_system(tx, key, value, super::meta::MetaProtection::Readonly).at(&path)?;
+                    Ok(seq)
+                })?
+            }
+        };
         Ok(LoopRow {
             seq,
             role: row.role.to_string(),
@@ -59,12 +86,7 @@ impl Store {
         self.touch()?;
         let content = serde_json::to_string(row.content).unwrap_or_else(|_| "[]".into());
         let tokens = row.tokens.map(|t| t.to_string());
-        let mut stmt = self
-            .conn()
-            .prepare_cached(
-                "INSERT INTO adf_loop(role, content_json, model, tokens, created_at, ord) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            )
-            .at(self.path())?;
+        let mut stmt = self.conn().prepare_cached(INSERT).at(self.path())?;
         stmt.execute(params![row.role, content, row.model, tokens, created_at, row.ord]).at(self.path())?;
         Ok(self.conn().last_insert_rowid())
     }

@@ -23,6 +23,7 @@ pub mod messages;
 pub mod meta;
 pub mod mime;
 pub mod repair;
+pub mod revs;
 pub mod schema;
 mod sql_enforce;
 pub mod sql_guard;
@@ -72,7 +73,9 @@ pub struct OpenOptions {
 
 /// One open agent file.
 pub struct Store {
-    conn: Option<Connection>,
+    /// Empty after `finish`, and while parked (`park`): the next use opens
+    /// it again.
+    conn: std::cell::OnceCell<Connection>,
     path: PathBuf,
     lock: Option<WriterLock>,
     read_only: bool,
@@ -91,6 +94,40 @@ pub struct Store {
     /// `PRAGMA data_version` when the config was cached: another
     /// connection of this process (a sibling) committed when it changes.
     data_version: std::cell::Cell<i64>,
+    /// Change counters of the files and inbox tables.
+    revs: revs::Revs,
+    /// Frames in the WAL after the last commit, when checkpoints are left
+    /// to `checkpoint_if_due` (`defer_checkpoints`).
+    wal_frames: Option<std::sync::Arc<std::sync::atomic::AtomicU32>>,
+}
+
+/// WAL frames after which a deferred checkpoint runs (SQLite's own
+/// automatic threshold).
+pub const WAL_CHECKPOINT_FRAMES: u32 = 1000;
+
+/// Count the WAL's frames after each commit; a connection with this hook
+/// makes no automatic checkpoint (the hook replaces SQLite's).
+fn install_wal_hook(
+    conn: &mut Connection,
+    frames: &std::sync::Arc<std::sync::atomic::AtomicU32>,
+) -> rusqlite::Result<()> {
+    let f = frames.clone();
+    conn.wal_hook(Some(move |_: &mut rusqlite::hooks::Wal, pages: std::ffi::c_int| {
+        f.store(pages.max(0) as u32, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }))
+}
+
+/// Rolls back an open transaction when dropped (after a commit there is
+/// none, and nothing happens).
+struct RollbackGuard<'a>(&'a Connection);
+
+impl Drop for RollbackGuard<'_> {
+    fn drop(&mut self) {
+        if !self.0.is_autocommit() {
+            let _ = self.0.execute_batch("ROLLBACK");
+        }
+    }
 }
 
 impl std::fmt::Debug for Store {
@@ -305,7 +342,7 @@ impl Store {
         }
         registered.disarm();
         let mut store = Store {
-            conn: Some(conn),
+            conn: conn.into(),
             path,
             lock: Some(lock),
             read_only: false,
@@ -318,6 +355,8 @@ impl Store {
             config_cache: Default::default(),
             config_rev: Default::default(),
             data_version: Default::default(),
+            revs: Default::default(),
+            wal_frames: None,
         };
         // A version that is not a number is no version this adf can climb
         // from: migrating it "from 0" would rewrite a file it does not know.
@@ -401,7 +440,7 @@ impl Store {
             ));
         }
         Ok(Store {
-            conn: Some(conn),
+            conn: conn.into(),
             path,
             lock: None,
             read_only: true,
@@ -414,6 +453,8 @@ impl Store {
             config_cache: Default::default(),
             config_rev: Default::default(),
             data_version: Default::default(),
+            revs: Default::default(),
+            wal_frames: None,
         })
     }
 
@@ -431,7 +472,7 @@ impl Store {
         let version = schema::read_version(&conn).at(path)?;
         register(path);
         Ok(Store {
-            conn: Some(conn),
+            conn: conn.into(),
             path: path.to_path_buf(),
             lock: None,
             read_only: false,
@@ -444,6 +485,8 @@ impl Store {
             config_cache: Default::default(),
             config_rev: Default::default(),
             data_version: Default::default(),
+            revs: Default::default(),
+            wal_frames: None,
         })
     }
 
@@ -540,6 +583,125 @@ impl Store {
         self.conn().flush_prepared_statement_cache();
     }
 
+    /// The revision of a table the executor derives text from: equal
+    /// numbers mean no row of it changed in between.
+    pub fn rev(&mut self, table: revs::Table) -> u64 {
+        self.conn();
+        match self.conn.get_mut() {
+            Some(c) => self.revs.rev(c, table),
+            None => u64::MAX,
+        }
+    }
+
+    /// Close the connection of an idle agent and keep the file (its writer
+    /// lock, its place in this process): everything SQLite held for it
+    /// (schema, caches, the WAL index) is given back, and the next use
+    /// opens it again. The clean-close marker is written first, so a crash
+    /// while parked costs no integrity check. `false` when there was
+    /// nothing to park (a sibling, a read-only or closed store, or one
+    /// already parked).
+    pub fn park(&mut self) -> Result<bool> {
+        if self.closed || self.read_only || self.lock.is_none() {
+            return Ok(false);
+        }
+        let Some(conn) = self.conn.take() else { return Ok(false) };
+        if self.marker_taken
+            && let Err(e) = conn.execute(
+                "INSERT INTO adf_meta(key, value, protection) VALUES ('adf_clean_close', ?1, 'readonly')
+                     ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                [now_iso()],
+            )
+        {
+            let _ = self.conn.set(conn);
+            return Err(e).at(&self.path);
+        }
+        if let Err((conn, e)) = conn.close() {
+            let _ = self.conn.set(conn);
+            return Err(classify(&self.path, e));
+        }
+        self.marker_taken = false;
+        self.config_cache.borrow_mut().take();
+        self.config_rev.set(self.config_rev.get() + 1);
+        self.data_version.set(0);
+        self.revs.park();
+        Ok(true)
+    }
+
+    /// Leave WAL checkpoints to `checkpoint_if_due` instead of the commit
+    /// that crosses SQLite's threshold (a checkpoint syncs the file: an
+    /// agent's turn should not wait for one). Only the writer's own
+    /// connection; a sibling keeps SQLite's automatic checkpoints.
+    pub fn defer_checkpoints(&mut self) -> Result<()> {
+        if self.lock.is_none() || self.read_only || self.wal_frames.is_some() {
+            return Ok(());
+        }
+        let frames = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let path = self.path.clone();
+        install_wal_hook(self.conn_mut(), &frames).at(&path)?;
+        self.wal_frames = Some(frames);
+        Ok(())
+    }
+
+    /// Whether `checkpoint_if_due` has work (cheap: no SQL).
+    pub fn checkpoint_due(&self) -> bool {
+        self.wal_frames.as_ref().is_some_and(|f| f.load(std::sync::atomic::Ordering::Relaxed) >= WAL_CHECKPOINT_FRAMES)
+            && !self.is_parked()
+    }
+
+    /// Checkpoint the WAL (PASSIVE: readers are never waited for) once it
+    /// holds `WAL_CHECKPOINT_FRAMES` frames; `true` when it ran.
+    pub fn checkpoint_if_due(&mut self) -> Result<bool> {
+        use std::sync::atomic::Ordering;
+        let Some(frames) = &self.wal_frames else { return Ok(false) };
+        if self.is_parked() || frames.load(Ordering::Relaxed) < WAL_CHECKPOINT_FRAMES {
+            return Ok(false);
+        }
+        let frames = frames.clone();
+        self.conn().query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())).at(&self.path)?;
+        frames.store(0, Ordering::Relaxed);
+        Ok(true)
+    }
+
+    /// Whether the connection is parked (closed until the next use).
+    pub fn is_parked(&self) -> bool {
+        !self.closed && self.conn.get().is_none()
+    }
+
+    /// Open the connection of a parked store now, so a failure is an error
+    /// here rather than a failed query later.
+    pub fn unpark(&mut self) -> Result<()> {
+        if self.is_parked() {
+            let mut c = conn::open(&self.path, false, false)?;
+            if let Some(f) = &self.wal_frames {
+                install_wal_hook(&mut c, f).at(&self.path)?;
+            }
+            let _ = self.conn.set(c);
+        }
+        Ok(())
+    }
+
+    /// A connection for a store whose own is gone: a parked store's file
+    /// opened again, else (closed, or the file could not be opened) an
+    /// empty in-memory database, on which every query fails with SQLite's
+    /// own error instead of a panic.
+    fn reopen(&self) -> Connection {
+        if !self.closed {
+            match conn::open(&self.path, false, false) {
+                Ok(mut c) => {
+                    if let Some(f) = &self.wal_frames {
+                        // Without its hook the connection checkpoints by itself.
+                        let _ = install_wal_hook(&mut c, f);
+                    }
+                    return c;
+                }
+                Err(e) => eprintln!("adf: {}: could not open the file again: {e}", self.path.display()),
+            }
+        }
+        Connection::open_in_memory()
+            .or_else(|_| Connection::open_in_memory_with_flags(rusqlite::OpenFlags::default()))
+            .unwrap_or_else(|e| panic!("SQLite cannot open an in-memory database: {e}"))
+    }
+
     /// The current value of a pragma on this file's connection.
     pub fn pragma(&self, name: &str) -> Result<String> {
         pragma_text(self.conn(), name)
@@ -547,12 +709,15 @@ impl Store {
 
     /// Direct access for read queries inside the crate.
     pub(crate) fn conn(&self) -> &Connection {
-        // Only `finish` takes the connection, and nothing runs after it.
-        self.conn.as_ref().expect("connection used after close")
+        self.conn.get_or_init(|| self.reopen())
     }
 
     pub(crate) fn conn_mut(&mut self) -> &mut Connection {
-        self.conn.as_mut().expect("connection used after close")
+        self.conn();
+        match self.conn.get_mut() {
+            Some(c) => c,
+            None => unreachable!("initialised just above"),
+        }
     }
 
     pub(crate) fn writable(&self) -> Result<()> {
@@ -573,18 +738,27 @@ impl Store {
         Ok(())
     }
 
-    /// Run `f` in an IMMEDIATE transaction; commit on `Ok`.
-    pub(crate) fn write<T>(&mut self, f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T>) -> Result<T> {
+    /// Run `f` in an IMMEDIATE transaction; commit on `Ok`, roll back on
+    /// `Err`. `BEGIN` and `COMMIT` are cached statements: a turn commits
+    /// a few times, and parsing them each time was a measurable part of it.
+    pub(crate) fn write<T>(&mut self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
         self.writable()?;
-        let path = self.path.clone();
         let take_marker = !self.marker_taken;
-        let tx = self.conn_mut().transaction_with_behavior(TransactionBehavior::Immediate).at(&path)?;
+        let conn = self.conn.get_or_init(|| self.reopen());
+        let path = &self.path;
+        let step = |sql: &str| conn.prepare_cached(sql).and_then(|mut st| st.execute([])).map(|_| ()).at(path);
+        step("BEGIN IMMEDIATE")?;
+        // Rolls back on every way out but a commit (an error, a panic).
+        let guard = RollbackGuard(conn);
         if take_marker {
             // In the same transaction: a write that fails changes nothing.
-            tx.execute("DELETE FROM adf_meta WHERE key = 'adf_clean_close'", []).at(&path)?;
+            conn.prepare_cached("DELETE FROM adf_meta WHERE key = 'adf_clean_close'")
+                .and_then(|mut st| st.execute([]))
+                .at(path)?;
         }
-        let out = f(&tx)?;
-        tx.commit().at(&path)?;
+        let out = f(conn)?;
+        step("COMMIT")?;
+        drop(guard);
         self.marker_taken = true;
         Ok(out)
     }
@@ -600,7 +774,23 @@ impl Store {
             return Ok(());
         }
         self.closed = true;
-        let Some(conn) = self.conn.take() else { return Ok(()) };
+        let Some(conn) = self.conn.take() else {
+            // Parked: the marker was written when it parked, but a sibling
+            // that wrote since has taken it; put it back (a no-op write
+            // when it is there).
+            let marked = conn::open(&self.path, false, false).and_then(|c| {
+                c.execute(
+                    "INSERT INTO adf_meta(key, value, protection) VALUES ('adf_clean_close', ?1, 'readonly')
+                         ON CONFLICT(key) DO NOTHING",
+                    [now_iso()],
+                )
+                .at(&self.path)?;
+                c.close().map_err(|(_, e)| classify(&self.path, e))
+            });
+            unregister(&self.path);
+            self.lock.take();
+            return marked;
+        };
         // Only the connection holding the writer lock says the file was
         // closed cleanly; a sibling closes while its first is still open.
         if self.marker_taken && self.lock.is_some() {

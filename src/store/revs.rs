@@ -1,0 +1,112 @@
+//! Change counters for the tables a turn derives text from (the agent's
+//! files and its inbox), so the executor rebuilds the system prompt's
+//! skills and bundles sections or counts unread mail only when something
+//! changed. SQLite says what changed: an update hook on this connection
+//! counts row changes per table, and `PRAGMA data_version` says when
+//! another connection (a sibling of this process, or any other writer)
+//! committed, which bumps every counter. The hook is installed on first
+//! use, so a store nobody asks never pays for it.
+
+use std::cell::Cell;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rusqlite::Connection;
+
+/// The tables counted.
+#[derive(Debug, Clone, Copy)]
+pub enum Table {
+    Files,
+    Inbox,
+}
+
+#[derive(Default)]
+pub(crate) struct Revs {
+    counters: Option<Arc<[AtomicU64; 2]>>,
+    /// Foreign commits seen (data_version changes), added to every counter.
+    foreign: Cell<u64>,
+    data_version: Cell<i64>,
+}
+
+impl Revs {
+    /// The revision of `table`: equal numbers mean no row of it changed
+    /// in between (through this connection or any other).
+    pub(crate) fn rev(&mut self, conn: &mut Connection, table: Table) -> u64 {
+        if self.counters.is_none() {
+            let c: Arc<[AtomicU64; 2]> = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+            let hook = c.clone();
+            let installed = conn.update_hook(Some(move |_action, _db: &str, table: &str, _rowid| {
+                let i = match table {
+                    "adf_files" => 0,
+                    "adf_inbox" => 1,
+                    _ => return,
+                };
+                hook[i].fetch_add(1, Ordering::Relaxed);
+            }));
+            if installed.is_ok() {
+                self.counters = Some(c);
+            }
+        }
+        let Some(counters) = &self.counters else {
+            // No hook: every answer is a change, never "unchanged".
+            self.foreign.set(self.foreign.get() + 1);
+            return self.foreign.get() << 32;
+        };
+        let dv = conn.prepare_cached("PRAGMA data_version").and_then(|mut s| s.query_row([], |r| r.get::<_, i64>(0)));
+        match dv {
+            Ok(v) if v != self.data_version.get() => {
+                self.data_version.set(v);
+                self.foreign.set(self.foreign.get() + 1);
+            }
+            Ok(_) => {}
+            // Unknown: count it as a change, never as "unchanged".
+            Err(_) => self.foreign.set(self.foreign.get() + 1),
+        }
+        counters[table as usize].load(Ordering::Relaxed) + (self.foreign.get() << 32)
+    }
+}
+
+impl Revs {
+    /// The connection closed (a parked store): its hook went with it. The
+    /// next connection starts new counters, so every revision moves on.
+    pub(crate) fn park(&mut self) {
+        self.counters = None;
+        self.data_version.set(0);
+        self.foreign.set(self.foreign.get() + 1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_own_and_foreign_changes_per_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let mut a = Connection::open(&path).unwrap();
+        a.execute_batch(
+            "PRAGMA journal_mode=WAL; CREATE TABLE adf_files(path TEXT PRIMARY KEY, x); CREATE TABLE adf_inbox(id, s);
+             CREATE TABLE other(x);",
+        )
+        .unwrap();
+        let mut revs = Revs::default();
+        let f0 = revs.rev(&mut a, Table::Files);
+        let i0 = revs.rev(&mut a, Table::Inbox);
+        assert_eq!(revs.rev(&mut a, Table::Files), f0, "nothing changed");
+        a.execute("INSERT INTO other VALUES (1)", []).unwrap();
+        assert_eq!(revs.rev(&mut a, Table::Files), f0, "another table");
+        a.execute("INSERT INTO adf_files VALUES ('a', 1)", []).unwrap();
+        let f1 = revs.rev(&mut a, Table::Files);
+        assert_ne!(f1, f0);
+        assert_eq!(revs.rev(&mut a, Table::Inbox), i0, "files only");
+        a.execute("UPDATE adf_inbox SET s = 1", []).unwrap();
+        assert_eq!(revs.rev(&mut a, Table::Inbox), i0, "no row changed");
+        a.execute("INSERT INTO adf_inbox VALUES (1, 'unread')", []).unwrap();
+        assert_ne!(revs.rev(&mut a, Table::Inbox), i0);
+        // Another connection's commit is seen through data_version.
+        let b = Connection::open(&path).unwrap();
+        b.execute("DELETE FROM adf_files", []).unwrap();
+        assert_ne!(revs.rev(&mut a, Table::Files), f1);
+    }
+}

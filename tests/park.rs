@@ -1,0 +1,158 @@
+//! Idle agents cost almost nothing (issue 17): a parked store closes its
+//! SQLite connection but keeps the file (lock, marker, registration), opens
+//! again on the next use; a parked agent's tick reads no file until a timer
+//! is due or another connection wrote; WAL checkpoints wait for the actor
+//! between turns instead of landing inside a turn's commit.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use adf::providers::scripted::{Reply, Scripted};
+use adf::runtime::bus::Bus;
+use adf::runtime::executor::{Absent, Executor};
+use adf::store::files::WriteOptions;
+use adf::store::revs::Table;
+use adf::store::timers::{NewTimer, Schedule};
+use adf::store::{Caller, NewAgent, Store};
+use common::*;
+
+fn new_file(dir: &Path) -> PathBuf {
+    let path = dir.join("a.adf");
+    let (s, _) = Store::create(&path, &NewAgent::default()).unwrap();
+    s.close().unwrap();
+    path
+}
+
+fn side(path: &Path, suffix: &str) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+fn marker(path: &Path) -> bool {
+    let c = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    c.query_row("SELECT count(*) FROM adf_meta WHERE key = 'adf_clean_close'", [], |r| r.get::<_, i64>(0)).unwrap() == 1
+}
+
+#[test]
+fn a_parked_store_gives_back_its_connection_and_opens_again_on_use() {
+    let dir = tmp();
+    let path = new_file(dir.path());
+    let mut s = Store::open(&path).unwrap();
+    s.file_write(Caller::Owner, "notes.md", b"one", &WriteOptions::default()).unwrap();
+    assert!(!marker(&path), "a writing session has taken the clean-close marker");
+    let files = s.rev(Table::Files);
+
+    assert!(s.park().unwrap());
+    assert!(s.is_parked());
+    assert!(!s.park().unwrap(), "parking twice is a no-op");
+    assert!(!side(&path, "-wal").exists() && !side(&path, "-shm").exists(), "the WAL went with the connection");
+    assert!(side(&path, ".lock").exists(), "the writer lock is kept");
+    assert!(marker(&path), "parked means cleanly closed: a crash now costs no integrity check");
+    assert!(Store::open(&path).is_err(), "the file is still held by this store");
+
+    // The next use opens it again, whatever the call.
+    assert_eq!(s.file_read_text("notes.md").unwrap(), "one");
+    assert!(!s.is_parked());
+    assert_ne!(s.rev(Table::Files), files, "revisions move on across a park");
+    s.file_write(Caller::Owner, "notes.md", b"two", &WriteOptions::default()).unwrap();
+    assert!(!marker(&path), "the first write after a park takes the marker again");
+
+    // A sibling of a parked file works, and closing a parked store
+    // releases the file.
+    assert!(s.park().unwrap());
+    let mut sib = Store::sibling(&path).unwrap();
+    sib.file_write(Caller::Owner, "other.md", b"x", &WriteOptions::default()).unwrap();
+    sib.close().unwrap();
+    s.close().unwrap();
+    assert!(!side(&path, ".lock").exists());
+    let s = Store::open(&path).unwrap();
+    assert_eq!(s.file_read_text("notes.md").unwrap(), "two");
+    assert_eq!(s.file_read_text("other.md").unwrap(), "x");
+    assert_eq!(
+        s.integrity_check(),
+        adf::store::IntegrityCheck::Skipped,
+        "closed cleanly: {:?}",
+        std::fs::read_dir(path.parent().unwrap()).unwrap().map(|e| e.unwrap().file_name()).collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test]
+async fn a_parked_agent_is_quiet_until_a_timer_is_due_or_the_file_changes() {
+    let dir = tmp();
+    let path = new_file(dir.path());
+    let mut s = Store::open(&path).unwrap();
+    let now = adf::store::now_ms();
+    s.timer_insert(&NewTimer {
+        schedule: &Schedule::Once { at: now + 60_000 },
+        next_wake_at: now + 60_000,
+        payload: Some("later"),
+        scope: Some(&["agent"]),
+        lambda: None,
+        warm: false,
+        locked: false,
+    })
+    .unwrap();
+    let provider = Arc::new(Scripted::new([Reply::Text("hi".into())]));
+    let mut ex = Executor::new(s, provider, Bus::new(), Arc::new(Absent)).unwrap();
+    assert!(!ex.parked_and_quiet(now), "not parked yet");
+    ex.chat("hello").await.unwrap();
+    assert!(ex.is_loaded());
+    assert!(ex.park());
+    assert!(!ex.is_loaded(), "the turn's caches went with it");
+    assert!(ex.parked_and_quiet(now));
+    assert!(!ex.parked_and_quiet(now + 60_000), "the timer is due");
+
+    // Another connection's write wakes it (a message landing through the
+    // mailbox's sibling connection, say).
+    let mut sib = Store::sibling(&path).unwrap();
+    sib.file_write(Caller::Owner, "inbox-note.md", b"x", &WriteOptions::default()).unwrap();
+    assert!(!ex.parked_and_quiet(now));
+    drop(sib);
+
+    // A turn on a parked agent opens the file again and sees everything.
+    ex.chat("again").await.unwrap();
+    assert!(!ex.store.is_parked());
+    let texts: Vec<String> = ex
+        .store
+        .loop_rows(None)
+        .unwrap()
+        .iter()
+        .filter(|r| !adf::runtime::prompt::is_context_row(r))
+        .map(|r| r.content[0]["text"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(texts, ["hello", "hi", "again", "(script exhausted)"]);
+    let cp = ex.store.meta_get("adf_runtime_turn_checkpoint").unwrap().unwrap().value;
+    assert!(cp.contains("\"status\":\"completed\""), "{cp}");
+}
+
+#[tokio::test]
+async fn checkpoints_wait_for_the_actor_instead_of_a_commit() {
+    let dir = tmp();
+    let path = new_file(dir.path());
+    let provider = Arc::new(Scripted::new([]).with_fallback(|_| Reply::Text("ok".into())));
+    let mut ex = Executor::new(Store::open(&path).unwrap(), provider, Bus::new(), Arc::new(Absent)).unwrap();
+    let mut turns = 0;
+    while !ex.store.checkpoint_due() {
+        ex.chat("tick").await.unwrap();
+        turns += 1;
+        assert!(turns < 2000, "the WAL never reached the checkpoint threshold");
+    }
+    // No commit checkpointed on its own: the WAL holds every frame.
+    let wal = std::fs::metadata(side(&path, "-wal")).unwrap().len();
+    assert!(wal >= 1000 * 4096, "WAL of {wal} bytes after {turns} turns");
+    assert!(ex.store.checkpoint_if_due().unwrap());
+    assert!(!ex.store.checkpoint_due());
+    assert!(!ex.store.checkpoint_if_due().unwrap(), "nothing due right after");
+    // The checkpointed pages are in the main file: a reader without the
+    // WAL sees the turns.
+    let c = rusqlite::Connection::open_with_flags(
+        format!("file:{}?immutable=1", path.display()),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_URI,
+    )
+    .unwrap();
+    let rows: i64 = c.query_row("SELECT count(*) FROM adf_loop", [], |r| r.get(0)).unwrap();
+    assert!(rows >= 2 * turns as i64, "{rows} rows for {turns} turns");
+}
