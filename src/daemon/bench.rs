@@ -170,8 +170,11 @@ async fn run_in(dir: &Path, short: bool) -> anyhow::Result<Report> {
 
     // Idle memory: the daemon's RSS with 10 agents, then with many (their
     // first timer tick parks them), and `GET /agents` over the many.
-    let rss_of = async |n: usize, files: &[PathBuf], fleet: &Path| -> anyhow::Result<(f64, Option<f64>)> {
-        let (mut child, url) = spawn(dir, fleet, &files[..n]).await?;
+    let rss_of = async |n: usize, files: &[PathBuf]| -> anyhow::Result<(f64, Option<f64>)> {
+        // A fleet folder of its own, empty: only the named files load.
+        let fleet = dir.join(format!("fleet-{n}"));
+        std::fs::create_dir_all(&fleet)?;
+        let (mut child, url) = spawn(dir, &fleet, &files[..n]).await?;
         tokio::time::sleep(Duration::from_millis(1500)).await;
         let rss = proc_rss_mb(child.id());
         let mut list = Vec::new();
@@ -181,13 +184,13 @@ async fn run_in(dir: &Path, short: bool) -> anyhow::Result<Report> {
                 let t = Instant::now();
                 let r = http.get(format!("{url}/agents")).bearer_auth(token.trim()).send().await?;
                 anyhow::ensure!(r.status().is_success(), "GET /agents: {}", r.status());
-                let v: serde_json::Value = r.json().await?;
+                let body = r.bytes().await?;
+                // The answer as received; parsing it is the client's cost.
                 list.push(t.elapsed().as_secs_f64() * 1000.0);
-                anyhow::ensure!(
-                    v.as_array().map(Vec::len) == Some(n),
-                    "GET /agents listed {:?}",
-                    v.as_array().map(Vec::len)
-                );
+                let v: serde_json::Value = serde_json::from_slice(&body)?;
+                // An empty fleet folder gets its starter agent beside the named files.
+                let listed = v.as_array().map_or(0, Vec::len);
+                anyhow::ensure!(listed == n || listed == n + 1, "GET /agents listed {listed} of {n}");
             }
         }
         let _ = child.kill();
@@ -198,9 +201,9 @@ async fn run_in(dir: &Path, short: bool) -> anyhow::Result<Report> {
     let many = dir.join("many");
     std::fs::create_dir_all(&many)?;
     let files = agents(&many, idle_n, 0)?;
-    let (rss10, _) = rss_of(10, &files, &many).await?;
-    let (rss, _) = rss_of(100, &files, &many).await?;
-    let (rss_many, list_p50) = rss_of(idle_n, &files, &many).await?;
+    let (rss10, _) = rss_of(10, &files).await?;
+    let (rss, _) = rss_of(100, &files).await?;
+    let (rss_many, list_p50) = rss_of(idle_n, &files).await?;
     let idle_kb = (rss_many - rss10) * 1024.0 / (idle_n - 10) as f64;
 
     // In-process from here (the bench publishes on the daemon's bus):

@@ -78,17 +78,14 @@ pub fn router(_s: AppState) -> Router<AppState> {
         .merge(super::mcp::router())
 }
 
-async fn agents(State(s): State<AppState>) -> ApiResult {
+async fn agents(State(s): State<AppState>) -> ApiResult<axum::response::Response> {
     let fleet = s.fleet.lock().await;
-    let list: Vec<Value> = fleet
-        .list()
-        .into_iter()
-        .map(|a| {
-            json!({"id": a.id, "filePath": a.path, "name": a.name, "handle": a.handle, "state": fleet.state(&a.id),
-                "started": fleet.is_started(&a.id)})
-        })
-        .collect();
-    Ok(Json(Value::Array(list)))
+    // Built straight into bytes from the fleet's memory: no file is read
+    // and no intermediate JSON tree is made.
+    let bytes = serde_json::to_vec(&fleet.summaries()).map_err(|e| ApiError::internal(e.to_string()))?;
+    drop(fleet);
+    Ok(([(axum::http::header::CONTENT_TYPE, axum::http::HeaderValue::from_static("application/json"))], bytes)
+        .into_response())
 }
 
 async fn load(State(s): State<AppState>, b: Bytes) -> ApiResult {
@@ -98,9 +95,8 @@ async fn load(State(s): State<AppState>, b: Bytes) -> ApiResult {
         return Err(ApiError::not_found(format!("no agent file at {}", path.display())));
     }
     let mut fleet = s.fleet.lock().await;
-    let info = fleet.load(&path).map_err(ApiError::bad)?;
+    let (info, config) = fleet.load_config(&path).map_err(ApiError::bad)?;
     drop(fleet);
-    let (_, config) = s.read(&info.id, |st| Ok(st.config_value()?)).await?;
     Ok(Json(json!({"id": info.id, "filePath": info.path, "config": config})))
 }
 

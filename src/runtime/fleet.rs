@@ -29,6 +29,18 @@ struct Loaded {
     started: Arc<std::sync::atomic::AtomicBool>,
 }
 
+/// One row of the fleet's listing.
+#[derive(Debug, Serialize)]
+pub struct AgentSummary<'a> {
+    pub id: &'a str,
+    #[serde(rename = "filePath")]
+    pub file_path: &'a Path,
+    pub name: &'a str,
+    pub handle: &'a str,
+    pub state: String,
+    pub started: bool,
+}
+
 /// What the fleet says about an agent.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct AgentInfo {
@@ -218,6 +230,16 @@ impl Fleet {
     /// not flagged for autostart, or not reviewed: they answer the owner,
     /// their timers wait for `start`).
     pub fn load_with(&mut self, path: &Path, started: bool) -> Result<AgentInfo, String> {
+        self.load_inner(path, started).map(|(info, _)| info)
+    }
+
+    /// `load`, with the config the file was loaded with (the daemon's load
+    /// answer, without opening the file a second time).
+    pub fn load_config(&mut self, path: &Path) -> Result<(AgentInfo, serde_json::Value), String> {
+        self.load_inner(path, true)
+    }
+
+    fn load_inner(&mut self, path: &Path, started: bool) -> Result<(AgentInfo, serde_json::Value), String> {
         let canon = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
         if self.files.contains(&canon) {
             return Err(format!("{}: already loaded", path.display()));
@@ -281,7 +303,7 @@ impl Fleet {
         let info = AgentInfo { id: id.clone(), name: name.clone(), handle: handle.clone(), path: path.to_path_buf() };
         self.files.insert(canon.clone());
         self.agents.insert(id, Loaded { path: path.to_path_buf(), canon, name, handle, agent, task, started });
-        Ok(info)
+        Ok((info, cfg))
     }
 
     /// Load every `.adf` file of a fleet folder and its direct subfolders;
@@ -306,6 +328,27 @@ impl Fleet {
                 name: l.name.clone(),
                 handle: l.handle.clone(),
                 path: l.path.clone(),
+            })
+            .collect()
+    }
+
+    /// Every loaded agent with its live state, as `GET /agents` lists them:
+    /// one pass over the fleet, the states' lock taken once.
+    pub fn summaries(&self) -> Vec<AgentSummary<'_>> {
+        let states = self.states.lock().ok();
+        self.agents
+            .iter()
+            .map(|(id, l)| AgentSummary {
+                id,
+                file_path: &l.path,
+                name: &l.name,
+                handle: &l.handle,
+                state: if l.task.is_finished() {
+                    "off".into()
+                } else {
+                    states.as_ref().and_then(|m| m.get(id).cloned()).unwrap_or_else(|| "idle".into())
+                },
+                started: l.started.load(std::sync::atomic::Ordering::Relaxed),
             })
             .collect()
     }

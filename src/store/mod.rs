@@ -162,7 +162,9 @@ fn sidecar(path: &Path, suffix: &str) -> PathBuf {
 /// Files this process has open, by canonical path. Closing any descriptor of
 /// a file drops every POSIX lock the process holds on it, SQLite's included,
 /// so the header sniff must not open a file another `Store` here is using.
-static OPEN_FILES: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+/// A count per file: several connections (siblings) may hold one. A map,
+/// so a fleet of thousands opens a file without scanning them all.
+static OPEN_FILES: std::sync::Mutex<Option<std::collections::HashMap<PathBuf, usize>>> = std::sync::Mutex::new(None);
 
 fn canonical(path: &Path) -> PathBuf {
     std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
@@ -170,22 +172,26 @@ fn canonical(path: &Path) -> PathBuf {
 
 fn register(path: &Path) {
     if let Ok(mut open) = OPEN_FILES.lock() {
-        open.push(canonical(path));
+        *open.get_or_insert_with(Default::default).entry(canonical(path)).or_insert(0) += 1;
     }
 }
 
 fn unregister(path: &Path) {
     let c = canonical(path);
     if let Ok(mut open) = OPEN_FILES.lock()
-        && let Some(i) = open.iter().position(|p| *p == c)
+        && let Some(map) = open.as_mut()
+        && let Some(n) = map.get_mut(&c)
     {
-        open.swap_remove(i);
+        *n -= 1;
+        if *n == 0 {
+            map.remove(&c);
+        }
     }
 }
 
 fn is_open_here(path: &Path) -> bool {
     let c = canonical(path);
-    OPEN_FILES.lock().map(|open| open.contains(&c)).unwrap_or(false)
+    OPEN_FILES.lock().map(|open| open.as_ref().is_some_and(|m| m.contains_key(&c))).unwrap_or(false)
 }
 
 /// Check the file looks like a whole SQLite database before SQLite touches
