@@ -1213,15 +1213,6 @@ impl Executor {
         Ok(self.session()?.rows == 0)
     }
 
-    /// Drop what an idle agent keeps in memory (transcript, session
-    /// summary, parsed config, file snapshot); it is rebuilt from the file
-    /// on the next turn.
-    pub fn release(&mut self) {
-        self.reset_session();
-        self.cfg = None;
-        self.store.release_memory();
-    }
-
     /// `loop_inject` from code (runtime.md §7.3): write the context row now
     /// and queue it for the next model boundary. `origin` is the runtime's
     /// name for the caller (`lambda:<file>`, `code`, …), never the caller's.

@@ -101,6 +101,17 @@ pub struct Store {
     wal_frames: Option<std::sync::Arc<std::sync::atomic::AtomicU32>>,
 }
 
+/// Write the clean-close marker (the time of the close).
+fn put_marker(conn: &Connection, path: &Path) -> Result<()> {
+    conn.execute(
+        "INSERT INTO adf_meta(key, value, protection) VALUES ('adf_clean_close', ?1, 'readonly')
+             ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        [now_iso()],
+    )
+    .map(|_| ())
+    .at(path)
+}
+
 /// WAL frames after which a deferred checkpoint runs (SQLite's own
 /// automatic threshold).
 pub const WAL_CHECKPOINT_FRAMES: u32 = 1000;
@@ -612,14 +623,10 @@ impl Store {
         }
         let Some(conn) = self.conn.take() else { return Ok(false) };
         if self.marker_taken
-            && let Err(e) = conn.execute(
-                "INSERT INTO adf_meta(key, value, protection) VALUES ('adf_clean_close', ?1, 'readonly')
-                     ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                [now_iso()],
-            )
+            && let Err(e) = put_marker(&conn, &self.path)
         {
             let _ = self.conn.set(conn);
-            return Err(e).at(&self.path);
+            return Err(e);
         }
         if let Err((conn, e)) = conn.close() {
             let _ = self.conn.set(conn);
@@ -657,14 +664,13 @@ impl Store {
     /// Checkpoint the WAL (PASSIVE: readers are never waited for) once it
     /// holds `WAL_CHECKPOINT_FRAMES` frames; `true` when it ran.
     pub fn checkpoint_if_due(&mut self) -> Result<bool> {
-        use std::sync::atomic::Ordering;
-        let Some(frames) = &self.wal_frames else { return Ok(false) };
-        if self.is_parked() || frames.load(Ordering::Relaxed) < WAL_CHECKPOINT_FRAMES {
+        if !self.checkpoint_due() {
             return Ok(false);
         }
-        let frames = frames.clone();
         self.conn().query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())).at(&self.path)?;
-        frames.store(0, Ordering::Relaxed);
+        if let Some(f) = &self.wal_frames {
+            f.store(0, std::sync::atomic::Ordering::Relaxed);
+        }
         Ok(true)
     }
 
@@ -677,13 +683,20 @@ impl Store {
     /// here rather than a failed query later.
     pub fn unpark(&mut self) -> Result<()> {
         if self.is_parked() {
-            let mut c = conn::open(&self.path, false, false)?;
-            if let Some(f) = &self.wal_frames {
-                install_wal_hook(&mut c, f).at(&self.path)?;
-            }
+            let c = self.open_again()?;
             let _ = self.conn.set(c);
         }
         Ok(())
+    }
+
+    /// The file's connection opened again, set up as the first was
+    /// (pragmas; the WAL hook that leaves checkpoints to the actor).
+    fn open_again(&self) -> Result<Connection> {
+        let mut c = conn::open(&self.path, false, false)?;
+        if let Some(f) = &self.wal_frames {
+            install_wal_hook(&mut c, f).at(&self.path)?;
+        }
+        Ok(c)
     }
 
     /// A connection for a store whose own is gone: a parked store's file
@@ -692,20 +705,12 @@ impl Store {
     /// own error instead of a panic.
     fn reopen(&self) -> Connection {
         if !self.closed {
-            match conn::open(&self.path, false, false) {
-                Ok(mut c) => {
-                    if let Some(f) = &self.wal_frames {
-                        // Without its hook the connection checkpoints by itself.
-                        let _ = install_wal_hook(&mut c, f);
-                    }
-                    return c;
-                }
+            match self.open_again() {
+                Ok(c) => return c,
                 Err(e) => eprintln!("adf: {}: could not open the file again: {e}", self.path.display()),
             }
         }
-        Connection::open_in_memory()
-            .or_else(|_| Connection::open_in_memory_with_flags(rusqlite::OpenFlags::default()))
-            .unwrap_or_else(|e| panic!("SQLite cannot open an in-memory database: {e}"))
+        Connection::open_in_memory().unwrap_or_else(|e| panic!("SQLite cannot open an in-memory database: {e}"))
     }
 
     /// The current value of a pragma on this file's connection.
@@ -785,12 +790,7 @@ impl Store {
             // that wrote since has taken it; put it back (a no-op write
             // when it is there).
             let marked = conn::open(&self.path, false, false).and_then(|c| {
-                c.execute(
-                    "INSERT INTO adf_meta(key, value, protection) VALUES ('adf_clean_close', ?1, 'readonly')
-                         ON CONFLICT(key) DO NOTHING",
-                    [now_iso()],
-                )
-                .at(&self.path)?;
+                put_marker(&c, &self.path)?;
                 c.close().map_err(|(_, e)| classify(&self.path, e))
             });
             unregister(&self.path);
@@ -800,12 +800,7 @@ impl Store {
         // Only the connection holding the writer lock says the file was
         // closed cleanly; a sibling closes while its first is still open.
         if self.marker_taken && self.lock.is_some() {
-            conn.execute(
-                "INSERT INTO adf_meta(key, value, protection) VALUES ('adf_clean_close', ?1, 'readonly')
-                     ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                [now_iso()],
-            )
-            .at(&self.path)?;
+            put_marker(&conn, &self.path)?;
         }
         let closed = conn.close().map_err(|(_, e)| classify(&self.path, e));
         unregister(&self.path);

@@ -7,7 +7,6 @@
 //! committed, which bumps every counter. The hook is installed on first
 //! use, so a store nobody asks never pays for it.
 
-use std::cell::Cell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -24,8 +23,8 @@ pub enum Table {
 pub(crate) struct Revs {
     counters: Option<Arc<[AtomicU64; 2]>>,
     /// Foreign commits seen (data_version changes), added to every counter.
-    foreign: Cell<u64>,
-    data_version: Cell<i64>,
+    foreign: u64,
+    data_version: i64,
 }
 
 impl Revs {
@@ -49,20 +48,20 @@ impl Revs {
         }
         let Some(counters) = &self.counters else {
             // No hook: every answer is a change, never "unchanged".
-            self.foreign.set(self.foreign.get() + 1);
-            return self.foreign.get() << 32;
+            self.foreign += 1;
+            return self.foreign << 32;
         };
         let dv = conn.prepare_cached("PRAGMA data_version").and_then(|mut s| s.query_row([], |r| r.get::<_, i64>(0)));
         match dv {
-            Ok(v) if v != self.data_version.get() => {
-                self.data_version.set(v);
-                self.foreign.set(self.foreign.get() + 1);
+            Ok(v) if v != self.data_version => {
+                self.data_version = v;
+                self.foreign += 1;
             }
             Ok(_) => {}
             // Unknown: count it as a change, never as "unchanged".
-            Err(_) => self.foreign.set(self.foreign.get() + 1),
+            Err(_) => self.foreign += 1,
         }
-        counters[table as usize].load(Ordering::Relaxed) + (self.foreign.get() << 32)
+        counters[table as usize].load(Ordering::Relaxed) + (self.foreign << 32)
     }
 }
 
@@ -71,8 +70,8 @@ impl Revs {
     /// next connection starts new counters, so every revision moves on.
     pub(crate) fn park(&mut self) {
         self.counters = None;
-        self.data_version.set(0);
-        self.foreign.set(self.foreign.get() + 1);
+        self.data_version = 0;
+        self.foreign += 1;
     }
 }
 
