@@ -43,7 +43,7 @@ PORT=18401
 PROXY=18402
 "$ADF" mcp serve "$HOME_DIR/data/agents" --http "$PORT" 2> "$HOME_DIR/serve.log" &
 SPID=$!
-trap 'kill "$SPID" "${PPID_:-0}" 2>/dev/null || true; rm -rf "$HOME_DIR"' EXIT
+trap 'kill "$SPID" "${PPID_:-0}" 2>/dev/null || true; wait "$SPID" 2>/dev/null || true; rm -rf "$HOME_DIR"' EXIT
 for _ in $(seq 1 100); do
   [ -s "$HOME_DIR/config/daemon-token" ] && grep -q "mcp serve" "$HOME_DIR/serve.log" && break
   sleep 0.1

@@ -26,7 +26,9 @@ mkdir -p "$HOME_DIR/data/agents"
 PORT=18385
 "$ADF" daemon --port "$PORT" > "$HOME_DIR/daemon.log" 2>&1 &
 DPID=$!
-trap 'kill "$DPID" 2>/dev/null || true; rm -rf "$HOME_DIR"' EXIT
+# Wait for the daemon to finish closing its agents before removing its home:
+# closing writes each file's clean-close marker, which races an early rm.
+trap 'kill "$DPID" 2>/dev/null || true; wait "$DPID" 2>/dev/null || true; rm -rf "$HOME_DIR"' EXIT
 for _ in $(seq 1 100); do
   [ -f "$HOME_DIR/data/agents/.daemon.json" ] && break
   sleep 0.1

@@ -79,6 +79,37 @@ fn a_parked_store_gives_back_its_connection_and_opens_again_on_use() {
     );
 }
 
+#[test]
+fn closing_a_parked_store_no_one_wrote_to_leaves_the_file_alone() {
+    // A daemon stopping closes every parked agent: a file no one wrote to
+    // since it parked is not opened again (no WAL made and removed under a
+    // folder that may be going away, no marker rewritten).
+    let dir = tmp();
+    let path = new_file(dir.path());
+    let mut s = Store::open(&path).unwrap();
+    s.file_write(Caller::Owner, "notes.md", b"one", &WriteOptions::default()).unwrap();
+    assert!(s.park().unwrap());
+    assert!(s.parked_untouched());
+    let stamp = |p: &Path| std::fs::metadata(p).unwrap().modified().unwrap();
+    let before = (stamp(&path), std::fs::read(&path).unwrap());
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    s.close().unwrap();
+    assert_eq!((stamp(&path), std::fs::read(&path).unwrap()), before, "the file was not written");
+    assert!(!side(&path, "-wal").exists() && !side(&path, ".lock").exists());
+    assert!(marker(&path));
+
+    // A sibling's write is seen, and the marker it took goes back.
+    let mut s = Store::open(&path).unwrap();
+    s.file_write(Caller::Owner, "notes.md", b"two", &WriteOptions::default()).unwrap();
+    assert!(s.park().unwrap());
+    let mut sib = Store::sibling(&path).unwrap();
+    sib.file_write(Caller::Owner, "other.md", b"x", &WriteOptions::default()).unwrap();
+    sib.close().unwrap();
+    assert!(!s.parked_untouched(), "a sibling's commit changes the file's signature");
+    s.close().unwrap();
+    assert!(marker(&path), "the marker the sibling took is back");
+}
+
 #[tokio::test]
 async fn a_parked_agent_is_quiet_until_a_timer_is_due_or_the_file_changes() {
     let dir = tmp();

@@ -99,6 +99,8 @@ pub struct Store {
     /// Frames in the WAL after the last commit, when checkpoints are left
     /// to `checkpoint_if_due` (`defer_checkpoints`).
     wal_frames: Option<std::sync::Arc<std::sync::atomic::AtomicU32>>,
+    /// The file's size and times when it was parked (see `park`).
+    parked_sig: Option<FileSig>,
 }
 
 /// Write the clean-close marker (the time of the close).
@@ -374,6 +376,7 @@ impl Store {
             data_version: Default::default(),
             revs: Default::default(),
             wal_frames: None,
+            parked_sig: None,
         };
         // A version that is not a number is no version this adf can climb
         // from: migrating it "from 0" would rewrite a file it does not know.
@@ -472,6 +475,7 @@ impl Store {
             data_version: Default::default(),
             revs: Default::default(),
             wal_frames: None,
+            parked_sig: None,
         })
     }
 
@@ -504,6 +508,7 @@ impl Store {
             data_version: Default::default(),
             revs: Default::default(),
             wal_frames: None,
+            parked_sig: None,
         })
     }
 
@@ -633,6 +638,7 @@ impl Store {
             return Err(classify(&self.path, e));
         }
         self.marker_taken = false;
+        self.parked_sig = Some(FileSig::of(&self.path));
         self.config_cache.borrow_mut().take();
         self.config_rev.set(self.config_rev.get() + 1);
         self.data_version.set(0);
@@ -677,6 +683,13 @@ impl Store {
     /// Whether the connection is parked (closed until the next use).
     pub fn is_parked(&self) -> bool {
         !self.closed && self.conn.get().is_none()
+    }
+
+    /// Whether the store is parked and no connection wrote to its file
+    /// since (the file's and the WAL's size and times are as they were):
+    /// a check of two `stat`s, no SQL.
+    pub fn parked_untouched(&self) -> bool {
+        self.is_parked() && self.parked_sig.as_ref().is_some_and(|s| *s == FileSig::of(&self.path))
     }
 
     /// Open the connection of a parked store now, so a failure is an error
@@ -784,11 +797,18 @@ impl Store {
         if self.closed {
             return Ok(());
         }
+        let untouched = self.parked_untouched();
         self.closed = true;
         let Some(conn) = self.conn.take() else {
             // Parked: the marker was written when it parked, but a sibling
-            // that wrote since has taken it; put it back (a no-op write
-            // when it is there).
+            // that wrote since may have taken it; put it back. A file no
+            // one wrote to is not opened at all (opening makes a WAL and
+            // its index, which a folder being removed does not expect).
+            if untouched {
+                unregister(&self.path);
+                self.lock.take();
+                return Ok(());
+            }
             let marked = conn::open(&self.path, false, false).and_then(|c| {
                 put_marker(&c, &self.path)?;
                 c.close().map_err(|(_, e)| classify(&self.path, e))
@@ -806,6 +826,18 @@ impl Store {
         unregister(&self.path);
         self.lock.take();
         closed
+    }
+}
+
+/// Size and modification time of a file and of its WAL: another
+/// connection's commit changes one of them.
+#[derive(Debug, Clone, PartialEq)]
+struct FileSig([Option<(u64, std::time::SystemTime)>; 2]);
+
+impl FileSig {
+    fn of(path: &Path) -> Self {
+        let stat = |p: &Path| std::fs::metadata(p).ok().and_then(|m| Some((m.len(), m.modified().ok()?)));
+        FileSig([stat(path), stat(&sidecar(path, "-wal"))])
     }
 }
 

@@ -6,8 +6,6 @@
 //! look at the next timer it had and at the file's size and times, and only
 //! a due timer or a write by another connection wakes it.
 
-use std::path::Path;
-
 use super::Executor;
 
 /// What a parked agent remembers to know when a tick has work.
@@ -15,21 +13,6 @@ use super::Executor;
 pub(crate) struct Parked {
     /// The earliest `next_wake_at` of its live timers.
     next_timer: Option<i64>,
-    sig: FileSig,
-}
-
-/// Size and modification time of the file and its WAL: another
-/// connection's commit changes one of them.
-#[derive(Debug, Clone, PartialEq)]
-struct FileSig([Option<(u64, std::time::SystemTime)>; 2]);
-
-impl FileSig {
-    fn of(path: &Path) -> Self {
-        let stat = |p: &Path| std::fs::metadata(p).ok().and_then(|m| Some((m.len(), m.modified().ok()?)));
-        let mut wal = path.as_os_str().to_owned();
-        wal.push("-wal");
-        FileSig([stat(path), stat(Path::new(&wal))])
-    }
 }
 
 impl Executor {
@@ -49,7 +32,7 @@ impl Executor {
         self.cfg = None;
         match self.store.park() {
             Ok(true) => {
-                self.parked = Some(Parked { next_timer, sig: FileSig::of(self.store.path()) });
+                self.parked = Some(Parked { next_timer });
                 true
             }
             _ => false,
@@ -61,9 +44,7 @@ impl Executor {
     /// not parked always has its tick.
     pub fn parked_and_quiet(&self, now: i64) -> bool {
         match &self.parked {
-            Some(p) if self.store.is_parked() => {
-                p.next_timer.is_none_or(|t| t > now) && FileSig::of(self.store.path()) == p.sig
-            }
+            Some(p) => p.next_timer.is_none_or(|t| t > now) && self.store.parked_untouched(),
             _ => false,
         }
     }
