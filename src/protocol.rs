@@ -42,6 +42,10 @@ pub mod kind {
     pub const LOOP_COMPACTED: &str = "loop.compacted";
     pub const LOOP_CLEARED: &str = "loop.cleared";
     pub const LOOP_RECOVERED: &str = "loop.recovered";
+    /// A side loop's status changed (`loop` names it).
+    pub const LOOP_STATE_CHANGED: &str = "loop.state.changed";
+    /// `loop_send` delivered a message to another loop.
+    pub const LOOP_MESSAGE_SENT: &str = "loop.message.sent";
     pub const PROVIDER_RETRY_SCHEDULED: &str = "provider.retry_scheduled";
     pub const PROVIDER_RETRY_STARTED: &str = "provider.retry_started";
     pub const PROVIDER_RETRY_CANCELLED: &str = "provider.retry_cancelled";

@@ -55,6 +55,21 @@ pub enum AgentCommand {
         text: String,
         event_type: String,
     },
+    /// An owner message to a side loop: a turn of that loop, queued behind
+    /// a running turn (a side loop never interrupts another turn).
+    LoopChat {
+        name: String,
+        text: String,
+        turn_id: Option<String>,
+    },
+}
+
+/// A side-loop turn waiting to run.
+struct LoopRun {
+    name: String,
+    text: Option<String>,
+    event_type: &'static str,
+    turn_id: Option<String>,
 }
 
 /// A closure run on the actor's executor.
@@ -184,6 +199,9 @@ pub fn spawn_with(
         let mut paused: Option<(String, Decision)> = None;
         let mut timer_wakes: std::collections::VecDeque<(String, String)> = Default::default();
         let mut quiet_ticks: u32 = 0;
+        let mut loop_runs: std::collections::VecDeque<LoopRun> = Default::default();
+        // Turns each continuous loop took since it was last woken.
+        let mut continuous: HashMap<String, u32> = HashMap::new();
         // Owner work that arrived during a turn.
         let mut deferred: Vec<OwnerWork> = Vec::new();
         let mut deferred_sends: Vec<(serde_json::Value, tokio::sync::oneshot::Sender<crate::tools::ToolOutput>)> =
@@ -191,6 +209,7 @@ pub fn spawn_with(
         let mut ticker = tokio::time::interval(tick);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            let mut side: Option<LoopRun> = None;
             let (message, event_type) = match next.take() {
                 Some(m) => {
                     ex.next_turn_id = next_turn.take();
@@ -204,7 +223,22 @@ pub fn spawn_with(
                         Some(t) => (t, "trigger"),
                         None => continue,
                     },
-                    Some((w, ty)) => (w, if ty == "timer" { "timer" } else { "trigger" }),
+                    Some((w, ty)) => (
+                        w,
+                        match ty.as_str() {
+                            "timer" => "timer",
+                            "loop" => "loop",
+                            _ => "trigger",
+                        },
+                    ),
+                    None if !loop_runs.is_empty() && ex.state != "off" => match loop_runs.pop_front() {
+                        Some(run) => {
+                            let ty = run.event_type;
+                            side = Some(run);
+                            (String::new(), ty)
+                        }
+                        None => continue,
+                    },
                     None => match tokio::select! {
                         cmd = rx.recv() => Some(cmd),
                         _ = ticker.tick() => None,
@@ -233,9 +267,22 @@ pub fn spawn_with(
                                 timer_wakes.extend(w.into_iter().map(|w| (w, "timer".to_string())));
                                 ex.run_system().await;
                             }
+                            if started.load(Ordering::Relaxed)
+                                && !matches!(ex.state.as_str(), "off" | "hibernate" | "suspended")
+                            {
+                                for name in ex.due_loops(crate::store::now_ms()) {
+                                    continuous.remove(&name);
+                                    loop_runs.push_back(LoopRun {
+                                        name,
+                                        text: Some("[Scheduled run]".into()),
+                                        event_type: "schedule",
+                                        turn_id: None,
+                                    });
+                                }
+                            }
                             quiet_ticks = quiet_ticks.saturating_add(1);
                             // Work a tick found (a timer's wake) runs first.
-                            if quiet_ticks >= PARK_AFTER_TICKS && timer_wakes.is_empty() {
+                            if quiet_ticks >= PARK_AFTER_TICKS && timer_wakes.is_empty() && loop_runs.is_empty() {
                                 ex.park();
                             }
                             continue;
@@ -309,12 +356,19 @@ pub fn spawn_with(
                                 started.store(true, Ordering::Relaxed);
                                 continue;
                             }
+                            Some(AgentCommand::LoopChat { name, text, turn_id }) => {
+                                continuous.remove(&name);
+                                loop_runs.push_back(LoopRun { name, text: Some(text), event_type: "chat", turn_id });
+                                continue;
+                            }
                             Some(_) => continue,
                         },
                     },
                 },
             };
             quiet_ticks = 0;
+            // A side loop whose turn completed, to turn again if continuous.
+            let mut continuing: Option<String> = None;
             let mut stop = false;
             let mut suspended = false;
             // How a dropped turn ended: (reason, state).
@@ -323,14 +377,24 @@ pub fn spawn_with(
                 let approval = if event_type == "approval" { paused.take() } else { None };
                 // Boxed: the turn's state machine is large, and an idle
                 // actor should not carry its space.
-                let mut turn = Box::pin(ex.turn_for(&message, event_type, approval));
+                let mut turn: std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send + '_>> = match &side {
+                    Some(run) => {
+                        ex.next_turn_id = run.turn_id.clone();
+                        Box::pin(ex.side_turn(&run.name, run.text.as_deref(), run.event_type))
+                    }
+                    None => Box::pin(ex.turn_for(&message, event_type, approval)),
+                };
                 loop {
                     tokio::select! {
                         end = &mut turn => {
                             match &end {
-                                Ok(TurnEnd::State { state }) if state == "off" => stop = true,
-                                Ok(TurnEnd::Suspended) => suspended = true,
+                                Ok(TurnEnd::State { state }) if state == "off" && side.is_none() => stop = true,
+                                Ok(TurnEnd::Suspended) if side.is_none() => suspended = true,
                                 _ => {}
+                            }
+                            if let Some(run) = &side {
+                                continuing = matches!(end, Ok(TurnEnd::Completed { .. }) | Ok(TurnEnd::State { .. }))
+                                    .then(|| run.name.clone());
                             }
                             break;
                         }
@@ -373,6 +437,10 @@ pub fn spawn_with(
                             Some(AgentCommand::Resume) => {}
                             Some(AgentCommand::With(w)) => deferred.push(w),
                             Some(AgentCommand::Send { input, reply }) => deferred_sends.push((input, reply)),
+                            Some(AgentCommand::LoopChat { name, text, turn_id }) => {
+                                continuous.remove(&name);
+                                loop_runs.push_back(LoopRun { name, text: Some(text), event_type: "chat", turn_id });
+                            }
                             Some(AgentCommand::Wake { text, event_type }) => {
                                 // Latest wins for inbox wakes: one wake covers a burst.
                                 if event_type == "inbox" {
@@ -382,6 +450,37 @@ pub fn spawn_with(
                             }
                         },
                     }
+                }
+            }
+            // A side turn that was cut ends in its own loop, then main is
+            // back in place for everything else.
+            if side.is_some()
+                && let Some((reason, _)) = &cut
+            {
+                ex.interrupted(reason, "idle");
+            }
+            ex.leave_side();
+            if side.is_some() && cut.as_ref().is_some_and(|(r, _)| *r != "owner_state_transition") {
+                cut = None;
+            }
+            queue_loop_wakes(&mut ex, &mut timer_wakes, &mut loop_runs, &mut continuous);
+            if let Some(name) = continuing
+                && ex
+                    .store
+                    .loop_get(&name)
+                    .ok()
+                    .flatten()
+                    .is_some_and(|d| d.mode == crate::store::loops::LoopMode::Continuous)
+            {
+                let n = continuous.entry(name.clone()).or_insert(0);
+                *n += 1;
+                if *n < super::executor::side::CONTINUOUS_TURNS && !loop_runs.iter().any(|r| r.name == name) {
+                    loop_runs.push_back(LoopRun {
+                        name,
+                        text: Some("[Continue toward your goal.]".into()),
+                        event_type: "continue",
+                        turn_id: None,
+                    });
                 }
             }
             for w in deferred.drain(..) {
@@ -454,6 +553,26 @@ pub fn spawn_with(
         ex
     });
     (handle, task)
+}
+
+/// Wakes a turn asked for with `loop_send`: main's go with the other
+/// wakes, a side loop's into the loop queue (once each).
+fn queue_loop_wakes(
+    ex: &mut Executor,
+    wakes: &mut std::collections::VecDeque<(String, String)>,
+    runs: &mut std::collections::VecDeque<LoopRun>,
+    continuous: &mut HashMap<String, u32>,
+) {
+    for name in ex.take_loop_wakes() {
+        if name == "main" {
+            if !wakes.iter().any(|(_, t)| t == "loop") {
+                wakes.push_back((String::new(), "loop".into()));
+            }
+        } else if !runs.iter().any(|r| r.name == name) {
+            continuous.remove(&name);
+            runs.push_back(LoopRun { name, text: None, event_type: "loop", turn_id: None });
+        }
+    }
 }
 
 /// Entering `hibernate` (or `off`, `suspended`) drops the queued

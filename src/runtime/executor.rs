@@ -15,6 +15,7 @@ mod mcp;
 pub(crate) mod media;
 mod owner;
 mod park;
+pub(crate) mod side;
 mod skills;
 
 use super::bus::Bus;
@@ -174,6 +175,8 @@ pub struct Executor {
     pub(crate) resolver: Arc<dyn super::egress::Resolve>,
     /// The runtime's mesh (messaging), when the agent is in a fleet.
     pub(crate) mesh: Option<Arc<super::mesh::Mesh>>,
+    /// Side loops: the one running, the others' state, wakes asked for.
+    pub(crate) loops: side::Loops,
 }
 
 fn iso(ms: i64) -> String {
@@ -227,6 +230,7 @@ impl Executor {
             cp_final: false,
             unread: None,
             parked: None,
+            loops: Default::default(),
             prices: Default::default(),
             context_hash: None,
             preset: None,
@@ -365,6 +369,11 @@ impl Executor {
     }
 
     fn publish(&mut self, mut e: Envelope) {
+        if let Some(side) = &self.loops.side
+            && let Some(o) = e.payload.as_object_mut()
+        {
+            o.entry("loop").or_insert_with(|| Value::String(side.def.name.clone()));
+        }
         let before = e.payload.as_object_mut().and_then(|o| o.remove("_before"));
         let trig = match &*e.event_type {
             kind::FILE_WRITTEN | kind::FILE_DELETED if self.dispatcher.is_some() => {
@@ -429,6 +438,10 @@ impl Executor {
     fn checkpoint(&mut self, v: &Value) {
         self.cp = Some(v.clone());
         self.cp_pending = false;
+        // The file's checkpoint is the main loop's; a side loop's stays here.
+        if self.loops.side.is_some() {
+            return;
+        }
         let _ = self.store.set_system_meta(CHECKPOINT, &v.to_string(), MetaProtection::Readonly);
     }
 
@@ -453,11 +466,14 @@ impl Executor {
         cp: Option<Value>,
     ) -> Result<i64, StoreError> {
         self.cp_pending = false;
-        let text = cp.as_ref().map(Value::to_string);
-        let row = self.store.loop_append_row_with(
-            &NewLoopRow { role, content, model, tokens, ord: None },
-            text.as_deref().map(|t| (CHECKPOINT, t)),
-        )?;
+        let new = NewLoopRow { role, content, model, tokens, ord: None };
+        let row = match &self.loops.side {
+            Some(side) => self.store.side_append_row(&side.def.name, &new)?,
+            None => {
+                let text = cp.as_ref().map(Value::to_string);
+                self.store.loop_append_row_with(&new, text.as_deref().map(|t| (CHECKPOINT, t)))?
+            }
+        };
         if cp.is_some() {
             self.cp = cp;
         }
@@ -471,7 +487,7 @@ impl Executor {
     /// The session summary, read from the file the first time.
     fn session(&mut self) -> Result<&Session, StoreError> {
         if self.session.is_none() {
-            let rows = self.store.loop_rows(None)?;
+            let rows = self.loop_rows()?;
             let mut s = Session::default();
             for r in &rows {
                 s.add(r);
@@ -491,6 +507,28 @@ impl Executor {
             self.session = Some(s);
         }
         Ok(self.session.get_or_insert_with(Session::default))
+    }
+
+    /// The running loop's rows.
+    fn loop_rows(&self) -> Result<Vec<LoopRow>, StoreError> {
+        match &self.loops.side {
+            Some(side) => self.store.side_rows(&side.def.name),
+            None => self.store.loop_rows(None),
+        }
+    }
+
+    /// `loop_replace` on the running loop.
+    fn replace_rows(
+        &mut self,
+        remove: &[LoopRow],
+        archive: bool,
+        insert: Option<&NewLoopRow<'_>>,
+    ) -> Result<Option<i64>, StoreError> {
+        let store = &mut self.store;
+        match &self.loops.side {
+            Some(side) => blocking(|| store.side_replace(&side.def.name, remove, archive, insert)),
+            None => blocking(|| store.loop_replace(remove, archive, insert)),
+        }
     }
 
     fn user_text(&mut self, text: &str) -> Result<i64, StoreError> {
@@ -648,6 +686,9 @@ impl Executor {
     ) -> Result<TurnEnd, StoreError> {
         match (event_type, approval) {
             ("resume", _) => self.resume().await,
+            // Another loop's mail woke main: it is read at the boundary.
+            ("loop", _) if self.store.loop_mail_waiting("main")? == 0 => Ok(TurnEnd::Completed { text: String::new() }),
+            ("loop", _) => self.turn(None, "loop").await,
             (_, Some((task_id, decision))) => self.resume_paused(&task_id, decision).await,
             _ => self.wake(text, event_type).await,
         }
@@ -872,6 +913,7 @@ impl Executor {
     fn touched_checkpoint(&mut self) -> Option<Value> {
         let mut cp = match self.cp.take() {
             Some(cp) => cp,
+            None if self.loops.side.is_some() => return None,
             None => self.store.meta_get(CHECKPOINT).ok().flatten().and_then(|m| serde_json::from_str(&m.value).ok())?,
         };
         cp["updated_at"] = json!(crate::store::now_ms());
@@ -879,6 +921,9 @@ impl Executor {
     }
 
     fn set_state(&mut self, state: &str) {
+        if self.set_side_status(state) {
+            return;
+        }
         if self.state != state {
             self.state = state.to_string();
             self.emit(
@@ -1120,7 +1165,7 @@ impl Executor {
         reason: String,
         source: &str,
     ) -> Result<(), StoreError> {
-        let rows = self.store.loop_rows(None)?;
+        let rows = self.loop_rows()?;
         let keep_from = rows.len().saturating_sub(preserve);
         let (summarise, kept) = rows.split_at(keep_from);
         if summarise.is_empty() {
@@ -1176,20 +1221,11 @@ impl Executor {
         let text = format!("{head} {summary}\n\n---\n{COMPACTION_FOOTER}");
         let ord = kept.iter().map(|r| r.ord.unwrap_or(r.seq)).min().map(|k| k - 1);
         let content = json!([{"type": "text", "text": text}]);
-        let store = &mut self.store;
-        blocking(|| {
-            store.loop_replace(
-                summarise,
-                audited,
-                Some(&NewLoopRow {
-                    role: "user",
-                    content: &content,
-                    model: Some(&model),
-                    tokens: tokens.as_ref(),
-                    ord,
-                }),
-            )
-        })?;
+        self.replace_rows(
+            summarise,
+            audited,
+            Some(&NewLoopRow { role: "user", content: &content, model: Some(&model), tokens: tokens.as_ref(), ord }),
+        )?;
         self.reset_session();
         let new_count = self.session()?.chars / 4;
         self.emit(kind::LOOP_COMPACTED, source, json!({"reason": reason, "new_token_count": new_count}));
@@ -1200,14 +1236,13 @@ impl Executor {
     /// (`end` exclusive, negative indices count from the end), or all rows.
     /// Returns true when the loop is now empty.
     fn clear(&mut self, cfg: &Value, start: Option<i64>, end: Option<i64>, source: &str) -> Result<bool, StoreError> {
-        let rows = self.store.loop_rows(None)?;
+        let rows = self.loop_rows()?;
         let n = rows.len() as i64;
         let norm = |i: i64| if i < 0 { (n + i).max(0) } else { i.min(n) };
         let (a, b) = (norm(start.unwrap_or(0)), norm(end.unwrap_or(n)));
         let remove = if a < b { &rows[a as usize..b as usize] } else { &rows[..0] };
         let audited = crate::store::config::audit_enabled(cfg, "loop");
-        let store = &mut self.store;
-        blocking(|| store.loop_replace(remove, audited, None))?;
+        self.replace_rows(remove, audited, None)?;
         self.reset_session();
         self.emit(kind::LOOP_CLEARED, source, json!({"method": "clear"}));
         Ok(self.session()?.rows == 0)
@@ -1334,13 +1369,24 @@ impl Executor {
 
     /// The parsed config, the typed view and the advertised tools.
     fn config(&mut self) -> Result<Arc<CachedConfig>, StoreError> {
-        let rev = self.store.config_rev();
+        let main = self.main_config()?;
+        Ok(if self.loops.side.is_some() { self.side_config(main) } else { main })
+    }
+
+    /// The main loop's config: the parsed file config and the tools it
+    /// advertises (with `loop_send` and `loop_list` once the agent has side
+    /// loops or may make them, unless the config declares them itself).
+    fn main_config(&mut self) -> Result<Arc<CachedConfig>, StoreError> {
+        let rev = self.store.config_rev() ^ self.store.rev(crate::store::revs::Table::Loops).rotate_left(17);
         if let Some(c) = &self.cfg
             && c.rev == rev
         {
             return Ok(c.clone());
         }
-        let value = self.store.config_value()?;
+        let mut value = self.store.config_value()?;
+        if side::manages_loops(&value) || !self.store.loops_list()?.is_empty() {
+            side::declare_loop_tools(&mut value);
+        }
         let typed = AgentConfig::from_value(&value).unwrap_or_default();
         let (decls, _) = typed.effective_tools();
         let receive = value["messaging"]["receive"].as_bool().unwrap_or(true);
@@ -1385,8 +1431,12 @@ impl Executor {
             return (p.system.clone(), p.hash);
         }
         let knowledge = prompt::knowledge_sections(&self.store, &c.value);
-        let system: Arc<str> =
-            prompt::system_prompt(&self.store, &c.value, &mut self.snapshot, knowledge.as_deref()).into();
+        let mut system = prompt::system_prompt(&self.store, &c.value, &mut self.snapshot, knowledge.as_deref());
+        if let Some(section) = self.side_prompt() {
+            system.push_str("\n\n");
+            system.push_str(&section);
+        }
+        let system: Arc<str> = system.into();
         let hash = {
             use std::hash::{Hash, Hasher};
             let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -1402,6 +1452,7 @@ impl Executor {
         let (cfg, typed) = (&c.value, &c.typed);
         let (system, hash) = self.system_prompt(c);
         self.session()?;
+        self.drain_loop_mail()?;
         for inj in self.inject.drain() {
             self.transcript.push_injection(&inj.text);
         }
@@ -1639,6 +1690,7 @@ impl Executor {
             "mcp_install" => self.mcp_install_tool(input).await,
             "mcp_restart" => self.mcp_restart_tool(input).await,
             "mcp_uninstall" => self.mcp_uninstall_tool(input),
+            "loop_send" | "loop_list" | "loop_manage" => self.loop_tool(name, input),
             n if crate::tools::unavailable(n).is_none() && n.starts_with("mcp_") => self.mcp_call(n, input).await,
             _ => self.run_tool(name, input, Caller::AGENT),
         }

@@ -13,6 +13,7 @@ pub mod fetch;
 pub mod fleet;
 pub mod identity_code;
 pub mod inject;
+pub mod loop_templates;
 pub mod mesh;
 pub mod prompt;
 pub mod shell;

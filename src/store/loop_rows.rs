@@ -131,29 +131,29 @@ impl Store {
 
     fn loop_query(&self, sql: &str, args: impl rusqlite::Params) -> Result<Vec<LoopRow>> {
         let mut stmt = self.conn().prepare_cached(sql).at(self.path())?;
-        stmt.query_map(args, |r| {
-            let content = text_lossy(r, 2)?;
-            let tokens: Option<rusqlite::types::Value> = r.get(4)?;
-            Ok(LoopRow {
-                seq: r.get(0)?,
-                role: text_lossy(r, 1)?,
-                content: serde_json::from_str(&content).unwrap_or(Value::String(content)),
-                model: opt_text_lossy(r, 3)?,
-                tokens: tokens.map(|t| match t {
-                    rusqlite::types::Value::Integer(i) => Value::from(i),
-                    rusqlite::types::Value::Text(s) => serde_json::from_str(&s).unwrap_or(Value::String(s)),
-                    rusqlite::types::Value::Blob(b) => Value::String(String::from_utf8_lossy(&b).into_owned()),
-                    rusqlite::types::Value::Real(f) => Value::from(f),
-                    _ => Value::Null,
-                }),
-                created_at: r.get(5)?,
-                ord: r.get(6)?,
-            })
-        })
-        .at(self.path())?
-        .collect::<rusqlite::Result<Vec<_>>>()
-        .at(self.path())
+        stmt.query_map(args, row_from).at(self.path())?.collect::<rusqlite::Result<Vec<_>>>().at(self.path())
     }
+}
+
+/// A loop row from `seq, role, content_json, model, tokens, created_at, ord`.
+pub(crate) fn row_from(r: &rusqlite::Row<'_>) -> rusqlite::Result<LoopRow> {
+    let content = text_lossy(r, 2)?;
+    let tokens: Option<rusqlite::types::Value> = r.get(4)?;
+    Ok(LoopRow {
+        seq: r.get(0)?,
+        role: text_lossy(r, 1)?,
+        content: serde_json::from_str(&content).unwrap_or(Value::String(content)),
+        model: opt_text_lossy(r, 3)?,
+        tokens: tokens.map(|t| match t {
+            rusqlite::types::Value::Integer(i) => Value::from(i),
+            rusqlite::types::Value::Text(s) => serde_json::from_str(&s).unwrap_or(Value::String(s)),
+            rusqlite::types::Value::Blob(b) => Value::String(String::from_utf8_lossy(&b).into_owned()),
+            rusqlite::types::Value::Real(f) => Value::from(f),
+            _ => Value::Null,
+        }),
+        created_at: r.get(5)?,
+        ord: r.get(6)?,
+    })
 }
 
 impl Store {

@@ -19,6 +19,7 @@ pub mod keyring;
 pub mod lock;
 pub mod logs;
 pub mod loop_rows;
+pub mod loops;
 pub mod messages;
 pub mod meta;
 pub mod mime;

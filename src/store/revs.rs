@@ -1,5 +1,5 @@
 //! Change counters for the tables a turn derives text from (the agent's
-//! files and its inbox), so the executor rebuilds the system prompt's
+//! files, its inbox and its side loops), so the executor rebuilds the system prompt's
 //! skills and bundles sections or counts unread mail only when something
 //! changed. SQLite says what changed: an update hook on this connection
 //! counts row changes per table, and `PRAGMA data_version` says when
@@ -17,11 +17,15 @@ use rusqlite::Connection;
 pub enum Table {
     Files,
     Inbox,
+    /// adf's side loops (`adfrs_loops`).
+    Loops,
+    /// Mail between loops (`adfrs_loop_mail`).
+    LoopMail,
 }
 
 #[derive(Default)]
 pub(crate) struct Revs {
-    counters: Option<Arc<[AtomicU64; 2]>>,
+    counters: Option<Arc<[AtomicU64; 4]>>,
     /// Foreign commits seen (data_version changes), added to every counter.
     foreign: u64,
     data_version: i64,
@@ -32,12 +36,15 @@ impl Revs {
     /// in between (through this connection or any other).
     pub(crate) fn rev(&mut self, conn: &mut Connection, table: Table) -> u64 {
         if self.counters.is_none() {
-            let c: Arc<[AtomicU64; 2]> = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+            let c: Arc<[AtomicU64; 4]> =
+                Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
             let hook = c.clone();
             let installed = conn.update_hook(Some(move |_action, _db: &str, table: &str, _rowid| {
                 let i = match table {
                     "adf_files" => 0,
                     "adf_inbox" => 1,
+                    "adfrs_loops" => 2,
+                    "adfrs_loop_mail" => 3,
                     _ => return,
                 };
                 hook[i].fetch_add(1, Ordering::Relaxed);

@@ -192,6 +192,34 @@ static CATALOG: &[ToolDef] = &[
         "type": "object",
         "properties": {"start": {"type": "integer"}, "end": {"type": "integer"}}
     }),
+    tool!("loop_send", "Send a message to another loop of this agent (main or a side loop); it arrives at that loop's next model boundary. wake=true also starts its turn.", {
+        "type": "object",
+        "properties": {
+            "loop": {"type": "string", "minLength": 1, "description": "main, or a side loop's name (see loop_list)"},
+            "message": {"type": "string", "minLength": 1},
+            "wake": {"type": "boolean", "default": false}
+        },
+        "required": ["loop", "message"]
+    }),
+    tool!("loop_list", "List this agent's loops (main and its side loops) with their mode, schedule, status and waiting messages.", {
+        "type": "object",
+        "properties": {}
+    }),
+    tool!("loop_manage", "Create, update or delete a side loop (main loop only). A template (memory, researcher, critic, reflector, lint) gives the goal, tools and schedule; the other fields override it. Deleting archives the loop's stream.", {
+        "type": "object",
+        "properties": {
+            "action": {"type": "string", "enum": ["create", "update", "delete"]},
+            "name": {"type": "string", "minLength": 1, "maxLength": 32},
+            "goal": {"type": "string"},
+            "tools": {"type": "array", "items": {"type": "string"}},
+            "model": {"type": "string"},
+            "compact_threshold": {"type": "integer", "minimum": 1000},
+            "mode": {"type": "string", "enum": ["reactive", "scheduled", "continuous"]},
+            "schedule": {"type": "string", "description": "A cron expression (0 * * * *) or every <n>s|m|h|d"},
+            "template": {"type": "string"}
+        },
+        "required": ["action", "name"]
+    }),
     tool!("respond", "Reply to your principal; in interactive mode this ends the turn.", {
         "type": "object",
         "properties": {"message": {"type": "string"}},

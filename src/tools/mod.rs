@@ -9,7 +9,7 @@ mod fs;
 mod msg;
 pub mod schema;
 mod sys;
-mod timers;
+pub(crate) mod timers;
 
 use serde_json::{Map, Value, json};
 

@@ -11,7 +11,7 @@ use super::Executor;
 /// What a parked agent remembers to know when a tick has work.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Parked {
-    /// The earliest `next_wake_at` of its live timers.
+    /// The earliest `next_wake_at` of its live timers and scheduled loops.
     next_timer: Option<i64>,
 }
 
@@ -27,7 +27,9 @@ impl Executor {
             return false;
         }
         let Ok(timers) = self.store.timer_list(false) else { return false };
-        let next_timer = timers.iter().filter(|t| !t.expired).map(|t| t.next_wake_at).min();
+        let next_timer = timers.iter().filter(|t| !t.expired).map(|t| t.next_wake_at).chain(self.next_loop_run()).min();
+        self.leave_side();
+        self.drop_loop_states();
         self.reset_session();
         self.cfg = None;
         match self.store.park() {

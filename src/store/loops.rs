@@ -1,0 +1,608 @@
+//! Side loops (issue 18, runtime.md §12): up to 16 named loops beside
+//! `main`, each with its own goal, tools, model and stream, all sharing the
+//! file. The reference (schema 28) knows one loop, `adf_loop`, and must keep
+//! seeing exactly `main` there, so side-loop rows live in adf's own
+//! `adfrs_loop_rows`, and the loops themselves in `adfrs_loops`. The tables
+//! are made by the first loop created: a file without side loops stays as it
+//! was. Sequence numbers are one space: a side row takes its `seq` from
+//! `adf_loop`'s AUTOINCREMENT counter (`sqlite_sequence`), so no seq is ever
+//! used twice across loops and `[S<seq>]` citations stay unambiguous.
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::error::{Ctx, Result, StoreError, opt_text_lossy, text_lossy};
+use super::loop_rows::{LoopRow, NewLoopRow};
+use super::{Store, now_ms};
+
+/// Side loops an agent may have beside `main`.
+pub const MAX_SIDE_LOOPS: usize = 16;
+
+/// Tools a side loop never gets, whatever its allowlist says (besides every
+/// restricted tool): it attenuates the agent, never escalates it.
+pub const FORBIDDEN: &[&str] = &["sys_update_config", "loop_manage", "sys_create_adf"];
+
+const DDL: &str = "
+CREATE TABLE IF NOT EXISTS adfrs_loops (
+  name TEXT PRIMARY KEY,
+  goal TEXT NOT NULL DEFAULT '',
+  tools TEXT,
+  model TEXT,
+  compact_threshold INTEGER,
+  mode TEXT NOT NULL DEFAULT 'reactive',
+  schedule TEXT,
+  template TEXT,
+  status TEXT NOT NULL DEFAULT 'idle',
+  next_run_at INTEGER,
+  created_at INTEGER NOT NULL,
+  updated_at INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS adfrs_loop_rows (
+  seq INTEGER PRIMARY KEY,
+  loop TEXT NOT NULL,
+  role TEXT NOT NULL,
+  content_json TEXT NOT NULL,
+  model TEXT,
+  tokens TEXT,
+  created_at INTEGER NOT NULL,
+  ord INTEGER
+);
+CREATE INDEX IF NOT EXISTS idx_adfrs_loop_rows_loop ON adfrs_loop_rows(loop, seq);
+CREATE TABLE IF NOT EXISTS adfrs_loop_mail (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  loop TEXT NOT NULL,
+  sender TEXT NOT NULL,
+  text TEXT NOT NULL,
+  created_at INTEGER NOT NULL
+);
+";
+
+/// How a side loop runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LoopMode {
+    /// Runs when sent a message (`loop_send` with wake, a chat).
+    #[default]
+    Reactive,
+    /// Runs on its schedule (a cron expression or `every <duration>`).
+    Scheduled,
+    /// Keeps turning, up to its turn limit, each time it is woken.
+    Continuous,
+}
+
+impl LoopMode {
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "reactive" => Self::Reactive,
+            "scheduled" => Self::Scheduled,
+            "continuous" => Self::Continuous,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Reactive => "reactive",
+            Self::Scheduled => "scheduled",
+            Self::Continuous => "continuous",
+        }
+    }
+}
+
+/// One side loop as stored.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LoopDef {
+    pub name: String,
+    pub goal: String,
+    /// The allowlist; `None` is every tool the agent has (still less the
+    /// forbidden and restricted ones).
+    pub tools: Option<Vec<String>>,
+    pub model: Option<String>,
+    pub compact_threshold: Option<u64>,
+    pub mode: LoopMode,
+    pub schedule: Option<String>,
+    pub template: Option<String>,
+    /// `idle`, `active`, `paused` or `error`.
+    pub status: String,
+    pub next_run_at: Option<i64>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+/// What `loop_create`/`loop_update` set (absent fields keep their value).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct LoopSpec {
+    pub goal: Option<String>,
+    pub tools: Option<Vec<String>>,
+    pub model: Option<String>,
+    pub compact_threshold: Option<u64>,
+    pub mode: Option<LoopMode>,
+    pub schedule: Option<String>,
+    pub template: Option<String>,
+}
+
+/// A message waiting for a loop's next model boundary.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LoopMail {
+    pub id: i64,
+    pub sender: String,
+    pub text: String,
+    pub created_at: i64,
+}
+
+/// Check a loop name: 1–32 of `a-z 0-9 _ -`, starting with a letter, and
+/// not `main`.
+pub fn check_name(name: &str) -> std::result::Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 32
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || c == '-');
+    if !ok {
+        return Err(format!(
+            "loop name {name:?} is not valid: use 1 to 32 of a-z, 0-9, _ and -, starting with a letter"
+        ));
+    }
+    if name == "main" {
+        return Err("\"main\" is the agent's own loop; a side loop needs another name".into());
+    }
+    Ok(())
+}
+
+/// A schedule's next run after `after` (ms): a cron expression, or
+/// `every <n><s|m|h|d>`.
+pub fn next_run(schedule: &str, after: i64) -> std::result::Result<i64, String> {
+    let s = schedule.trim();
+    if let Some(rest) = s.strip_prefix("every ").or_else(|| s.strip_prefix("@every ")) {
+        return parse_every(rest.trim()).map(|ms| after + ms);
+    }
+    crate::tools::timers::next_cron(s, after)
+}
+
+fn parse_every(s: &str) -> std::result::Result<i64, String> {
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (n, unit) = s.split_at(split);
+    let n: i64 = n.parse().map_err(|_| format!("\"every {s}\": expected a number then s, m, h or d (every 30m)"))?;
+    let ms = match unit.trim() {
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(format!("\"every {s}\": the unit is s, m, h or d (every 30m)")),
+    };
+    if n <= 0 || n.checked_mul(ms).is_none_or(|v| v < 10_000) {
+        return Err(format!("\"every {s}\": runs must be at least 10 s apart"));
+    }
+    Ok(n * ms)
+}
+
+fn missing_table(e: &rusqlite::Error) -> bool {
+    matches!(e, rusqlite::Error::SqliteFailure(_, Some(m)) if m.starts_with("no such table"))
+}
+
+fn def_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<LoopDef> {
+    let tools: Option<String> = r.get(2)?;
+    Ok(LoopDef {
+        name: text_lossy(r, 0)?,
+        goal: text_lossy(r, 1)?,
+        tools: tools.and_then(|t| serde_json::from_str(&t).ok()),
+        model: opt_text_lossy(r, 3)?,
+        compact_threshold: r.get::<_, Option<i64>>(4)?.map(|v| v.max(0) as u64),
+        mode: LoopMode::parse(&text_lossy(r, 5)?).unwrap_or_default(),
+        schedule: opt_text_lossy(r, 6)?,
+        template: opt_text_lossy(r, 7)?,
+        status: text_lossy(r, 8)?,
+        next_run_at: r.get(9)?,
+        created_at: r.get(10)?,
+        updated_at: r.get(11)?,
+    })
+}
+
+const DEF_COLUMNS: &str = "name, goal, tools, model, compact_threshold, mode, schedule, template, status, next_run_at, created_at, updated_at";
+
+/// The next seq of the shared space, taken from `adf_loop`'s counter (one
+/// more than any seq ever used by any loop), inside the caller's write.
+fn take_seq(tx: &Connection) -> rusqlite::Result<i64> {
+    tx.execute(
+        "INSERT INTO sqlite_sequence(name, seq) SELECT 'adf_loop', 0
+         WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'adf_loop')",
+        [],
+    )?;
+    tx.query_row(
+        "UPDATE sqlite_sequence SET seq = max(seq,
+            (SELECT COALESCE(MAX(seq), 0) FROM adf_loop),
+            (SELECT COALESCE(MAX(seq), 0) FROM adfrs_loop_rows)) + 1
+         WHERE name = 'adf_loop' RETURNING seq",
+        [],
+        |r| r.get(0),
+    )
+}
+
+fn insert_row(tx: &Connection, name: &str, row: &NewLoopRow<'_>, created_at: i64) -> rusqlite::Result<i64> {
+    let seq = take_seq(tx)?;
+    tx.prepare_cached(
+        "INSERT INTO adfrs_loop_rows(seq, loop, role, content_json, model, tokens, created_at, ord)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )?
+    .execute(params![
+        seq,
+        name,
+        row.role,
+        serde_json::to_string(row.content).unwrap_or_else(|_| "[]".into()),
+        row.model,
+        row.tokens.map(|t| t.to_string()),
+        created_at,
+        row.ord
+    ])?;
+    Ok(seq)
+}
+
+impl Store {
+    /// The side loops, by name (none when the file never had one).
+    pub fn loops_list(&self) -> Result<Vec<LoopDef>> {
+        let sql = format!("SELECT {DEF_COLUMNS} FROM adfrs_loops ORDER BY name");
+        let mut stmt = match self.conn().prepare_cached(&sql) {
+            Ok(s) => s,
+            Err(e) if missing_table(&e) => return Ok(Vec::new()),
+            Err(e) => return Err(e).at(self.path()),
+        };
+        stmt.query_map([], def_from_row).at(self.path())?.collect::<rusqlite::Result<Vec<_>>>().at(self.path())
+    }
+
+    /// One side loop.
+    pub fn loop_get(&self, name: &str) -> Result<Option<LoopDef>> {
+        let sql = format!("SELECT {DEF_COLUMNS} FROM adfrs_loops WHERE name = ?1");
+        match self.conn().query_row(&sql, [name], def_from_row).optional() {
+            Ok(d) => Ok(d),
+            Err(e) if missing_table(&e) => Ok(None),
+            Err(e) => Err(e).at(self.path()),
+        }
+    }
+
+    /// Create a side loop. Refused past `MAX_SIDE_LOOPS`, for a name in
+    /// use or not valid, a bad schedule, or a scheduled loop without one.
+    pub fn loop_create(&mut self, name: &str, spec: &LoopSpec) -> Result<LoopDef> {
+        check_name(name).map_err(StoreError::Invalid)?;
+        let mode = spec.mode.unwrap_or_default();
+        let now = now_ms();
+        let next = first_run(mode, spec.schedule.as_deref(), now)?;
+        let path = self.path().to_path_buf();
+        self.write(|tx| {
+            tx.execute_batch(DDL).at(&path)?;
+            let n: i64 = tx.query_row("SELECT COUNT(*) FROM adfrs_loops", [], |r| r.get(0)).at(&path)?;
+            let exists: bool = tx
+                .query_row("SELECT 1 FROM adfrs_loops WHERE name = ?1", [name], |_| Ok(true))
+                .optional()
+                .at(&path)?
+                .unwrap_or(false);
+            if exists {
+                return Err(StoreError::Invalid(format!("a loop named {name:?} already exists")));
+            }
+            if n as usize >= MAX_SIDE_LOOPS {
+                return Err(StoreError::Invalid(format!(
+                    "an agent has at most {MAX_SIDE_LOOPS} side loops; delete one first"
+                )));
+            }
+            tx.execute(
+                "INSERT INTO adfrs_loops(name, goal, tools, model, compact_threshold, mode, schedule, template,
+                   status, next_run_at, created_at, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'idle', ?9, ?10, ?10)",
+                params![
+                    name,
+                    spec.goal.as_deref().unwrap_or(""),
+                    spec.tools.as_ref().map(|t| serde_json::to_string(t).unwrap_or_default()),
+                    spec.model,
+                    spec.compact_threshold.map(|v| v as i64),
+                    mode.as_str(),
+                    spec.schedule,
+                    spec.template,
+                    next,
+                    now
+                ],
+            )
+            .at(&path)?;
+            Ok(())
+        })?;
+        self.loop_get(name)?.ok_or_else(|| StoreError::Invalid(format!("loop {name:?} vanished after its creation")))
+    }
+
+    /// Change a side loop's definition (absent fields keep their value).
+    pub fn loop_update(&mut self, name: &str, spec: &LoopSpec) -> Result<LoopDef> {
+        let Some(mut d) = self.loop_get(name)? else {
+            return Err(StoreError::Invalid(format!("no loop named {name:?}")));
+        };
+        if let Some(g) = &spec.goal {
+            d.goal = g.clone();
+        }
+        if spec.tools.is_some() {
+            d.tools = spec.tools.clone();
+        }
+        if spec.model.is_some() {
+            d.model = spec.model.clone().filter(|m| !m.is_empty());
+        }
+        if spec.compact_threshold.is_some() {
+            d.compact_threshold = spec.compact_threshold;
+        }
+        if spec.schedule.is_some() {
+            d.schedule = spec.schedule.clone().filter(|s| !s.is_empty());
+        }
+        if let Some(m) = spec.mode {
+            d.mode = m;
+        }
+        let now = now_ms();
+        let next = first_run(d.mode, d.schedule.as_deref(), now)?;
+        let path = self.path().to_path_buf();
+        self.write(|tx| {
+            tx.execute(
+                "UPDATE adfrs_loops SET goal = ?2, tools = ?3, model = ?4, compact_threshold = ?5, mode = ?6,
+                   schedule = ?7, next_run_at = ?8, updated_at = ?9 WHERE name = ?1",
+                params![
+                    name,
+                    d.goal,
+                    d.tools.as_ref().map(|t| serde_json::to_string(t).unwrap_or_default()),
+                    d.model,
+                    d.compact_threshold.map(|v| v as i64),
+                    d.mode.as_str(),
+                    d.schedule,
+                    next,
+                    now
+                ],
+            )
+            .at(&path)
+            .map(|_| ())
+        })?;
+        self.loop_get(name)?.ok_or_else(|| StoreError::Invalid(format!("no loop named {name:?}")))
+    }
+
+    /// Set a loop's status and next scheduled run.
+    pub fn loop_set_status(&mut self, name: &str, status: &str, next_run_at: Option<i64>) -> Result<()> {
+        let path = self.path().to_path_buf();
+        self.write(|tx| {
+            tx.execute(
+                "UPDATE adfrs_loops SET status = ?2, next_run_at = ?3, updated_at = ?4 WHERE name = ?1",
+                params![name, status, next_run_at, now_ms()],
+            )
+            .at(&path)
+            .map(|_| ())
+        })
+    }
+
+    /// Delete a side loop: its whole stream goes to the audit archive
+    /// (source `loop:<name>`) in the same transaction that removes it, with
+    /// its definition and undelivered mail. Returns the rows archived.
+    pub fn loop_delete(&mut self, name: &str) -> Result<usize> {
+        if self.loop_get(name)?.is_none() {
+            return Err(StoreError::Invalid(format!("no loop named {name:?}")));
+        }
+        let rows = self.side_rows(name)?;
+        let path = self.path().to_path_buf();
+        let source = format!("loop:{name}");
+        self.write(|tx| {
+            if let (Some(start), Some(end)) = (rows.first().map(|r| r.seq), rows.iter().map(|r| r.seq).max()) {
+                let json = serde_json::to_vec(&rows).unwrap_or_default();
+                super::audit::append_json(tx, &source, super::audit::Address::Seqs { start, end }, rows.len(), &json)
+                    .at(&path)?;
+            }
+            for sql in [
+                "DELETE FROM adfrs_loop_rows WHERE loop = ?1",
+                "DELETE FROM adfrs_loop_mail WHERE loop = ?1",
+                "DELETE FROM adfrs_loops WHERE name = ?1",
+            ] {
+                tx.execute(sql, [name]).at(&path)?;
+            }
+            Ok(rows.len())
+        })
+    }
+
+    /// A side loop's rows in loop order.
+    pub fn side_rows(&self, name: &str) -> Result<Vec<LoopRow>> {
+        self.side_query(
+            &format!(
+                "SELECT seq, role, content_json, model, tokens, created_at, ord FROM adfrs_loop_rows
+                 WHERE loop = ?1 ORDER BY {}",
+                super::loop_rows::ORDER
+            ),
+            params![name],
+        )
+    }
+
+    /// A side loop's rows appended after `seq`, in order.
+    pub fn side_rows_after(&self, name: &str, seq: i64) -> Result<Vec<LoopRow>> {
+        self.side_query(
+            &format!(
+                "SELECT seq, role, content_json, model, tokens, created_at, ord FROM adfrs_loop_rows
+                 WHERE loop = ?1 AND seq > ?2 ORDER BY {}",
+                super::loop_rows::ORDER
+            ),
+            params![name, seq],
+        )
+    }
+
+    fn side_query(&self, sql: &str, args: impl rusqlite::Params) -> Result<Vec<LoopRow>> {
+        let mut stmt = match self.conn().prepare_cached(sql) {
+            Ok(s) => s,
+            Err(e) if missing_table(&e) => return Ok(Vec::new()),
+            Err(e) => return Err(e).at(self.path()),
+        };
+        stmt.query_map(args, super::loop_rows::row_from)
+            .at(self.path())?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .at(self.path())
+    }
+
+    /// Append a row to a side loop.
+    pub fn side_append_row(&mut self, name: &str, row: &NewLoopRow<'_>) -> Result<LoopRow> {
+        let created_at = now_ms();
+        let path = self.path().to_path_buf();
+        let seq = self.write(|tx| insert_row(tx, name, row, created_at).at(&path))?;
+        Ok(LoopRow {
+            seq,
+            role: row.role.to_string(),
+            content: row.content.clone(),
+            model: row.model.map(str::to_string),
+            tokens: row.tokens.cloned(),
+            created_at,
+            ord: row.ord,
+        })
+    }
+
+    /// `loop_replace` for a side loop: remove rows (archived first, source
+    /// `loop:<name>`) and optionally insert one, in one transaction.
+    pub fn side_replace(
+        &mut self,
+        name: &str,
+        remove: &[LoopRow],
+        archive: bool,
+        insert: Option<&NewLoopRow<'_>>,
+    ) -> Result<Option<i64>> {
+        let archived = (archive && !remove.is_empty()).then(|| serde_json::to_vec(remove).unwrap_or_default());
+        let path = self.path().to_path_buf();
+        let source = format!("loop:{name}");
+        self.write(|tx| {
+            if let (Some(json), Some(start), Some(end)) =
+                (&archived, remove.iter().map(|r| r.seq).min(), remove.iter().map(|r| r.seq).max())
+            {
+                super::audit::append_json(tx, &source, super::audit::Address::Seqs { start, end }, remove.len(), json)
+                    .at(&path)?;
+            }
+            let mut del = tx.prepare_cached("DELETE FROM adfrs_loop_rows WHERE seq = ?1 AND loop = ?2").at(&path)?;
+            for r in remove {
+                del.execute(params![r.seq, name]).at(&path)?;
+            }
+            match insert {
+                Some(row) => insert_row(tx, name, row, now_ms()).map(Some).at(&path),
+                None => Ok(None),
+            }
+        })
+    }
+
+    /// Queue a message for a loop's next model boundary (`main` included).
+    pub fn loop_mail_put(&mut self, target: &str, sender: &str, text: &str) -> Result<i64> {
+        let path = self.path().to_path_buf();
+        self.write(|tx| {
+            tx.execute_batch(DDL).at(&path)?;
+            tx.execute(
+                "INSERT INTO adfrs_loop_mail(loop, sender, text, created_at) VALUES (?1, ?2, ?3, ?4)",
+                params![target, sender, text, now_ms()],
+            )
+            .at(&path)?;
+            Ok(tx.last_insert_rowid())
+        })
+    }
+
+    /// How many messages wait for a loop.
+    pub fn loop_mail_waiting(&self, target: &str) -> Result<i64> {
+        match self.conn().query_row("SELECT COUNT(*) FROM adfrs_loop_mail WHERE loop = ?1", [target], |r| r.get(0)) {
+            Ok(n) => Ok(n),
+            Err(e) if missing_table(&e) => Ok(0),
+            Err(e) => Err(e).at(self.path()),
+        }
+    }
+
+    /// Take (and remove) what waits for a loop, oldest first.
+    pub fn loop_mail_take(&mut self, target: &str) -> Result<Vec<LoopMail>> {
+        if self.loop_mail_waiting(target)? == 0 {
+            return Ok(Vec::new());
+        }
+        let path = self.path().to_path_buf();
+        self.write(|tx| {
+            let mut stmt = tx
+                .prepare("DELETE FROM adfrs_loop_mail WHERE loop = ?1 RETURNING id, sender, text, created_at")
+                .at(&path)?;
+            let mut mail = stmt
+                .query_map([target], |r| {
+                    Ok(LoopMail { id: r.get(0)?, sender: r.get(1)?, text: r.get(2)?, created_at: r.get(3)? })
+                })
+                .at(&path)?
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .at(&path)?;
+            mail.sort_by_key(|m| m.id);
+            Ok(mail)
+        })
+    }
+
+    /// How many messages wait for each loop.
+    pub fn loop_mail_counts(&self) -> Result<Vec<(String, i64)>> {
+        let mut stmt = match self
+            .conn()
+            .prepare_cached("SELECT loop, COUNT(*) FROM adfrs_loop_mail GROUP BY loop ORDER BY loop")
+        {
+            Ok(s) => s,
+            Err(e) if missing_table(&e) => return Ok(Vec::new()),
+            Err(e) => return Err(e).at(self.path()),
+        };
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .at(self.path())?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .at(self.path())
+    }
+}
+
+/// The first scheduled run of a loop (scheduled mode only; the others
+/// have none).
+fn first_run(mode: LoopMode, schedule: Option<&str>, now: i64) -> Result<Option<i64>> {
+    match (mode, schedule) {
+        (LoopMode::Scheduled, None) => Err(StoreError::Invalid(
+            "a scheduled loop needs a schedule: a cron expression (\"0 * * * *\") or \"every 30m\"".into(),
+        )),
+        (_, Some(s)) => {
+            next_run(s, now).map(|t| (mode == LoopMode::Scheduled).then_some(t)).map_err(StoreError::Invalid)
+        }
+        _ => Ok(None),
+    }
+}
+
+/// The tools a side loop may use: its allowlist ∩ what the agent has
+/// enabled, less the forbidden and the restricted ones.
+pub fn allowed(def: &LoopDef, name: &str, enabled: bool, restricted: bool) -> bool {
+    enabled
+        && !restricted
+        && !FORBIDDEN.contains(&name)
+        && def.tools.as_ref().is_none_or(|list| list.iter().any(|t| t == name))
+}
+
+/// The loop definition as the JSON the CLI and API show.
+pub fn to_json(def: &LoopDef) -> Value {
+    serde_json::to_value(def).unwrap_or(Value::Null)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_schedules_and_the_allowlist() {
+        assert!(check_name("research").is_ok());
+        assert!(check_name("main").is_err());
+        assert!(check_name("Bad").is_err());
+        assert!(check_name("").is_err());
+        assert!(check_name(&"a".repeat(33)).is_err());
+        assert_eq!(next_run("every 30m", 1000).unwrap(), 1000 + 1_800_000);
+        assert!(next_run("every 5s", 0).is_err(), "too often");
+        assert!(next_run("every 3x", 0).is_err());
+        assert!(next_run("0 * * * *", 0).unwrap() > 0);
+        assert!(next_run("not cron", 0).is_err());
+        let mut d = LoopDef {
+            name: "r".into(),
+            goal: String::new(),
+            tools: Some(vec!["fs_read".into(), "sys_update_config".into()]),
+            model: None,
+            compact_threshold: None,
+            mode: LoopMode::Reactive,
+            schedule: None,
+            template: None,
+            status: "idle".into(),
+            next_run_at: None,
+            created_at: 0,
+            updated_at: 0,
+        };
+        assert!(allowed(&d, "fs_read", true, false));
+        assert!(!allowed(&d, "fs_read", false, false), "never more than the agent has");
+        assert!(!allowed(&d, "fs_write", true, false), "not on the allowlist");
+        assert!(!allowed(&d, "sys_update_config", true, false), "forbidden whatever the list says");
+        d.tools = None;
+        assert!(allowed(&d, "fs_write", true, false));
+        assert!(!allowed(&d, "db_execute", true, true), "restricted tools never");
+        assert!(!allowed(&d, "loop_manage", true, false));
+    }
+}

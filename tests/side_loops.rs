@@ -1,0 +1,220 @@
+//! Side loops (issue 18): up to 16 named loops beside `main`, stored where
+//! a schema-28 reader does not see them, sharing one seq space; a side loop
+//! gets its allowlist ∩ the agent's tools and never a forbidden or
+//! restricted one; `loop_send` delivers at the target's next model
+//! boundary and can wake it; deleting a loop archives its stream.
+
+mod common;
+
+use std::sync::Arc;
+
+use adf::providers::scripted::{Reply, Scripted};
+use adf::runtime::bus::Bus;
+use adf::runtime::executor::{Absent, Executor};
+use adf::store::loops::{LoopMode, LoopSpec, MAX_SIDE_LOOPS};
+use adf::store::{NewAgent, Store};
+use common::*;
+use serde_json::{Value, json};
+
+fn agent(dir: &std::path::Path) -> Store {
+    let path = dir.join("a.adf");
+    let (mut s, _) = Store::create(&path, &NewAgent::default()).unwrap();
+    let mut cfg = s.config_value().unwrap();
+    cfg["tools"] = tools_enabled(&["fs_read", "fs_write", "db_query", "sys_update_config"]);
+    // loop_manage is declared by the owner like any other tool.
+    cfg["tools"].as_array_mut().unwrap().push(adf::store::defaults::tool_declaration("loop_manage", true, true, false));
+    s.config_replace(cfg).unwrap();
+    s
+}
+
+fn text_of(v: &Value) -> String {
+    v.as_array()
+        .map(|a| a.iter().filter_map(|b| b["text"].as_str().or(b["content"].as_str())).collect::<Vec<_>>().join("\n"))
+        .unwrap_or_default()
+}
+
+#[test]
+fn loops_are_stored_beside_main_in_one_seq_space_and_archived_on_delete() {
+    let dir = tmp();
+    let mut s = agent(dir.path());
+    assert!(s.loops_list().unwrap().is_empty(), "a file without side loops has none (and no tables for them)");
+    let tables = |s: &Store| -> i64 {
+        let raw = rusqlite::Connection::open(s.path()).unwrap();
+        raw.query_row("SELECT count(*) FROM sqlite_master WHERE name LIKE 'adfrs_loop%'", [], |r| r.get(0)).unwrap()
+    };
+    assert_eq!(tables(&s), 0);
+
+    let d = s.loop_create("research", &LoopSpec { goal: Some("find things".into()), ..Default::default() }).unwrap();
+    assert_eq!((d.mode, d.status.as_str(), d.next_run_at), (LoopMode::Reactive, "idle", None));
+    assert!(s.loop_create("research", &LoopSpec::default()).unwrap_err().to_string().contains("already exists"));
+    assert!(s.loop_create("main", &LoopSpec::default()).is_err());
+    assert!(s.loop_create("Bad Name", &LoopSpec::default()).is_err());
+    let bad = LoopSpec { mode: Some(LoopMode::Scheduled), ..Default::default() };
+    assert!(s.loop_create("sched", &bad).unwrap_err().to_string().contains("needs a schedule"));
+    let every = LoopSpec { mode: Some(LoopMode::Scheduled), schedule: Some("every 30m".into()), ..Default::default() };
+    let d = s.loop_create("sched", &every).unwrap();
+    assert!(d.next_run_at.unwrap() > adf::store::now_ms() + 29 * 60_000);
+    for i in 2..MAX_SIDE_LOOPS {
+        s.loop_create(&format!("l{i}"), &LoopSpec::default()).unwrap();
+    }
+    let err = s.loop_create("one-too-many", &LoopSpec::default()).unwrap_err().to_string();
+    assert!(err.contains("at most 16"), "{err}");
+
+    // One seq space: main and side rows interleave and never collide.
+    let row = json!([{"type": "text", "text": "x"}]);
+    fn new(c: &Value) -> adf::store::loop_rows::NewLoopRow<'_> {
+        adf::store::loop_rows::NewLoopRow { role: "user", content: c, model: None, tokens: None, ord: None }
+    }
+    let m1 = s.loop_append(&new(&row)).unwrap();
+    let s1 = s.side_append_row("research", &new(&row)).unwrap().seq;
+    let m2 = s.loop_append(&new(&row)).unwrap();
+    let s2 = s.side_append_row("research", &new(&row)).unwrap().seq;
+    assert!(m1 < s1 && s1 < m2 && m2 < s2, "{m1} {s1} {m2} {s2}");
+    // Deleting the newest main row does not free its seq for anyone.
+    let last = s.loop_rows(None).unwrap().pop().unwrap();
+    s.loop_replace(&[last], false, None).unwrap();
+    let s3 = s.side_append_row("research", &new(&row)).unwrap().seq;
+    let m3 = s.loop_append(&new(&row)).unwrap();
+    assert!(s3 > s2 && m3 > s3);
+
+    // A schema-28 reader (the reference) sees exactly main in adf_loop.
+    let path = s.path().to_path_buf();
+    s.close().unwrap();
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    let seqs: Vec<i64> = raw
+        .prepare("SELECT seq FROM adf_loop")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(seqs, vec![m1, m3]);
+    drop(raw);
+
+    // Deleting a loop archives its stream under loop:<name>.
+    let mut s = Store::open(&path).unwrap();
+    assert_eq!(s.loop_delete("research").unwrap(), 3);
+    assert!(s.loop_get("research").unwrap().is_none());
+    assert!(s.side_rows("research").unwrap().is_empty());
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    let a: (i64, i64, i64) = raw
+        .query_row("SELECT start_seq, end_seq, entry_count FROM adf_audit WHERE source = 'loop:research'", [], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .unwrap();
+    assert_eq!(a, (s1, s3, 3));
+    drop(raw);
+    assert!(s.loop_delete("research").is_err());
+    s.close().unwrap();
+}
+
+#[tokio::test]
+async fn a_side_loop_has_its_goal_its_tools_and_mail_at_the_boundary() {
+    let dir = tmp();
+    let mut s = agent(dir.path());
+    s.loop_create(
+        "research",
+        &LoopSpec {
+            goal: Some("Look things up.".into()),
+            tools: Some(vec!["fs_read".into(), "sys_update_config".into(), "loop_send".into(), "fs_delete".into()]),
+            model: Some("side-model".into()),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let provider = Arc::new(Scripted::new([
+        // main: hand work to the side loop and wake it.
+        Reply::Tools(vec![(
+            "loop_send".into(),
+            json!({"loop": "research", "message": "find the answer", "wake": true}),
+        )]),
+        Reply::Text("asked".into()),
+        // research: tries a forbidden tool, then reports back to main.
+        Reply::Tools(vec![
+            ("sys_update_config".into(), json!({"path": "description", "value": "pwned"})),
+            ("loop_send".into(), json!({"loop": "main", "message": "the answer is 42"})),
+        ]),
+        Reply::Text("done".into()),
+        // main again.
+        Reply::Text("thanks".into()),
+    ]));
+    let mut ex = Executor::new(s, provider.clone(), Bus::new(), Arc::new(Absent)).unwrap();
+    ex.chat("research something").await.unwrap();
+    assert_eq!(ex.take_loop_wakes(), vec!["research".to_string()]);
+
+    ex.side_turn("research", None, "loop").await.unwrap();
+    let reqs = provider.requests();
+    let side = &reqs[2];
+    assert_eq!(side.model, "side-model");
+    assert!(side.system.contains("# Side loop: research") && side.system.contains("Look things up."));
+    let mut names: Vec<&str> = side.tools.iter().map(|t| t.name.as_str()).collect();
+    names.sort();
+    assert_eq!(names, ["fs_read", "loop_send"], "allowlist ∩ enabled, never a forbidden tool");
+    let last = side.messages.last().unwrap();
+    assert!(text_of(&Value::Array(last.content.clone())).contains("[Message from loop main]\nfind the answer"));
+    // The forbidden call was refused; the config is as it was.
+    let rows = ex.store.side_rows("research").unwrap();
+    let results: Vec<&Value> =
+        rows.iter().flat_map(|r| r.content.as_array().unwrap()).filter(|b| b["type"] == "tool_result").collect();
+    assert_eq!(results[0]["is_error"], json!(true));
+    assert!(results[0]["content"].as_str().unwrap().contains("not enabled"));
+    assert_ne!(ex.store.config_value().unwrap()["description"], json!("pwned"));
+    // Main's loop has only main's rows; its checkpoint is main's turn.
+    assert!(ex.store.loop_rows(None).unwrap().iter().all(|r| !text_of(&r.content).contains("find the answer")));
+    assert_eq!(ex.state, "idle");
+
+    // Main reads research's report at its next boundary.
+    ex.chat("and?").await.unwrap();
+    let main_req = provider.requests().pop().unwrap();
+    let all: String = main_req.messages.iter().map(|m| text_of(&Value::Array(m.content.clone()))).collect();
+    assert!(all.contains("[Message from loop research]\nthe answer is 42"), "{all}");
+    let names: Vec<&str> = main_req.tools.iter().map(|t| t.name.as_str()).collect();
+    assert!(names.contains(&"loop_send") && names.contains(&"loop_list") && names.contains(&"loop_manage"));
+    assert_eq!(ex.store.loop_mail_waiting("main").unwrap(), 0);
+}
+
+#[tokio::test]
+async fn loop_manage_is_main_only_and_templates_fill_a_loop() {
+    let dir = tmp();
+    let s = agent(dir.path());
+    let provider = Arc::new(Scripted::new([
+        Reply::Tools(vec![
+            ("loop_manage".into(), json!({"action": "create", "name": "mem", "template": "memory"})),
+            (
+                "loop_manage".into(),
+                json!({"action": "create", "name": "crit", "template": "critic", "goal": "Be harsh."}),
+            ),
+            ("loop_list".into(), json!({})),
+        ]),
+        Reply::Text("made".into()),
+        // crit (a side loop) tries to make a loop: refused.
+        Reply::Tools(vec![("loop_manage".into(), json!({"action": "create", "name": "x"}))]),
+        Reply::Text("ok".into()),
+    ]));
+    let mut ex = Executor::new(s, provider.clone(), Bus::new(), Arc::new(Absent)).unwrap();
+    ex.chat("make loops").await.unwrap();
+    let mem = ex.store.loop_get("mem").unwrap().unwrap();
+    assert_eq!(
+        (mem.mode, mem.schedule.as_deref(), mem.template.as_deref()),
+        (LoopMode::Scheduled, Some("0 * * * *"), Some("memory"))
+    );
+    assert!(mem.next_run_at.is_some());
+    let crit = ex.store.loop_get("crit").unwrap().unwrap();
+    assert_eq!(crit.goal, "Be harsh.");
+    let results = tool_results(&ex.store);
+    assert!(results[2].0.contains("\"crit\"") && results[2].0.contains("\"main\""), "{:?}", results[2]);
+
+    ex.side_turn("crit", Some("review this"), "chat").await.unwrap();
+    let side = provider.requests()[2].clone();
+    assert!(!side.tools.iter().any(|t| t.name == "loop_manage"), "never advertised to a side loop");
+    let rows = ex.store.side_rows("crit").unwrap();
+    let refused =
+        rows.iter().flat_map(|r| r.content.as_array().unwrap().clone()).find(|b| b["type"] == "tool_result").unwrap();
+    assert_eq!(refused["is_error"], json!(true));
+    assert!(ex.store.loop_get("x").unwrap().is_none());
+    // Due loops: the scheduled one, once its time has come.
+    assert!(ex.due_loops(adf::store::now_ms()).is_empty());
+    let due = ex.due_loops(mem.next_run_at.unwrap() + 1);
+    assert_eq!(due, vec!["mem".to_string()]);
+    assert!(ex.store.loop_get("mem").unwrap().unwrap().next_run_at.unwrap() > mem.next_run_at.unwrap());
+}
