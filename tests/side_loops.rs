@@ -218,3 +218,58 @@ async fn loop_manage_is_main_only_and_templates_fill_a_loop() {
     assert_eq!(due, vec!["mem".to_string()]);
     assert!(ex.store.loop_get("mem").unwrap().unwrap().next_run_at.unwrap() > mem.next_run_at.unwrap());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cli_makes_lists_talks_to_and_removes_a_side_loop() {
+    use common::fake_provider::{FakeProvider, Scripted as Wire, anthropic_text};
+    let dir = tmp();
+    let d = dir.path();
+    ok(&adf(d, &["new", "a.adf", "--provider", "anthropic", "--model", "test-model"], None));
+    let out = ok(&adf(
+        d,
+        &["loops", "new", "a.adf", "research", "--goal", "Dig up facts.", "--tools", "fs_read,loop_send"],
+        None,
+    ));
+    assert!(out.contains("created loop research"), "{out}");
+    fails(&adf(d, &["loops", "new", "a.adf", "research"], None), &["already exists"]);
+    fails(&adf(d, &["loops", "new", "a.adf", "x", "--template", "nope"], None), &["no loop template", "memory"]);
+    fails(&adf(d, &["loops", "new", "a.adf", "y", "--mode", "sideways"], None), &["mode", "reactive"]);
+    ok(&adf(d, &["loops", "new", "a.adf", "mem", "--template", "memory"], None));
+    let ls = json(&adf(d, &["loops", "ls", "a.adf", "--json"], None));
+    let names: Vec<&str> = ls["loops"].as_array().unwrap().iter().map(|l| l["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["main", "mem", "research"]);
+    assert_eq!(ls["loops"][1]["mode"], "scheduled");
+    assert_eq!(ls["loops"][2]["tools"], json!(["fs_read", "loop_send"]));
+
+    // A message to the side loop runs a turn there, not in main.
+    let fake = FakeProvider::start(vec![Wire::sse(anthropic_text(&["Found ", "it."], 10, 3))]).await;
+    let (dd, base) = (d.to_path_buf(), fake.base_url.clone());
+    let out = tokio::task::spawn_blocking(move || {
+        adf_with_providers(&dd, &base, &["chat", "a.adf", "what is up?", "--loop", "research"])
+    })
+    .await
+    .unwrap();
+    assert_eq!(ok(&out).trim(), "Found it.");
+    let (_, body) = &fake.requests()[0];
+    let system = body["system"].to_string();
+    assert!(system.contains("Side loop: research") && system.contains("Dig up facts."), "{system}");
+    let tools: Vec<&str> = body["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(tools, ["fs_read", "loop_send"]);
+    let shown = ok(&adf(d, &["loops", "show", "a.adf", "research"], None));
+    assert!(shown.contains("user: what is up?") && shown.contains("assistant: Found it."), "{shown}");
+    let c = rusqlite::Connection::open(d.join("a.adf")).unwrap();
+    let main_rows: i64 = c.query_row("SELECT count(*) FROM adf_loop", [], |r| r.get(0)).unwrap();
+    assert_eq!(main_rows, 0, "main's loop is untouched");
+    drop(c);
+
+    fails(&adf(d, &["chat", "a.adf", "hi", "--loop", "nope"], None), &["no loop named \"nope\"", "adf loops ls"]);
+    ok(&adf(d, &["loops", "pause", "a.adf", "research"], None));
+    fails(&adf(d, &["chat", "a.adf", "hi", "--loop", "research"], None), &["paused"]);
+    ok(&adf(d, &["loops", "resume", "a.adf", "research"], None));
+    let out = ok(&adf(d, &["loops", "rm", "a.adf", "research"], None));
+    // The question, the answer and the system prompt it saw ([Context: …]).
+    assert!(out.contains("3 rows archived"), "{out}");
+    fails(&adf(d, &["loops", "rm", "a.adf", "research"], None), &["no loop named"]);
+    let t = ok(&adf(d, &["loops", "templates"], None));
+    assert!(t.contains("researcher") && t.contains("reflector"));
+}

@@ -118,13 +118,30 @@ impl Owner for Terminal {
 pub enum Work<'a> {
     /// A new turn with the owner's message.
     Chat(&'a str),
+    /// The owner's message to a side loop: (loop, message).
+    LoopChat(&'a str, &'a str),
     /// Answer the approval a paused turn waits on, and let it go on.
     Resolve { task_id: &'a str, decision: Decision },
 }
 
 pub fn run(out: &Out, path: &Path, message: &str, loop_name: &str) -> anyhow::Result<u8> {
     if loop_name != "main" {
-        anyhow::bail!("{}: loop \"{loop_name}\" does not exist (this version runs the main loop only)", path.display());
+        let store = super::output::open_for_read(path)?;
+        let found = store.loop_get(loop_name).map_err(|e| at(path, e))?;
+        super::output::close(store)?;
+        match found {
+            None => anyhow::bail!(
+                "{}: no loop named \"{loop_name}\" (see `adf loops ls {}`; make one with `adf loops new`)",
+                path.display(),
+                path.display()
+            ),
+            Some(d) if d.status == "paused" => anyhow::bail!(
+                "{}: loop \"{loop_name}\" is paused; `adf loops resume {} {loop_name}` first",
+                path.display(),
+                path.display()
+            ),
+            Some(_) => return drive(out, path, Work::LoopChat(loop_name, message)),
+        }
     }
     drive(out, path, Work::Chat(message))
 }
@@ -199,6 +216,7 @@ pub fn drive(out: &Out, path: &Path, work: Work<'_>) -> anyhow::Result<u8> {
             let turn = async {
                 match work {
                     Work::Chat(message) => ex.chat(message).await,
+                    Work::LoopChat(name, message) => ex.side_turn(name, Some(message), "chat").await,
                     Work::Resolve { task_id, decision } => ex.resume_paused(task_id, decision).await,
                 }
             };

@@ -13,6 +13,7 @@ mod fleet;
 mod held;
 mod identity;
 mod inspect;
+mod loops;
 mod mcp;
 mod meta;
 mod msg;
@@ -145,6 +146,9 @@ pub enum Command {
     /// The agent's metadata keys.
     #[command(subcommand)]
     Meta(MetaCmd),
+    /// Side loops: named loops beside main with their own goal and tools.
+    #[command(subcommand)]
+    Loops(LoopsCmd),
     /// The agent's config document.
     #[command(subcommand)]
     Config(ConfigCmd),
@@ -385,6 +389,45 @@ pub enum FilesCmd {
 }
 
 #[derive(Debug, Clone, Subcommand)]
+pub enum LoopsCmd {
+    /// List an agent's loops (main and its side loops).
+    Ls { path: PathBuf },
+    /// Create a side loop.
+    New {
+        path: PathBuf,
+        name: String,
+        /// memory, researcher, critic, reflector or lint (`adf loops templates`).
+        #[arg(long)]
+        template: Option<String>,
+        #[arg(long)]
+        goal: Option<String>,
+        /// Comma-separated allowlist (fs_read,loop_send); default: every tool the agent has.
+        #[arg(long, value_delimiter = ',')]
+        tools: Option<Vec<String>>,
+        #[arg(long)]
+        model: Option<String>,
+        /// reactive, scheduled or continuous.
+        #[arg(long)]
+        mode: Option<String>,
+        /// A cron expression ("0 * * * *") or "every 30m".
+        #[arg(long)]
+        schedule: Option<String>,
+        #[arg(long)]
+        compact_threshold: Option<u64>,
+    },
+    /// Delete a side loop (its stream is archived to the audit table).
+    Rm { path: PathBuf, name: String },
+    /// Pause a side loop: no schedule, no wakes until resumed.
+    Pause { path: PathBuf, name: String },
+    /// Resume a paused side loop.
+    Resume { path: PathBuf, name: String },
+    /// A side loop's rows.
+    Show { path: PathBuf, name: String },
+    /// The templates `new --template` takes.
+    Templates,
+}
+
+#[derive(Debug, Clone, Subcommand)]
 pub enum MetaCmd {
     /// List every key with its protection.
     Ls { path: PathBuf },
@@ -447,12 +490,16 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Some(Command::Chat { path, message, loop_name, no_wait }) => {
             let text = message.join(" ");
             missing(path)?;
+            let remote_chat = |agent: String| match loop_name.as_str() {
+                "main" => remote::Remote::Chat(agent, text.clone(), !no_wait),
+                lp => remote::Remote::LoopChat(agent, lp.to_string(), text.clone(), !no_wait),
+            };
             if !path.is_file() {
-                return remote::run(&out, url, remote::Remote::Chat(arg(path), text, !no_wait));
+                return remote::run(&out, url, remote_chat(arg(path)));
             }
             // Held by the app or a daemon: talk to the agent there.
             if let Some(via) = held::holder_api(path) {
-                return remote::run(&out, Some(&via.client.base), remote::Remote::Chat(via.agent, text, !no_wait));
+                return remote::run(&out, Some(&via.client.base), remote_chat(via.agent));
             }
             return chat::run(&out, path, &text, loop_name);
         }
@@ -658,6 +705,7 @@ fn run_simple(command: Option<Command>, out: &Out) -> anyhow::Result<()> {
         Some(Command::Claim { path, yes }) => identity::claim(out, &path, yes),
         Some(Command::Files(cmd)) => files::run(out, cmd),
         Some(Command::Meta(cmd)) => meta::run(out, cmd),
+        Some(Command::Loops(cmd)) => loops::run(out, cmd),
         Some(Command::Config(cmd)) => config::run(out, cmd),
         Some(Command::Sql { path, sql, params }) => sql::run(out, &path, &sql, &params),
         Some(Command::Bench { scenario: Some(sc), agents, seconds, flat_out, check, .. }) => {

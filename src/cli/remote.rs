@@ -34,6 +34,8 @@ pub enum Remote {
     Events(Option<String>),
     /// Agent, message, and whether to follow the turn to its end.
     Chat(String, String, bool),
+    /// A message to a side loop: (agent, loop, text, wait).
+    LoopChat(String, String, String, bool),
     /// Agent and the `/trigger` request body.
     Trigger(String, Value),
 }
@@ -126,7 +128,7 @@ async fn follow(out: &Out, c: &Client, agent: Option<String>) -> anyhow::Result<
 /// JSON line with `--json`), as the in-process `adf chat` does. The stream
 /// is opened before the message is sent, from the daemon's current cursor,
 /// and the turn is told apart by the id this client chose for it.
-async fn chat(out: &Out, c: &Client, agent: &str, text: &str, wait: bool) -> anyhow::Result<u8> {
+async fn chat(out: &Out, c: &Client, agent: &str, lp: Option<&str>, text: &str, wait: bool) -> anyhow::Result<u8> {
     use std::io::Write;
     let status = c.get(&at(agent, &["status"])).await?;
     let id = status["agentId"].as_str().or(status["id"].as_str()).unwrap_or(agent).to_string();
@@ -135,13 +137,17 @@ async fn chat(out: &Out, c: &Client, agent: &str, text: &str, wait: bool) -> any
         anyhow::bail!("{name} is off; start it with `adf start {name}`");
     }
     let turn = format!("turn_{}", crate::store::create::nanoid(12));
+    let route: Vec<&str> = match lp {
+        Some(l) => vec!["loops", l, "chat"],
+        None => vec!["chat"],
+    };
     if !wait {
-        let v = c.post(&at(&id, &["chat"]), &json!({"text": text, "turnId": turn})).await?;
+        let v = c.post(&at(&id, &route), &json!({"text": text, "turnId": turn})).await?;
         return if out.json { out.json(&v).map(|()| 0) } else { out.line(s(&v["turnId"])).map(|()| 0) };
     }
     let cursor = c.get(&["runtime"]).await?["eventCursor"].as_u64();
     let mut frames = Frames::new(open_stream(c, Some(&id), cursor).await?);
-    c.post(&at(&id, &["chat"]), &json!({"text": text, "turnId": turn})).await?;
+    c.post(&at(&id, &route), &json!({"text": text, "turnId": turn})).await?;
     let source = format!("agent:{turn}");
     let mut wrote_text = false;
     let mut last_error: Option<String> = None;
@@ -392,7 +398,8 @@ async fn exec(out: &Out, c: &Client, cmd: Remote) -> anyhow::Result<u8> {
             c.post(&at(&id, &["asks", &req, "respond"]), &json!({"answer": text})).await?,
             Box::new(|_| out.line("answered")),
         ),
-        Remote::Chat(id, text, wait) => return chat(out, c, &id, &text, wait).await,
+        Remote::Chat(id, text, wait) => return chat(out, c, &id, None, &text, wait).await,
+        Remote::LoopChat(id, lp, text, wait) => return chat(out, c, &id, Some(&lp), &text, wait).await,
         Remote::Trigger(id, req) => (
             c.post(&at(&id, &["trigger"]), &req).await?,
             Box::new(|v| out.line(format!("accepted ({})", s(&v["turnId"])))),

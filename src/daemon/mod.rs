@@ -15,6 +15,7 @@ pub mod conn;
 pub mod hosts;
 pub mod inject;
 pub mod local;
+pub mod loops;
 pub mod mcp;
 pub mod memory;
 pub mod openapi;

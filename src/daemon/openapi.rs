@@ -121,6 +121,29 @@ pub const ROUTES: &[Route] = &[
         ],
     ),
     r("delete", "/agents/{id}/timers/{timer}", "Delete a timer"),
+    r("get", "/agents/{id}/loops", "Side loops with their mode, schedule, status and waiting mail"),
+    b(
+        r("post", "/agents/{id}/loops", "Create a side loop (a template fills goal, tools and schedule)"),
+        &[
+            "name:string!",
+            "template:string",
+            "goal:string",
+            "model:string",
+            "mode:reactive|scheduled|continuous",
+            "schedule:string",
+            "compact_threshold:integer",
+        ],
+    ),
+    b(
+        r("patch", "/agents/{id}/loops/{name}", "Change a side loop; status paused|idle pauses or resumes it"),
+        &["goal:string", "model:string", "mode:reactive|scheduled|continuous", "schedule:string", "status:paused|idle"],
+    ),
+    r("delete", "/agents/{id}/loops/{name}", "Delete a side loop (its stream is archived to audit)"),
+    b(
+        r("post", "/agents/{id}/loops/{name}/chat", "Send the owner's message to a side loop"),
+        &["text:string!", "turnId:string"],
+    ),
+    q(r("get", "/agents/{id}/loops/{name}/chat", "A side loop's rows"), &["after:integer"]),
     q(r("get", "/agents/{id}/tasks", "Tasks"), &["status:string", "limit:integer"]),
     r("get", "/agents/{id}/tasks/{task}", "One task"),
     b(

@@ -98,7 +98,7 @@ async fn put_mind(State(s): State<AppState>, Path(id): Path<String>, b: Bytes) -
     put_text_file(&s, &id, "mind.md", &b).await
 }
 
-fn row_json(r: &crate::store::loop_rows::LoopRow) -> Value {
+pub fn row_json(r: &crate::store::loop_rows::LoopRow) -> Value {
     json!({"seq": r.seq, "role": r.role, "content": r.content, "model": r.model, "tokens": r.tokens,
         "created_at": r.created_at, "ord": r.ord})
 }

@@ -76,6 +76,7 @@ pub fn router(_s: AppState) -> Router<AppState> {
         .route("/diagnostics", get(diagnostics))
         .merge(resources::router())
         .merge(super::mcp::router())
+        .merge(super::loops::router())
 }
 
 async fn agents(State(s): State<AppState>) -> ApiResult<axum::response::Response> {
@@ -205,7 +206,7 @@ async fn set_state(State(s): State<AppState>, Path(id): Path<String>, b: Bytes) 
     Ok(Json(json!({"agentId": id, "success": true, "state": state})))
 }
 
-fn valid_turn_id(t: &str) -> bool {
+pub fn valid_turn_id(t: &str) -> bool {
     !t.is_empty() && t.len() <= 64 && t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 

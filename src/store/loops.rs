@@ -309,7 +309,7 @@ impl Store {
     /// Change a side loop's definition (absent fields keep their value).
     pub fn loop_update(&mut self, name: &str, spec: &LoopSpec) -> Result<LoopDef> {
         let Some(mut d) = self.loop_get(name)? else {
-            return Err(StoreError::Invalid(format!("no loop named {name:?}")));
+            return Err(StoreError::Missing(format!("no loop named {name:?}")));
         };
         if let Some(g) = &spec.goal {
             d.goal = g.clone();
@@ -351,7 +351,7 @@ impl Store {
             .at(&path)
             .map(|_| ())
         })?;
-        self.loop_get(name)?.ok_or_else(|| StoreError::Invalid(format!("no loop named {name:?}")))
+        self.loop_get(name)?.ok_or_else(|| StoreError::Missing(format!("no loop named {name:?}")))
     }
 
     /// Set a loop's status and next scheduled run.
@@ -372,7 +372,7 @@ impl Store {
     /// its definition and undelivered mail. Returns the rows archived.
     pub fn loop_delete(&mut self, name: &str) -> Result<usize> {
         if self.loop_get(name)?.is_none() {
-            return Err(StoreError::Invalid(format!("no loop named {name:?}")));
+            return Err(StoreError::Missing(format!("no loop named {name:?}")));
         }
         let rows = self.side_rows(name)?;
         let path = self.path().to_path_buf();

@@ -104,6 +104,13 @@ impl Executor {
         self.loops.states.insert(side.def.name, main);
     }
 
+    /// Delete a side loop (its stream archived) and what is kept of it.
+    pub fn delete_loop(&mut self, name: &str) -> Result<usize, StoreError> {
+        let n = self.store.loop_delete(name)?;
+        self.loops.states.remove(name);
+        Ok(n)
+    }
+
     /// The loops a `loop_send` asked to wake since the last call.
     pub fn take_loop_wakes(&mut self) -> Vec<String> {
         std::mem::take(&mut self.loops.wakes)
@@ -118,7 +125,7 @@ impl Executor {
     /// message), else the turn starts from its waiting mail.
     pub async fn side_turn(&mut self, name: &str, text: Option<&str>, event_type: &str) -> Result<TurnEnd, StoreError> {
         let Some(def) = self.store.loop_get(name)? else {
-            return Err(StoreError::Invalid(format!("no loop named {name:?}")));
+            return Err(StoreError::Missing(format!("no loop named {name:?}")));
         };
         if def.status == "paused" {
             return Err(StoreError::Invalid(format!("loop {name:?} is paused; resume it first")));
@@ -324,10 +331,7 @@ impl Executor {
         let result = match action {
             "create" => self.store.loop_create(name, &spec).map(|d| json!({"created": loops::to_json(&d)})),
             "update" => self.store.loop_update(name, &spec).map(|d| json!({"updated": loops::to_json(&d)})),
-            "delete" => self.store.loop_delete(name).map(|n| {
-                self.loops.states.remove(name);
-                json!({"deleted": name, "archived_rows": n})
-            }),
+            "delete" => self.delete_loop(name).map(|n| json!({"deleted": name, "archived_rows": n})),
             other => return ToolOutput::err(format!("loop_manage: unknown action {other:?} (create, update, delete)")),
         };
         match result {

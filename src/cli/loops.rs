@@ -1,0 +1,160 @@
+//! `adf loops …`: an agent's side loops from the shell. Changes to a file
+//! a daemon or the app holds go through its API (`/agents/{id}/loops`).
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use super::LoopsCmd;
+use super::held::{Target, open_for_write};
+use super::output::{Out, at, close, open_for_read};
+use crate::store::loops::{self, LoopDef};
+
+fn row(d: &Value) -> Vec<String> {
+    let s = |k: &str| d[k].as_str().unwrap_or("").to_string();
+    let next = d["next_run_at"]
+        .as_i64()
+        .and_then(chrono::DateTime::from_timestamp_millis)
+        .map(|t| t.format("%Y-%m-%d %H:%M UTC").to_string())
+        .unwrap_or_else(|| "-".into());
+    let goal: String = s("goal").chars().take(60).collect();
+    vec![s("name"), s("mode"), s("status"), d["schedule"].as_str().unwrap_or("-").to_string(), next, goal]
+}
+
+fn show(out: &Out, defs: Vec<Value>) -> anyhow::Result<()> {
+    if out.json {
+        return out.json(&json!({"loops": defs}));
+    }
+    let rows: Vec<Vec<String>> = defs.iter().map(row).collect();
+    out.table(&["LOOP", "MODE", "STATUS", "SCHEDULE", "NEXT RUN", "GOAL"], &rows)
+}
+
+fn one(out: &Out, d: &Value, verb: &str) -> anyhow::Result<()> {
+    if out.json { out.json(d) } else { out.line(format!("{verb} loop {}", d["name"].as_str().unwrap_or(""))) }
+}
+
+pub fn run(out: &Out, cmd: LoopsCmd) -> anyhow::Result<()> {
+    match cmd {
+        LoopsCmd::Ls { path } => {
+            let store = open_for_read(&path)?;
+            let list = store.loops_list().map_err(|e| at(&path, e))?;
+            let state = store.config_value().ok().and_then(|c| c["state"].as_str().map(str::to_string));
+            close(store)?;
+            let mut defs =
+                vec![json!({"name": "main", "mode": "main", "status": state.unwrap_or_else(|| "idle".into()),
+                "goal": "the agent's own conversation"})];
+            defs.extend(list.iter().map(loops::to_json));
+            show(out, defs)
+        }
+        LoopsCmd::Templates => {
+            if out.json {
+                let v: Vec<Value> = crate::runtime::loop_templates::TEMPLATES
+                    .iter()
+                    .map(|(n, d)| json!({"name": n, "summary": d}))
+                    .collect();
+                return out.json(&v);
+            }
+            let rows: Vec<Vec<String>> = crate::runtime::loop_templates::TEMPLATES
+                .iter()
+                .map(|(n, d)| vec![n.to_string(), d.to_string()])
+                .collect();
+            out.table(&["TEMPLATE", "WHAT IT DOES"], &rows)
+        }
+        LoopsCmd::New { path, name, template, goal, tools, model, mode, schedule, compact_threshold } => {
+            let mut input = json!({"name": name});
+            for (k, v) in
+                [("template", template), ("goal", goal), ("model", model), ("mode", mode), ("schedule", schedule)]
+            {
+                if let Some(v) = v {
+                    input[k] = json!(v);
+                }
+            }
+            if let Some(t) = tools {
+                input["tools"] = json!(t);
+            }
+            if let Some(c) = compact_threshold {
+                input["compact_threshold"] = json!(c);
+            }
+            let spec = crate::runtime::executor::side::spec_from(&input)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            let d = match open_for_write(&path)? {
+                Target::Local(mut store) => {
+                    let d = store.loop_create(&name, &spec).map_err(|e| at(&path, e))?;
+                    close(store)?;
+                    loops::to_json(&d)
+                }
+                Target::Held(via) => via.call(Method::POST, &["loops"], &[], Some(&input))?["loop"].clone(),
+            };
+            one(out, &d, "created")
+        }
+        LoopsCmd::Rm { path, name } => {
+            let n = match open_for_write(&path)? {
+                Target::Local(mut store) => {
+                    let n = store.loop_delete(&name).map_err(|e| at(&path, e))?;
+                    close(store)?;
+                    n as u64
+                }
+                Target::Held(via) => {
+                    via.call(Method::DELETE, &["loops", &name], &[], None)?["archivedRows"].as_u64().unwrap_or(0)
+                }
+            };
+            if out.json {
+                out.json(&json!({"deleted": name, "archived_rows": n}))
+            } else {
+                out.line(format!("deleted loop {name} ({n} rows archived to adf_audit as loop:{name})"))
+            }
+        }
+        LoopsCmd::Pause { path, name } => set_status(out, &path, &name, "paused"),
+        LoopsCmd::Resume { path, name } => set_status(out, &path, &name, "idle"),
+        LoopsCmd::Show { path, name } => {
+            let store = open_for_read(&path)?;
+            let def: Option<LoopDef> = store.loop_get(&name).map_err(|e| at(&path, e))?;
+            if def.is_none() {
+                close(store)?;
+                anyhow::bail!("{}: no loop named {name:?} (see `adf loops ls {}`)", path.display(), path.display());
+            }
+            let rows = store.side_rows(&name).map_err(|e| at(&path, e))?;
+            close(store)?;
+            if out.json {
+                return out.json(&json!({"loop": name, "rows": rows}));
+            }
+            for r in rows {
+                let text: Vec<String> = r
+                    .content
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .map(|b| match b["type"].as_str() {
+                                Some("text") => b["text"].as_str().unwrap_or("").to_string(),
+                                Some("tool_use") => format!("▸ {} {}", b["name"].as_str().unwrap_or(""), b["input"]),
+                                Some("tool_result") => format!("  ↳ {}", b["content"].as_str().unwrap_or("")),
+                                _ => String::new(),
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                out.line(format!("[S{}] {}: {}", r.seq, r.role, text.join("\n")))?;
+            }
+            Ok(())
+        }
+    }
+}
+
+fn set_status(out: &Out, path: &std::path::Path, name: &str, status: &str) -> anyhow::Result<()> {
+    let d = match open_for_write(path)? {
+        Target::Local(mut store) => {
+            let def = store.loop_get(name).map_err(|e| at(path, e))?;
+            let Some(def) = def else {
+                close(store)?;
+                anyhow::bail!("{}: no loop named {name:?}", path.display());
+            };
+            store.loop_set_status(name, status, def.next_run_at).map_err(|e| at(path, e))?;
+            let d = store.loop_get(name).map_err(|e| at(path, e))?;
+            close(store)?;
+            d.map(|d| loops::to_json(&d)).unwrap_or(Value::Null)
+        }
+        Target::Held(via) => {
+            via.call(Method::PATCH, &["loops", name], &[], Some(&json!({"status": status})))?["loop"].clone()
+        }
+    };
+    one(out, &d, if status == "paused" { "paused" } else { "resumed" })
+}

@@ -1,0 +1,115 @@
+//! The control API of side loops (issue 18): list, create, change, pause
+//! and delete an agent's loops, talk to one and read its stream. Changes
+//! go through the agent's actor, like every other write.
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{Value, json};
+
+use super::routes::{Q, body, field, int, valid_turn_id};
+use super::{ApiError, ApiResult, AppState};
+use crate::runtime::agent::AgentCommand;
+use crate::store::loops;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/agents/{id}/loops", get(list).post(create))
+        .route("/agents/{id}/loops/{name}", axum::routing::patch(update).delete(remove))
+        .route("/agents/{id}/loops/{name}/chat", post(chat).get(history))
+}
+
+async fn list(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult {
+    let (id, (list, waiting)) = s.read(&id, |st| Ok((st.loops_list()?, st.loop_mail_counts()?))).await?;
+    let waiting: std::collections::HashMap<String, i64> = waiting.into_iter().collect();
+    let loops: Vec<Value> = list
+        .iter()
+        .map(|d| {
+            let mut v = loops::to_json(d);
+            v["waiting"] = json!(waiting.get(&d.name).copied().unwrap_or(0));
+            v
+        })
+        .collect();
+    Ok(Json(json!({"agentId": id, "max": loops::MAX_SIDE_LOOPS, "loops": loops})))
+}
+
+async fn create(State(s): State<AppState>, Path(id): Path<String>, b: Bytes) -> ApiResult {
+    let v = body(&b)?;
+    let name = field(&v, "name")?.to_string();
+    let spec = crate::runtime::executor::side::spec_from(&v).map_err(ApiError::bad)?;
+    let (id, def) = s.write(&id, move |ex| ex.store.loop_create(&name, &spec).map_err(ApiError::from)).await?;
+    Ok(Json(json!({"agentId": id, "loop": loops::to_json(&def)})))
+}
+
+/// Change a loop's definition, or pause (`"status": "paused"`) and resume
+/// (`"status": "idle"`) it.
+async fn update(State(s): State<AppState>, Path((id, name)): Path<(String, String)>, b: Bytes) -> ApiResult {
+    let v = body(&b)?;
+    let status = match v.get("status").map(|s| s.as_str()) {
+        None => None,
+        Some(Some(st @ ("paused" | "idle"))) => Some(st.to_string()),
+        Some(_) => return Err(ApiError::bad("status is \"paused\" or \"idle\"")),
+    };
+    let spec = crate::runtime::executor::side::spec_from(&v).map_err(ApiError::bad)?;
+    let (id, def) = s
+        .write(&id, move |ex| {
+            let mut def = ex.store.loop_update(&name, &spec).map_err(ApiError::from)?;
+            if let Some(st) = status {
+                ex.store.loop_set_status(&name, &st, def.next_run_at).map_err(ApiError::from)?;
+                def.status = st;
+            }
+            Ok(def)
+        })
+        .await?;
+    Ok(Json(json!({"agentId": id, "loop": loops::to_json(&def)})))
+}
+
+async fn remove(State(s): State<AppState>, Path((id, name)): Path<(String, String)>) -> ApiResult {
+    let (id, n) = s.write(&id, move |ex| ex.delete_loop(&name).map_err(ApiError::from)).await?;
+    Ok(Json(json!({"agentId": id, "success": true, "archivedRows": n})))
+}
+
+async fn chat(
+    State(s): State<AppState>,
+    Path((id, name)): Path<(String, String)>,
+    b: Bytes,
+) -> Result<impl IntoResponse, ApiError> {
+    let v = body(&b)?;
+    let text = v.get("text").and_then(Value::as_str).filter(|t| !t.trim().is_empty());
+    let Some(text) = text else { return Err(ApiError::bad("text is required")) };
+    let turn = match v.get("turnId").and_then(Value::as_str) {
+        Some(t) if valid_turn_id(t) => t.to_string(),
+        Some(_) => return Err(ApiError::bad("turnId must be 1 to 64 characters of [A-Za-z0-9_-]")),
+        None => format!("turn_{}", crate::store::create::nanoid(12)),
+    };
+    let (id, def) = s
+        .read(&id, {
+            let name = name.clone();
+            move |st| Ok(st.loop_get(&name)?)
+        })
+        .await?;
+    let Some(def) = def else { return Err(ApiError::not_found(format!("no loop named {name:?}"))) };
+    if def.status == "paused" {
+        return Err(ApiError::bad(format!("loop {name:?} is paused; resume it first")));
+    }
+    let cmd = AgentCommand::LoopChat { name, text: text.to_string(), turn_id: Some(turn.clone()) };
+    s.fleet.lock().await.send(&id, cmd).map_err(ApiError::internal)?;
+    Ok((StatusCode::ACCEPTED, Json(json!({"accepted": true, "turnId": turn}))))
+}
+
+async fn history(State(s): State<AppState>, Path((id, name)): Path<(String, String)>, Query(q): Q) -> ApiResult {
+    let after = int(&q, "after", 0, 0, super::routes::MAX_SAFE)?;
+    let (id, rows) = s
+        .read(&id, move |st| {
+            if st.loop_get(&name)?.is_none() {
+                return Err(ApiError::not_found(format!("no loop named {name:?}")));
+            }
+            Ok(st.side_rows_after(&name, after)?)
+        })
+        .await?;
+    let rows: Vec<Value> = rows.iter().map(super::resources::row_json).collect();
+    Ok(Json(json!({"agentId": id, "rows": rows})))
+}
