@@ -337,6 +337,25 @@ async fn route_groups_with_good_and_bad_input() {
     let _ = d.home.clone();
 }
 
+/// Every SSE frame's data (JSON) that arrives within `within`.
+async fn read_event_frames(resp: reqwest::Response, within: Duration) -> Vec<Value> {
+    use futures_util::StreamExt;
+    let mut stream = resp.bytes_stream();
+    let mut buf = String::new();
+    let mut out = Vec::new();
+    let deadline = tokio::time::Instant::now() + within;
+    while let Ok(Some(Ok(bytes))) = tokio::time::timeout_at(deadline, stream.next()).await {
+        buf.push_str(&String::from_utf8_lossy(&bytes));
+        while let Some(end) = buf.find("\n\n") {
+            let frame: String = buf.drain(..end + 2).collect();
+            if let Some(data) = frame.lines().find_map(|l| l.strip_prefix("data: ")) {
+                out.push(serde_json::from_str(data).unwrap_or(Value::Null));
+            }
+        }
+    }
+    out
+}
+
 /// Read SSE frames until `n` events arrived (or a timeout).
 async fn read_events(resp: reqwest::Response, n: usize) -> Vec<(u64, String)> {
     use futures_util::StreamExt;
@@ -893,4 +912,61 @@ async fn sys_create_adf_autostart_runs_the_child() {
     let (s, v) = d.call("POST", "/agents/kid/chat", Some(json!({"text": "hello kid"}))).await;
     assert_eq!(s, 202, "{v}");
     d.wait_loop("kid", "Kid here.").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn side_loops_through_the_daemon_and_the_cli_that_attaches_to_it() {
+    // Issue 18: the loops API, a side loop's own turn (its rows, not
+    // main's; its events tagged with the loop) and `adf loops` on a file
+    // the daemon holds.
+    let dir = tmp();
+    let home = home_with(dir.path(), &["a"]);
+    let fake = FakeProvider::start(vec![Scripted::sse(anthropic_text(&["side", " reply"], 1, 1))]).await;
+    let d = start(&home, &fake.base_url, &[]);
+    let (s, v) = d.call("POST", "/agents/a/loops", Some(json!({"name": "research", "goal": "Dig."}))).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["loop"]["mode"], "reactive");
+    let (s, v) = d.call("POST", "/agents/a/loops", Some(json!({"name": "research"}))).await;
+    assert_eq!((s, v["error"].as_str().unwrap().contains("already exists")), (400, true), "{v}");
+    let (s, _) = d.call("POST", "/agents/a/loops/nope/chat", Some(json!({"text": "hi"}))).await;
+    assert_eq!(s, 404);
+
+    let (s, v) = d.call("POST", "/agents/a/loops/research/chat", Some(json!({"text": "look into it"}))).await;
+    assert_eq!(s, 202, "{v}");
+    let turn = v["turnId"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let rows = d.get("/agents/a/loops/research/chat").await;
+        if rows["rows"].to_string().contains("side reply") {
+            assert!(rows["rows"].to_string().contains("look into it"));
+            break;
+        }
+        assert!(Instant::now() < deadline, "no reply in the side loop: {rows}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let main = d.get("/agents/a/loop?limit=500").await;
+    assert!(!main.to_string().contains("look into it"), "main's loop is untouched: {main}");
+    let resp = d.http.get(format!("{}/agents/a/events?since=0", d.url)).bearer_auth(&d.token).send().await.unwrap();
+    let frames = read_event_frames(resp, Duration::from_secs(2)).await;
+    let done = frames
+        .iter()
+        .find(|e| e["event"]["event_type"] == "turn.completed" && e["event"]["source"] == format!("agent:{turn}"))
+        .expect("the side turn's completion");
+    assert_eq!(done["event"]["payload"]["loop"], "research");
+
+    // The CLI on the held file goes through the daemon.
+    let agents = home.join("data/agents");
+    let out = adf_home(&home, &agents, &["loops", "new", "a.adf", "crit", "--template", "critic"]);
+    assert!(ok(&out).contains("created loop crit"));
+    let ls = json(&adf_home(&home, &agents, &["loops", "ls", "a.adf", "--json"]));
+    assert_eq!(ls["loops"].as_array().unwrap().len(), 3, "{ls}");
+    let out = ok(&adf_home(&home, &agents, &["loops", "pause", "a.adf", "crit"]));
+    assert!(out.contains("paused loop crit"));
+    assert_eq!(d.get("/agents/a/loops").await["loops"][0]["status"], "paused");
+    let (s, _) = d.call("POST", "/agents/a/loops/crit/chat", Some(json!({"text": "hi"}))).await;
+    assert_eq!(s, 400, "a paused loop takes no turns");
+    let out = ok(&adf_home(&home, &agents, &["loops", "rm", "a.adf", "research"]));
+    assert!(out.contains("archived"), "{out}");
+    let (s, _) = d.call("DELETE", "/agents/a/loops/research", None).await;
+    assert_eq!(s, 404);
 }
