@@ -273,3 +273,60 @@ async fn the_cli_makes_lists_talks_to_and_removes_a_side_loop() {
     let t = ok(&adf(d, &["loops", "templates"], None));
     assert!(t.contains("researcher") && t.contains("reflector"));
 }
+
+fn visible_text(rows: &[adf::store::loop_rows::LoopRow]) -> String {
+    rows.iter().map(|r| text_of(&r.content)).collect::<Vec<_>>().join("\n")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_actor_runs_woken_scheduled_and_continuous_loops() {
+    use adf::runtime::agent::{AgentCommand, spawn_with_tick, waiting_owner};
+    use std::time::Duration;
+    let dir = tmp();
+    let mut s = agent(dir.path());
+    s.loop_create("research", &LoopSpec { tools: Some(vec!["loop_send".into()]), ..Default::default() }).unwrap();
+    let every = LoopSpec { mode: Some(LoopMode::Scheduled), schedule: Some("every 1h".into()), ..Default::default() };
+    s.loop_create("sched", &every).unwrap();
+    // Due now: the first tick runs it.
+    s.loop_set_status("sched", "idle", Some(adf::store::now_ms() - 1)).unwrap();
+    s.loop_create("worker", &LoopSpec { mode: Some(LoopMode::Continuous), ..Default::default() }).unwrap();
+    let provider = Arc::new(
+        Scripted::new([
+            // The scheduled loop, on the first tick.
+            Reply::Text("scheduled work done".into()),
+            // main, on the owner's chat: wake research.
+            Reply::Tools(vec![("loop_send".into(), json!({"loop": "research", "message": "dig", "wake": true}))]),
+            Reply::Text("sent".into()),
+            // research, woken: report back and wake main.
+            Reply::Tools(vec![("loop_send".into(), json!({"loop": "main", "message": "dug", "wake": true}))]),
+            Reply::Text("done".into()),
+            // main, woken by the report.
+            Reply::Text("got it".into()),
+        ])
+        .with_fallback(|_| Reply::Text("working".into())),
+    );
+    let owner = waiting_owner();
+    let ex = Executor::new(s, provider.clone(), Bus::new(), owner.clone()).unwrap();
+    let (h, task) = spawn_with_tick(ex, owner, Duration::from_millis(30));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    h.send(AgentCommand::Chat("go".into()));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    h.send(AgentCommand::LoopChat { name: "worker".into(), text: "start".into(), turn_id: None });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    drop(h);
+    let ex = task.await.unwrap();
+
+    let sched = visible_text(&ex.store.side_rows("sched").unwrap());
+    assert!(sched.contains("[Scheduled run]") && sched.contains("scheduled work done"), "{sched}");
+    let next = ex.store.loop_get("sched").unwrap().unwrap().next_run_at.unwrap();
+    assert!(next > adf::store::now_ms() + 3_500_000, "the next run is an hour on");
+    let research = visible_text(&ex.store.side_rows("research").unwrap());
+    assert!(research.contains("[Message from loop main]\ndig") && research.contains("done"), "{research}");
+    let main = visible_text(&ex.store.loop_rows(None).unwrap());
+    assert!(main.contains("[Message from loop research]\ndug") && main.contains("got it"), "{main}");
+    // Continuous: turns again after each completed turn, up to its limit.
+    let worker = ex.store.side_rows("worker").unwrap();
+    let turns = worker.iter().filter(|r| r.role == "assistant").count() as u32;
+    assert_eq!(turns, adf::runtime::executor::side::CONTINUOUS_TURNS, "{}", visible_text(&worker));
+    assert_eq!(ex.state, "idle");
+}

@@ -15,7 +15,7 @@ mod mcp;
 pub(crate) mod media;
 mod owner;
 mod park;
-pub(crate) mod side;
+pub mod side;
 mod skills;
 
 use super::bus::Bus;
