@@ -330,3 +330,80 @@ async fn the_actor_runs_woken_scheduled_and_continuous_loops() {
     assert_eq!(turns, adf::runtime::executor::side::CONTINUOUS_TURNS, "{}", visible_text(&worker));
     assert_eq!(ex.state, "idle");
 }
+
+#[test]
+fn the_memory_log_takes_appends_and_refuses_rewrites() {
+    use adf::store::Caller;
+    use adf::store::files::WriteOptions;
+    let dir = tmp();
+    let mut s = agent(dir.path());
+    let w = WriteOptions::default();
+    // A new agent's log has its header; the agent only adds to it.
+    let header = s.file_read_text("mind/log.md").unwrap();
+    s.file_append(Caller::AGENT, "mind/log.md", "- 09:00 learned A [S1]\n", None).unwrap();
+    s.file_append(Caller::AGENT, "mind/log.md", "- 10:00 learned B [S2]\n", None).unwrap();
+    // A whole write that keeps every old byte is an append too.
+    let kept = format!("{header}- 09:00 learned A [S1]\n- 10:00 learned B [S2]\n- 11:00 C\n");
+    s.file_write(Caller::AGENT, "mind/log.md", kept.as_bytes(), &w).unwrap();
+    let before = s.file_read_text("mind/log.md").unwrap();
+    assert_eq!(before, kept);
+    let rewritten = format!("{header}- 09:00 learned A [S1]\n- 10:00 forgot B\n- 11:00 C\n- 12:00 D\n");
+    for bad in [&b"- 09:00 learned X [S1]\n"[..], b"", rewritten.as_bytes()] {
+        let e = s.file_write(Caller::AGENT, "mind/log.md", bad, &w).unwrap_err().to_string();
+        assert!(e.contains("append-only"), "{e}");
+    }
+    assert!(s.file_delete(Caller::AGENT, "mind/log.md").unwrap_err().to_string().contains("append-only"));
+    assert!(s.file_rename(Caller::AGENT, "mind/log.md", "mind/old.md").is_err());
+    assert!(s.file_rename(Caller::AGENT, "mind", "memory").is_err(), "moving its folder moves the log too");
+    assert_eq!(s.file_read_text("mind/log.md").unwrap(), before, "refusals changed nothing");
+    // Other pages are ordinary files; the owner may rewrite the log.
+    s.file_write(Caller::AGENT, "mind/topic.md", b"v1", &w).unwrap();
+    s.file_write(Caller::AGENT, "mind/topic.md", b"v2", &w).unwrap();
+    s.file_write(Caller::Owner, "mind/log.md", b"- tidied by the owner\n", &w).unwrap();
+}
+
+#[tokio::test]
+async fn citations_resolve_live_and_after_compaction_from_the_archive() {
+    let dir = tmp();
+    let mut s = agent(dir.path());
+    let mut cfg = s.config_value().unwrap();
+    cfg["context"]["audit"]["loop"] = json!(true);
+    s.config_replace(cfg).unwrap();
+    let provider = Arc::new(Scripted::new([
+        Reply::Text("The capital is Paris.".into()),
+        Reply::Tools(vec![("loop_compact".into(), json!({}))]),
+        Reply::Text("(summary)".into()),
+        Reply::Text("compacted".into()),
+        Reply::Tools(vec![("memory_cite".into(), json!({"citation": "[S2]"}))]),
+        Reply::Text("cited".into()),
+    ]));
+    let mut cfg = s.config_value().unwrap();
+    for t in cfg["tools"].as_array_mut().unwrap() {
+        if t["name"] == "loop_compact" {
+            t["enabled"] = json!(true);
+        }
+    }
+    s.config_replace(cfg).unwrap();
+    let mut ex = Executor::new(s, provider, Bus::new(), Arc::new(Absent)).unwrap();
+    ex.chat("what is the capital of France?").await.unwrap();
+    let answer = ex.store.loop_rows(None).unwrap().into_iter().find(|r| text_of(&r.content).contains("Paris")).unwrap();
+    let live = ex.store.cite(answer.seq).unwrap();
+    assert_eq!((live.found_in.as_str(), live.loop_name.as_str()), ("live", "main"));
+    ex.chat("compact now").await.unwrap();
+    assert!(ex.store.loop_rows(None).unwrap().iter().all(|r| r.seq != answer.seq), "compacted away");
+    let archived = ex.store.cite(answer.seq).unwrap();
+    assert_eq!(archived.found_in, "audit");
+    assert_eq!(archived.row, answer, "the very row, from the archive");
+    assert!(ex.store.cite(999_999).unwrap_err().to_string().contains("resolves to nothing"));
+    // The model's tool and the CLI resolve the same way.
+    let path = ex.store.path().to_path_buf();
+    ex.chat("cite S2").await.unwrap();
+    let results = tool_results(&ex.store);
+    let last = results.last().unwrap();
+    assert!(!last.1, "{last:?}");
+    ex.store_into().close().unwrap();
+    let cli = json(&adf(dir.path(), &["cite", path.to_str().unwrap(), &format!("S{}", answer.seq), "--json"], None));
+    assert_eq!(cli["found_in"], "audit");
+    assert_eq!(cli["row"]["content"][0]["text"], "The capital is Paris.");
+    fails(&adf(dir.path(), &["cite", path.to_str().unwrap(), "X1"], None), &["not a citation"]);
+}

@@ -118,25 +118,49 @@ pub fn run(out: &Out, cmd: LoopsCmd) -> anyhow::Result<()> {
                 return out.json(&json!({"loop": name, "rows": rows}));
             }
             for r in rows {
-                let text: Vec<String> = r
-                    .content
-                    .as_array()
-                    .map(|a| {
-                        a.iter()
-                            .map(|b| match b["type"].as_str() {
-                                Some("text") => b["text"].as_str().unwrap_or("").to_string(),
-                                Some("tool_use") => format!("▸ {} {}", b["name"].as_str().unwrap_or(""), b["input"]),
-                                Some("tool_result") => format!("  ↳ {}", b["content"].as_str().unwrap_or("")),
-                                _ => String::new(),
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                out.line(format!("[S{}] {}: {}", r.seq, r.role, text.join("\n")))?;
+                out.line(format!("[S{}] {}: {}", r.seq, r.role, render(&r.content)))?;
             }
             Ok(())
         }
     }
+}
+
+/// `adf cite FILE S123`.
+pub fn cite(out: &Out, path: &std::path::Path, citation: &str) -> anyhow::Result<()> {
+    let seq = crate::store::cite::parse(citation).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let store = open_for_read(path)?;
+    let found = store.cite(seq);
+    close(store)?;
+    let c = found.map_err(|e| at(path, e))?;
+    if out.json {
+        return out.json(&c);
+    }
+    let when = chrono::DateTime::from_timestamp_millis(c.row.created_at)
+        .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
+        .unwrap_or_default();
+    let whence = match c.audit_id {
+        Some(id) => format!("audit #{id}"),
+        None => "live".into(),
+    };
+    out.line(format!("S{} · loop {} · {} · {} · {when}", c.seq, c.loop_name, c.row.role, whence))?;
+    out.line(render(&c.row.content))
+}
+
+fn render(content: &Value) -> String {
+    content
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|b| match b["type"].as_str() {
+                    Some("text") => b["text"].as_str().unwrap_or("").to_string(),
+                    Some("tool_use") => format!("▸ {} {}", b["name"].as_str().unwrap_or(""), b["input"]),
+                    Some("tool_result") => format!("  ↳ {}", b["content"].as_str().unwrap_or("")),
+                    _ => String::new(),
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_else(|| content.to_string())
 }
 
 fn set_status(out: &Out, path: &std::path::Path, name: &str, status: &str) -> anyhow::Result<()> {

@@ -329,6 +329,9 @@ pub enum Command {
     /// Usage: of an agent file (calls, tokens and cost per model), or from
     /// the daemon for an agent name or the whole fleet.
     Usage { path: Option<PathBuf> },
+    /// Resolve a `[S<seq>]` citation to the loop row it names (live, or
+    /// from the audit archive after compaction).
+    Cite { path: PathBuf, citation: String },
     /// Send a message. With an agent file: run one turn in-process, the
     /// reply streaming to stdout. With an agent's name: through the daemon.
     Chat {
@@ -705,6 +708,7 @@ fn run_simple(command: Option<Command>, out: &Out) -> anyhow::Result<()> {
         Some(Command::Claim { path, yes }) => identity::claim(out, &path, yes),
         Some(Command::Files(cmd)) => files::run(out, cmd),
         Some(Command::Meta(cmd)) => meta::run(out, cmd),
+        Some(Command::Cite { path, citation }) => loops::cite(out, &path, &citation),
         Some(Command::Loops(cmd)) => loops::run(out, cmd),
         Some(Command::Config(cmd)) => config::run(out, cmd),
         Some(Command::Sql { path, sql, params }) => sql::run(out, &path, &sql, &params),

@@ -28,7 +28,7 @@ pub fn spec(name: &str) -> Result<LoopSpec, String> {
              last consolidation noted in mind/log.md) and fold what was learned into topic pages mind/<topic>.md, \
              keeping mind.md an index of them. Cite every fact with the [S<seq>] of the loop row it came from. \
              Append one line per run to mind/log.md (never rewrite it).",
-            tools(&["fs_read", "fs_write", "fs_list", "db_query", "loop_send"]),
+            tools(&["fs_read", "fs_write", "fs_list", "db_query", "memory_cite", "loop_send"]),
             LoopMode::Scheduled,
             Some("0 * * * *"),
         ),
@@ -58,7 +58,7 @@ pub fn spec(name: &str) -> Result<LoopSpec, String> {
             "Lint memory: read mind.md and mind/*.md and report contradictions between pages, stale pages, pages \
              no index links to, and [S<seq>] citations that resolve to no loop row or audit entry. Write the \
              report to mind/lint.md and send main a summary with loop_send.",
-            tools(&["fs_read", "fs_write", "fs_list", "db_query", "loop_send"]),
+            tools(&["fs_read", "fs_write", "fs_list", "db_query", "memory_cite", "loop_send"]),
             LoopMode::Scheduled,
             Some("0 6 * * *"),
         ),

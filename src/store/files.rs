@@ -182,6 +182,16 @@ impl Store {
         Ok(())
     }
 
+    /// The memory log's current bytes when this write must only add to it
+    /// (the agent writing `mind/log.md` that exists; the owner and an
+    /// approved override may rewrite it).
+    fn append_only(&self, caller: Caller, path: &str, existing: Option<&FileEntry>) -> Result<Option<Vec<u8>>> {
+        if path != MEMORY_LOG || existing.is_none() || caller == Caller::Owner || caller.bypasses() {
+            return Ok(None);
+        }
+        self.file_read(path).map(|(_, b)| Some(b))
+    }
+
     fn check_write(&self, caller: Caller, path: &str, existing: Option<&FileEntry>) -> Result<bool> {
         if let Some(e) = existing
             && e.protection == Protection::ReadOnly
@@ -235,6 +245,12 @@ impl Store {
         self.writable()?;
         let existing = self.file_stat(path)?;
         let bypass = self.check_write(caller, path, existing.as_ref())?;
+        let log = self.append_only(caller, path, existing.as_ref())?;
+        if let Some(old) = &log
+            && len < old.len() as u64
+        {
+            return Err(log_rewrite());
+        }
         Self::check_size(path, len, opts.max_bytes)?;
         let now = now_iso();
         let file = self.path().to_path_buf();
@@ -273,6 +289,17 @@ impl Store {
                 }
                 if written + n as u64 > len {
                     return Err(StoreError::Invalid(format!("{path}: input is longer than {len} bytes")));
+                }
+                // The memory log keeps what it had: the new bytes must
+                // start with the old ones.
+                if let Some(old) = &log
+                    && (written as usize) < old.len()
+                {
+                    let from = written as usize;
+                    let upto = (from + n).min(old.len());
+                    if buf[..upto - from] != old[from..upto] {
+                        return Err(log_rewrite());
+                    }
                 }
                 blob.write_all(&buf[..n]).at(&file)?;
                 written += n as u64;
@@ -352,6 +379,9 @@ impl Store {
     /// when file audit is on.
     pub fn file_delete(&mut self, caller: Caller, path: &str) -> Result<()> {
         let e = self.file_stat(path)?.ok_or_else(|| not_found(path))?;
+        if path == MEMORY_LOG && caller != Caller::Owner && !caller.bypasses() {
+            return Err(log_rewrite());
+        }
         if CORE_FILES.contains(&path) && caller == Caller::Owner {
             return Err(StoreError::Denied(Denial::new(
                 DenialKind::FileProtection,
@@ -414,6 +444,12 @@ impl Store {
         if moves.is_empty() {
             return Err(not_found(from));
         }
+        if caller != Caller::Owner
+            && !caller.bypasses()
+            && moves.iter().any(|(e, dest)| e.path == MEMORY_LOG || dest == MEMORY_LOG)
+        {
+            return Err(log_rewrite());
+        }
         for (e, dest) in &moves {
             if self.file_stat(dest)?.is_some() {
                 return Err(StoreError::Invalid(format!("Cannot rename \"{}\": \"{dest}\" already exists.", e.path)));
@@ -473,4 +509,17 @@ impl Store {
             Ok(())
         })
     }
+}
+
+/// The agent's memory log: appends only (issue 18). Its index is `mind.md`,
+/// its topic pages `mind/<topic>.md`.
+pub const MEMORY_LOG: &str = "mind/log.md";
+
+fn log_rewrite() -> StoreError {
+    StoreError::Denied(Denial::new(
+        DenialKind::FileProtection,
+        MEMORY_LOG,
+        "append_only",
+        format!("Cannot rewrite \"{MEMORY_LOG}\": the memory log is append-only; add to it with fs_write mode=append."),
+    ))
 }

@@ -3,7 +3,7 @@
 //! order `COALESCE(ord, seq), seq` (format.md §3.3).
 
 use rusqlite::params;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::error::{Ctx, Result, opt_text_lossy, text_lossy};
@@ -12,7 +12,7 @@ use super::{Store, now_ms};
 /// The ordering key of the loop, used everywhere rows are read.
 pub const ORDER: &str = "COALESCE(ord, seq), seq";
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LoopRow {
     pub seq: i64,
     pub role: String,

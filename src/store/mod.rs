@@ -7,6 +7,7 @@
 
 pub mod access;
 pub mod audit;
+pub mod cite;
 pub mod config;
 mod conn;
 pub mod create;

@@ -201,6 +201,11 @@ static CATALOG: &[ToolDef] = &[
         },
         "required": ["loop", "message"]
     }),
+    tool!("memory_cite", "Resolve a [S<seq>] citation to the original loop row it names: from the live loop (main or a side loop) or, after compaction, from the audit archive.", {
+        "type": "object",
+        "properties": {"citation": {"type": "string", "description": "S123, [S123] or 123"}},
+        "required": ["citation"]
+    }),
     tool!("loop_list", "List this agent's loops (main and its side loops) with their mode, schedule, status and waiting messages.", {
         "type": "object",
         "properties": {}

@@ -163,6 +163,13 @@ pub fn execute(ctx: &mut Ctx<'_>, name: &str, input: &Value) -> ToolOutput {
             ..Default::default()
         },
         "chat_info" => chat_info(&clean),
+        "memory_cite" => match crate::store::cite::parse(clean["citation"].as_str().unwrap_or("")) {
+            Ok(seq) => match ctx.store.cite(seq) {
+                Ok(c) => ToolOutput::json(&serde_json::to_value(&c).unwrap_or_default()),
+                Err(e) => e.into(),
+            },
+            Err(e) => ToolOutput::err(e),
+        },
         "fs_transfer" if clean["from"] == clean["to"] => ToolOutput::err(format!(
             "'from' and 'to' must be different (both are '{}').",
             clean["from"].as_str().unwrap_or_default()

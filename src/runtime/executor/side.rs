@@ -378,11 +378,11 @@ pub(crate) fn manages_loops(cfg: &Value) -> bool {
     cfg["tools"].as_array().is_some_and(|t| t.iter().any(|t| t["name"] == "loop_manage" && t["enabled"] == json!(true)))
 }
 
-/// Declare `loop_send` and `loop_list` (enabled) in a config that has
+/// Declare `loop_send`, `loop_list` and `memory_cite` (enabled) in a config that has
 /// side loops (or may make them) and does not declare them itself.
 pub(crate) fn declare_loop_tools(cfg: &mut Value) {
     let Some(tools) = cfg.get_mut("tools").and_then(Value::as_array_mut) else { return };
-    for name in ["loop_send", "loop_list"] {
+    for name in ["loop_send", "loop_list", "memory_cite"] {
         if !tools.iter().any(|t| t["name"] == name) {
             tools.push(crate::store::defaults::tool_declaration(name, true, true, false));
         }
