@@ -118,6 +118,10 @@ impl Owner for Terminal {
 pub enum Work<'a> {
     /// A new turn with the owner's message.
     Chat(&'a str),
+    /// `/compact [what to keep]`.
+    Compact(Option<&'a str>),
+    /// `/clear`.
+    Clear,
     /// The owner's message to a side loop: (loop, message).
     LoopChat(&'a str, &'a str),
     /// Answer the approval a paused turn waits on, and let it go on.
@@ -143,7 +147,44 @@ pub fn run(out: &Out, path: &Path, message: &str, loop_name: &str) -> anyhow::Re
             Some(_) => return drive(out, path, Work::LoopChat(loop_name, message)),
         }
     }
-    drive(out, path, Work::Chat(message))
+    use crate::runtime::slash::{self, Slash};
+    match slash::parse(message) {
+        Slash::Help => {
+            let store = super::output::open_for_read(path)?;
+            let cfg = store.config_value().unwrap_or_default();
+            let index = crate::knowledge::skills::index(&store, Some(&crate::knowledge::skills::fleet_root()), &cfg);
+            let skills: Vec<(String, String)> =
+                index.active().map(|s| (s.name.clone(), s.description.clone())).collect();
+            super::output::close(store)?;
+            if out.json {
+                let cmds: Vec<_> = slash::COMMANDS.iter().map(|(c, d)| json!({"command": c, "does": d})).collect();
+                let skills: Vec<_> = skills.iter().map(|(n, d)| json!({"skill": n, "description": d})).collect();
+                out.json(&json!({"commands": cmds, "skills": skills}))?;
+            } else {
+                print!("{}", slash::help(&skills));
+            }
+            Ok(0)
+        }
+        Slash::Compact(keep) => drive(out, path, Work::Compact(keep)),
+        Slash::Clear => drive(out, path, Work::Clear),
+        Slash::State(_) => anyhow::bail!(
+            "{}: {message} sets the state of a running agent, and this file is not running here; \
+             load it in the app or a daemon (`adf daemon`), then `adf chat NAME {message}`",
+            path.display()
+        ),
+        Slash::Other(word) => {
+            let store = super::output::open_for_read(path)?;
+            let cfg = store.config_value().unwrap_or_default();
+            let index = crate::knowledge::skills::index(&store, Some(&crate::knowledge::skills::fleet_root()), &cfg);
+            let is_skill = index.find(word).is_some();
+            super::output::close(store)?;
+            if !is_skill {
+                eprintln!("adf: {}", slash::unknown_notice(word));
+            }
+            drive(out, path, Work::Chat(message))
+        }
+        Slash::Text => drive(out, path, Work::Chat(message)),
+    }
 }
 
 /// Run one piece of work on an agent file in-process, streaming as `chat`.
@@ -200,6 +241,16 @@ pub fn drive(out: &Out, path: &Path, work: Work<'_>) -> anyhow::Result<u8> {
             let p = &e.event.payload;
             let args: String = p["input"].to_string().chars().take(100).collect();
             let _ = writeln!(std::io::stderr().lock(), "\n▸ {} {args}", p["name"].as_str().unwrap_or(""));
+        } else if e.event.event_type == "loop.compacted" {
+            let p = &e.event.payload;
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "loop compacted ({}); about {} tokens now",
+                p["reason"].as_str().unwrap_or(""),
+                p["new_token_count"]
+            );
+        } else if e.event.event_type == "loop.cleared" {
+            let _ = writeln!(std::io::stderr().lock(), "loop cleared");
         } else if e.event.event_type == "tool.failed" {
             let r: String = e.event.payload["result"].as_str().unwrap_or("").chars().take(200).collect();
             let _ = writeln!(std::io::stderr().lock(), "  ✗ {r}");
@@ -217,6 +268,8 @@ pub fn drive(out: &Out, path: &Path, work: Work<'_>) -> anyhow::Result<u8> {
                 match work {
                     Work::Chat(message) => ex.chat(message).await,
                     Work::LoopChat(name, message) => ex.side_turn(name, Some(message), "chat").await,
+                    Work::Compact(keep) => ex.owner_compact(keep).await,
+                    Work::Clear => ex.clear_loop_as_owner().map(|()| TurnEnd::Completed { text: String::new() }),
                     Work::Resolve { task_id, decision } => ex.resume_paused(task_id, decision).await,
                 }
             };

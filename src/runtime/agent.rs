@@ -366,6 +366,26 @@ pub fn spawn_with(
                     },
                 },
             };
+            // The owner's slash commands (`/compact`, `/clear`, `/idle`,
+            // `/hibernate`, `/stop`); anything else is a message.
+            let (message, event_type) = match (event_type, super::slash::parse(&message)) {
+                ("chat", super::slash::Slash::Compact(keep)) => (keep.unwrap_or("").to_string(), "compact"),
+                ("chat", super::slash::Slash::Clear) => {
+                    if let Err(e) = ex.clear_loop_as_owner() {
+                        let _ = ex.log("error", "owner", "clear_failed", &e.to_string());
+                    }
+                    continue;
+                }
+                ("chat", super::slash::Slash::State(s)) => {
+                    ex.interrupted("owner_state_transition", s);
+                    if s == "off" {
+                        break;
+                    }
+                    drop_backlog(&mut ex, &mut timer_wakes);
+                    continue;
+                }
+                (ty, _) => (message, ty),
+            };
             quiet_ticks = 0;
             // A side loop whose turn completed, to turn again if continuous.
             let mut continuing: Option<String> = None;

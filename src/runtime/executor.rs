@@ -686,6 +686,7 @@ impl Executor {
     ) -> Result<TurnEnd, StoreError> {
         match (event_type, approval) {
             ("resume", _) => self.resume().await,
+            ("compact", _) => self.owner_compact(Some(text).filter(|t| !t.is_empty())).await,
             // Another loop's mail woke main: it is read at the boundary.
             ("loop", _) if self.store.loop_mail_waiting("main")? == 0 => Ok(TurnEnd::Completed { text: String::new() }),
             ("loop", _) => self.turn(None, "loop").await,

@@ -385,6 +385,9 @@ impl Fleet {
                 self.emergency_stop();
                 return Ok(());
             }
+            Command::SendChat { agent, r#loop, text } if r#loop != "main" => {
+                (agent, AgentCommand::LoopChat { name: r#loop, text, turn_id: None })
+            }
             Command::SendChat { agent, text, .. } => (agent, AgentCommand::Chat(text)),
             Command::Interrupt { agent } => (agent, AgentCommand::Interrupt),
             Command::Approve { agent, task_id, always } => (agent, AgentCommand::Approve { task_id, always }),

@@ -18,5 +18,6 @@ pub mod mesh;
 pub mod prompt;
 pub mod shell;
 pub mod signals;
+pub mod slash;
 pub mod spawn;
 pub mod triggers;

@@ -205,6 +205,9 @@ impl Backend {
             v
         };
         let (path, body): (Vec<String>, Value) = match cmd {
+            Command::SendChat { agent, r#loop, text } if r#loop != "main" => {
+                (ag(&agent, &["loops", &r#loop, "chat"]), json!({"text": text}))
+            }
             Command::SendChat { agent, text, .. } => (ag(&agent, &["chat"]), json!({"text": text})),
             Command::Interrupt { agent } => (ag(&agent, &["abort"]), json!({})),
             Command::Approve { agent, task_id, always } => {

@@ -582,6 +582,22 @@ impl App {
             self.focus = Focus::Main;
             return self.run(view);
         }
+        use crate::runtime::slash::{self, Slash};
+        match slash::parse(&text) {
+            Slash::Help => {
+                self.composer = TextArea::default();
+                self.refresh_skills();
+                self.overlay = Overlay::Help { scroll: 0 };
+                return Vec::new();
+            }
+            Slash::Other(word) => {
+                self.refresh_skills();
+                if !self.skills.active().any(|(n, _)| n == word) {
+                    self.status = Some(slash::unknown_notice(word));
+                }
+            }
+            _ => {}
+        }
         let Some(id) = self.selected_id() else {
             self.status = Some("no agent selected".into());
             return Vec::new();

@@ -26,6 +26,14 @@ impl SkillsState {
         self.index["skills"].as_array().map(Vec::as_slice).unwrap_or(&[])
     }
 
+    /// The skills a `/name` can run (not muted, not shadowed): (name, description).
+    pub fn active(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.skills()
+            .iter()
+            .filter(|s| s["muted"] != serde_json::json!(true) && s["shadowed"] != serde_json::json!(true))
+            .map(|s| (s["name"].as_str().unwrap_or(""), s["description"].as_str().unwrap_or("")))
+    }
+
     pub fn invalid(&self) -> &[Value] {
         self.index["invalid"].as_array().map(Vec::as_slice).unwrap_or(&[])
     }

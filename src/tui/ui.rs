@@ -816,6 +816,20 @@ pub fn help_lines(app: &App, width: usize) -> Vec<Line<'static>> {
     ] {
         lines.push(row(k, d));
     }
+    lines.push(head("slash commands (type them in the composer)"));
+    let slash_row = |k: &str, desc: &str| {
+        Line::from(vec![
+            Span::styled(format!("  {k:<26}"), app.theme.get("accent")),
+            Span::raw(fit(desc, width.saturating_sub(28))),
+        ])
+    };
+    for (k, d) in crate::runtime::slash::COMMANDS {
+        lines.push(slash_row(k, d));
+    }
+    lines.push(slash_row("/mcp /skills", "Open the MCP servers or the skills view"));
+    for (name, desc) in app.skills.active() {
+        lines.push(slash_row(&format!("/{name} [args]"), desc));
+    }
     lines.push(head("this help"));
     lines.push(row("j k", "Scroll a line (arrows too)"));
     lines.push(row("pgdn pgup", "Scroll a page (space too); g, G: top, bottom"));

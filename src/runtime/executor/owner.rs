@@ -37,6 +37,19 @@ impl Executor {
         Ok(entry)
     }
 
+    /// `/compact [what to keep]`: summarise the loop now (keeping its last
+    /// two rows), steered by the owner's words.
+    pub async fn owner_compact(&mut self, instructions: Option<&str>) -> Result<super::TurnEnd, StoreError> {
+        self.settle_dangling()?;
+        let cfg = self.config()?.value.clone();
+        let reason = match instructions {
+            Some(i) => format!("owner /compact: {i}"),
+            None => "owner /compact".into(),
+        };
+        self.compact(&cfg, instructions, 2, reason, "system:owner").await?;
+        Ok(super::TurnEnd::Completed { text: String::new() })
+    }
+
     /// Clear the whole loop as the owner (audited when loop audit is on).
     pub fn clear_loop_as_owner(&mut self) -> Result<(), StoreError> {
         let cfg = self.store.config_value()?;
