@@ -125,6 +125,66 @@ pub fn run(out: &Out, cmd: LoopsCmd) -> anyhow::Result<()> {
     }
 }
 
+/// `adf context FILE [--loop NAME]`.
+pub fn context(out: &Out, path: &std::path::Path, loop_name: Option<&str>) -> anyhow::Result<()> {
+    let settings = crate::providers::accounts::load().map_err(|e| anyhow::anyhow!(e))?;
+    let store = open_for_read(path)?;
+    let gauge = crate::runtime::context::measure(
+        &store,
+        loop_name.filter(|l| *l != "main"),
+        settings.extra.get("model_windows"),
+    );
+    close(store)?;
+    let g = gauge.map_err(|e| at(path, e))?;
+    if out.json {
+        return out.json(&g);
+    }
+    let n = |v: u64| {
+        let s = v.to_string();
+        let mut o = String::new();
+        for (i, c) in s.chars().enumerate() {
+            if i > 0 && (s.len() - i) % 3 == 0 {
+                o.push(',');
+            }
+            o.push(c);
+        }
+        o
+    };
+    let source = match g.window_source {
+        crate::providers::windows::Source::Settings => "settings.json",
+        crate::providers::windows::Source::Table => "adf's table",
+        crate::providers::windows::Source::Default => "unknown model: default; set model_windows in settings.json",
+    };
+    out.line(format!(
+        "{} · {} · {} / {} tokens ({:.1}%) · window from {source} · compacts at {}",
+        g.loop_name,
+        if g.model.is_empty() { "(no model)" } else { &g.model },
+        n(g.estimated),
+        n(g.window),
+        g.percent,
+        n(g.compact_threshold)
+    ))?;
+    out.line(gauge_bar(g.percent, 40))?;
+    if let Some(r) = g.reported_last_call {
+        out.line(format!("last call: {} input tokens reported by the provider", n(r)))?;
+    }
+    let rows: Vec<Vec<String>> = g
+        .parts
+        .iter()
+        .map(|p| {
+            let share = if g.estimated == 0 { 0.0 } else { p.tokens as f64 * 100.0 / g.estimated as f64 };
+            vec![p.kind.to_string(), p.name.clone(), n(p.tokens), format!("{share:.1}%")]
+        })
+        .collect();
+    out.table(&["KIND", "WHAT", "TOKENS", "SHARE"], &rows)
+}
+
+/// `[██████░░░░]` for a percentage.
+pub fn gauge_bar(percent: f64, width: usize) -> String {
+    let full = ((percent.clamp(0.0, 100.0) / 100.0) * width as f64).round() as usize;
+    format!("[{}{}]", "█".repeat(full), "░".repeat(width - full))
+}
+
 /// `adf cite FILE S123`.
 pub fn cite(out: &Out, path: &std::path::Path, citation: &str) -> anyhow::Result<()> {
     let seq = crate::store::cite::parse(citation).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;

@@ -329,6 +329,13 @@ pub enum Command {
     /// Usage: of an agent file (calls, tokens and cost per model), or from
     /// the daemon for an agent name or the whole fleet.
     Usage { path: Option<PathBuf> },
+    /// How full a loop's context window is, and what takes the space.
+    Context {
+        path: PathBuf,
+        /// A side loop (default: main).
+        #[arg(long = "loop")]
+        loop_name: Option<String>,
+    },
     /// Resolve a `[S<seq>]` citation to the loop row it names (live, or
     /// from the audit archive after compaction).
     Cite { path: PathBuf, citation: String },
@@ -709,6 +716,7 @@ fn run_simple(command: Option<Command>, out: &Out) -> anyhow::Result<()> {
         Some(Command::Files(cmd)) => files::run(out, cmd),
         Some(Command::Meta(cmd)) => meta::run(out, cmd),
         Some(Command::Cite { path, citation }) => loops::cite(out, &path, &citation),
+        Some(Command::Context { path, loop_name }) => loops::context(out, &path, loop_name.as_deref()),
         Some(Command::Loops(cmd)) => loops::run(out, cmd),
         Some(Command::Config(cmd)) => config::run(out, cmd),
         Some(Command::Sql { path, sql, params }) => sql::run(out, &path, &sql, &params),

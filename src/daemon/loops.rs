@@ -20,6 +20,7 @@ pub fn router() -> Router<AppState> {
         .route("/agents/{id}/loops", get(list).post(create))
         .route("/agents/{id}/loops/{name}", axum::routing::patch(update).delete(remove))
         .route("/agents/{id}/loops/{name}/chat", post(chat).get(history))
+        .route("/agents/{id}/context", get(context))
 }
 
 async fn list(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult {
@@ -112,4 +113,16 @@ async fn history(State(s): State<AppState>, Path((id, name)): Path<(String, Stri
         .await?;
     let rows: Vec<Value> = rows.iter().map(super::resources::row_json).collect();
     Ok(Json(json!({"agentId": id, "rows": rows})))
+}
+
+/// `GET /agents/{id}/context?loop=NAME`: the context gauge of a loop.
+async fn context(State(s): State<AppState>, Path(id): Path<String>, Query(q): Q) -> ApiResult {
+    let lp = q.get("loop").cloned().filter(|l| l != "main");
+    let settings = crate::providers::accounts::load().map_err(ApiError::internal)?;
+    let overrides = settings.extra.get("model_windows").cloned();
+    let (id, g) =
+        s.read(&id, move |st| Ok(crate::runtime::context::measure(st, lp.as_deref(), overrides.as_ref())?)).await?;
+    let mut v = serde_json::to_value(&g).map_err(|e| ApiError::internal(e.to_string()))?;
+    v["agentId"] = json!(id);
+    Ok(Json(v))
 }

@@ -10,6 +10,7 @@ pub mod openai;
 pub mod prices;
 pub mod scripted;
 mod sse;
+pub mod windows;
 
 use std::time::Duration;
 

@@ -1389,25 +1389,7 @@ impl Executor {
             side::declare_loop_tools(&mut value);
         }
         let typed = AgentConfig::from_value(&value).unwrap_or_default();
-        let (decls, _) = typed.effective_tools();
-        let receive = value["messaging"]["receive"].as_bool().unwrap_or(true);
-        let tools: Vec<ToolSpec> = decls
-            .iter()
-            .filter(|d| d.is_enabled() && d.is_visible())
-            .filter(|d| receive || !MSG_GATED.contains(&d.name.as_str()))
-            .filter(|d| tools::unavailable(&d.name).is_none())
-            .filter_map(|d| {
-                if d.name.starts_with("mcp_") {
-                    return mcp::advertised(&value, &d.name);
-                }
-                let def = tools::def(&d.name)?;
-                Some(ToolSpec {
-                    name: d.name.clone(),
-                    description: def.description.into(),
-                    input_schema: tools::advertised_schema(&d.name)?,
-                })
-            })
-            .collect();
+        let tools = advertised_tools(&value, &typed);
         let c = Arc::new(CachedConfig { rev, value, typed, tools: Arc::new(tools) });
         self.cfg = Some(c.clone());
         Ok(c)
@@ -2028,6 +2010,30 @@ fn limit(cfg: &AgentConfig, name: &str, mut out: ToolOutput) -> ToolOutput {
 pub const DEFAULT_COMPACT_THRESHOLD: u64 = 100_000;
 
 /// `context.compact_threshold`, then legacy `model.compact_threshold`.
+/// The tools a config advertises to the model: enabled and visible,
+/// runnable in this build, the messaging ones only when it receives.
+pub(crate) fn advertised_tools(value: &Value, typed: &AgentConfig) -> Vec<ToolSpec> {
+    let (decls, _) = typed.effective_tools();
+    let receive = value["messaging"]["receive"].as_bool().unwrap_or(true);
+    decls
+        .iter()
+        .filter(|d| d.is_enabled() && d.is_visible())
+        .filter(|d| receive || !MSG_GATED.contains(&d.name.as_str()))
+        .filter(|d| tools::unavailable(&d.name).is_none())
+        .filter_map(|d| {
+            if d.name.starts_with("mcp_") {
+                return mcp::advertised(value, &d.name);
+            }
+            let def = tools::def(&d.name)?;
+            Some(ToolSpec {
+                name: d.name.clone(),
+                description: def.description.into(),
+                input_schema: tools::advertised_schema(&d.name)?,
+            })
+        })
+        .collect()
+}
+
 pub fn compact_threshold(cfg: &Value) -> u64 {
     cfg.pointer("/context/compact_threshold")
         .and_then(Value::as_u64)

@@ -5,6 +5,7 @@ pub mod agent;
 pub mod background;
 pub mod bus;
 pub mod code;
+pub mod context;
 pub mod diff;
 pub mod docs_code;
 pub mod egress;

@@ -175,27 +175,7 @@ impl Executor {
         {
             return c.clone();
         }
-        let def = &side.def;
-        let mut value = main.value.clone();
-        if let Some(tools) = value.get_mut("tools").and_then(Value::as_array_mut) {
-            for t in tools.iter_mut() {
-                let name = t["name"].as_str().unwrap_or("").to_string();
-                let enabled = t["enabled"].as_bool().unwrap_or(false);
-                let restricted = t["restricted"].as_bool().unwrap_or(false) || crate::tools::always_asks(&name);
-                if !loops::allowed(def, &name, enabled, restricted) {
-                    t["enabled"] = json!(false);
-                }
-            }
-        }
-        if let Some(m) = &def.model {
-            value["model"]["model_id"] = json!(m);
-        }
-        if let Some(t) = def.compact_threshold {
-            value["context"]["compact_threshold"] = json!(t);
-        }
-        // A side turn ends when the model stops calling tools; continuous
-        // loops turn again from the actor, within their turn limit.
-        value["autonomous"] = json!(false);
+        let value = side_value(&main.value, &side.def);
         let typed = AgentConfig::from_value(&value).unwrap_or_default();
         let allowed: std::collections::HashSet<String> =
             typed.effective_tools().0.into_iter().filter(|d| d.is_enabled()).map(|d| d.name).collect();
@@ -207,15 +187,7 @@ impl Executor {
 
     /// The section that closes a side loop's system prompt.
     pub(crate) fn side_prompt(&self) -> Option<String> {
-        let def = &self.loops.side.as_ref()?.def;
-        let goal = if def.goal.trim().is_empty() { "(no goal set)" } else { def.goal.trim() };
-        Some(format!(
-            "# Side loop: {}\n\nYou are the side loop \"{}\" of this agent, working beside its main conversation. \
-             You share its files, memory and identity, not its conversation. Your goal:\n\n{goal}\n\n\
-             Report to the main loop with loop_send({{\"loop\": \"main\", \"message\": …}}) when you have \
-             something it needs; end your turn when your work for now is done.",
-            def.name, def.name
-        ))
+        self.loops.side.as_ref().map(|s| prompt_section(&s.def))
     }
 
     /// Append what other loops sent to the running loop, at this model
@@ -339,6 +311,46 @@ impl Executor {
             Err(e) => e.into(),
         }
     }
+}
+
+/// The config a side loop sees (see the module note): its model and
+/// threshold, tools outside its allowlist or never allowed switched off,
+/// not autonomous (a continuous loop turns again from the actor).
+pub fn side_value(main: &Value, def: &LoopDef) -> Value {
+    let mut value = main.clone();
+    if let Some(tools) = value.get_mut("tools").and_then(Value::as_array_mut) {
+        for t in tools.iter_mut() {
+            let name = t["name"].as_str().unwrap_or("").to_string();
+            let enabled = t["enabled"].as_bool().unwrap_or(false);
+            let restricted = t["restricted"].as_bool().unwrap_or(false) || crate::tools::always_asks(&name);
+            if !loops::allowed(def, &name, enabled, restricted) {
+                t["enabled"] = json!(false);
+            }
+        }
+    }
+    if let Some(m) = &def.model {
+        value["model"]["model_id"] = json!(m);
+    }
+    if let Some(t) = def.compact_threshold {
+        value["context"]["compact_threshold"] = json!(t);
+    }
+    value["autonomous"] = json!(false);
+    if value.get("loop_mode").is_some() {
+        value["loop_mode"] = json!("interactive");
+    }
+    value
+}
+
+/// The section that closes a side loop's system prompt.
+pub fn prompt_section(def: &LoopDef) -> String {
+    let goal = if def.goal.trim().is_empty() { "(no goal set)" } else { def.goal.trim() };
+    format!(
+        "# Side loop: {}\n\nYou are the side loop \"{}\" of this agent, working beside its main conversation. \
+         You share its files, memory and identity, not its conversation. Your goal:\n\n{goal}\n\n\
+         Report to the main loop with loop_send({{\"loop\": \"main\", \"message\": …}}) when you have \
+         something it needs; end your turn when your work for now is done.",
+        def.name, def.name
+    )
 }
 
 /// A loop spec from `loop_manage`'s (or the API's) input, a template's
