@@ -30,6 +30,7 @@ fn the_gauge_measures_a_loop_against_its_model_window() {
     let sum: u64 = g["parts"].as_array().unwrap().iter().map(|p| p["tokens"].as_u64().unwrap()).sum();
     assert_eq!(g["estimated"].as_u64().unwrap(), sum);
     let pct = g["percent"].as_f64().unwrap();
+    // A self-hosted model nothing knows: tokens, not a percentage of a guess.
     assert!((pct - sum as f64 * 100.0 / 200_000.0).abs() < 0.1, "{pct}");
     assert!(g["reported_last_call"].is_null(), "no call yet");
     let sizes: Vec<u64> = g["parts"].as_array().unwrap().iter().map(|p| p["tokens"].as_u64().unwrap()).collect();
@@ -73,4 +74,8 @@ fn the_gauge_measures_a_loop_against_its_model_window() {
         "{text}"
     );
     fails(&adf(d, &["context", "a.adf", "--loop", "nope"], None), &["no loop named \"nope\""]);
+    ok(&adf(d, &["new", "b.adf", "--provider", "openai", "--model", "qwen2.5-7b"], None));
+    let u = json(&adf(d, &["context", "b.adf", "--json"], None));
+    assert!(u["window"].is_null() && u["percent"].is_null(), "{u}");
+    assert!(ok(&adf(d, &["context", "b.adf"], None)).contains("window unknown"));
 }

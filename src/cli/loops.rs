@@ -127,13 +127,17 @@ pub fn run(out: &Out, cmd: LoopsCmd) -> anyhow::Result<()> {
 
 /// `adf context FILE [--loop NAME]`.
 pub fn context(out: &Out, path: &std::path::Path, loop_name: Option<&str>) -> anyhow::Result<()> {
-    let settings = crate::providers::accounts::load().map_err(|e| anyhow::anyhow!(e))?;
     let store = open_for_read(path)?;
-    let gauge = crate::runtime::context::measure(
-        &store,
-        loop_name.filter(|l| *l != "main"),
-        settings.extra.get("model_windows"),
-    );
+    let cfg = store.config_value().ok();
+    // What a self-hosted model's server says its window is (2 s at most;
+    // hosted APIs are not asked).
+    let probed = cfg.as_ref().and_then(|c| {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+        rt.block_on(crate::providers::windows::probe(c))
+    });
+    let overrides = crate::providers::windows::overrides();
+    let gauge =
+        crate::runtime::context::measure(&store, loop_name.filter(|l| *l != "main"), overrides.as_ref(), probed);
     close(store)?;
     let g = gauge.map_err(|e| at(path, e))?;
     if out.json {
@@ -150,21 +154,28 @@ pub fn context(out: &Out, path: &std::path::Path, loop_name: Option<&str>) -> an
         }
         o
     };
-    let source = match g.window_source {
-        crate::providers::windows::Source::Settings => "settings.json",
-        crate::providers::windows::Source::Table => "adf's table",
-        crate::providers::windows::Source::Default => "unknown model: default; set model_windows in settings.json",
+    use crate::providers::windows::Source;
+    let model = if g.model.is_empty() { "(no model)" } else { g.model.as_str() };
+    let head = match (g.window, g.window_source, g.percent) {
+        (Some(w), Some(src), Some(p)) => {
+            let src = match src {
+                Source::Config => "the agent's model.context_window",
+                Source::Settings => "settings.json",
+                Source::Provider => "the model's server",
+                Source::Table => "adf's table",
+            };
+            format!("{} · {model} · {} / {} tokens ({p:.1}%) · window from {src}", g.loop_name, n(g.estimated), n(w))
+        }
+        _ => format!(
+            "{} · {model} · {} tokens · window unknown (set model_windows in settings.json or model.context_window)",
+            g.loop_name,
+            n(g.estimated)
+        ),
     };
-    out.line(format!(
-        "{} · {} · {} / {} tokens ({:.1}%) · window from {source} · compacts at {}",
-        g.loop_name,
-        if g.model.is_empty() { "(no model)" } else { &g.model },
-        n(g.estimated),
-        n(g.window),
-        g.percent,
-        n(g.compact_threshold)
-    ))?;
-    out.line(gauge_bar(g.percent, 40))?;
+    out.line(format!("{head} · compacts at {}", n(g.compact_threshold)))?;
+    if let Some(p) = g.percent {
+        out.line(gauge_bar(p, 40))?;
+    }
     if let Some(r) = g.reported_last_call {
         out.line(format!("last call: {} input tokens reported by the provider", n(r)))?;
     }

@@ -118,10 +118,12 @@ async fn history(State(s): State<AppState>, Path((id, name)): Path<(String, Stri
 /// `GET /agents/{id}/context?loop=NAME`: the context gauge of a loop.
 async fn context(State(s): State<AppState>, Path(id): Path<String>, Query(q): Q) -> ApiResult {
     let lp = q.get("loop").cloned().filter(|l| l != "main");
-    let settings = crate::providers::accounts::load().map_err(ApiError::internal)?;
-    let overrides = settings.extra.get("model_windows").cloned();
-    let (id, g) =
-        s.read(&id, move |st| Ok(crate::runtime::context::measure(st, lp.as_deref(), overrides.as_ref())?)).await?;
+    let overrides = crate::providers::windows::overrides();
+    let (_, cfg) = s.read(&id, |st| Ok(st.config_value()?)).await?;
+    let probed = crate::providers::windows::probe(&cfg).await;
+    let (id, g) = s
+        .read(&id, move |st| Ok(crate::runtime::context::measure(st, lp.as_deref(), overrides.as_ref(), probed)?))
+        .await?;
     let mut v = serde_json::to_value(&g).map_err(|e| ApiError::internal(e.to_string()))?;
     v["agentId"] = json!(id);
     Ok(Json(v))

@@ -28,13 +28,15 @@ pub struct Gauge {
     #[serde(rename = "loop")]
     pub loop_name: String,
     pub model: String,
-    pub window: u64,
-    pub window_source: Source,
+    /// The model's window, when something knows it (see `providers::windows`).
+    pub window: Option<u64>,
+    pub window_source: Option<Source>,
     /// The estimate of the next call's input (the sum of the parts).
     pub estimated: u64,
     /// The input the provider reported for the loop's last call, if any.
     pub reported_last_call: Option<u64>,
-    pub percent: f64,
+    /// `estimated` against the window, when it is known.
+    pub percent: Option<f64>,
     pub compact_threshold: u64,
     pub parts: Vec<Part>,
 }
@@ -44,8 +46,13 @@ fn tokens(chars: usize) -> u64 {
 }
 
 /// Measure `loop_name` (`None`: main). `overrides` is settings.json's
-/// `model_windows`.
-pub fn measure(store: &Store, loop_name: Option<&str>, overrides: Option<&Value>) -> Result<Gauge, StoreError> {
+/// `model_windows`, `probed` what the model's server said its window is.
+pub fn measure(
+    store: &Store,
+    loop_name: Option<&str>,
+    overrides: Option<&Value>,
+    probed: Option<u64>,
+) -> Result<Gauge, StoreError> {
     let mut main = store.config_value()?;
     if !store.loops_list()?.is_empty() || super::executor::side::manages_loops(&main) {
         super::executor::side::declare_loop_tools(&mut main);
@@ -107,10 +114,11 @@ pub fn measure(store: &Store, loop_name: Option<&str>, overrides: Option<&Value>
     parts.sort_by(|a, b| b.tokens.cmp(&a.tokens).then_with(|| a.name.cmp(&b.name)));
     let estimated: u64 = parts.iter().map(|p| p.tokens).sum();
     let model = cfg.pointer("/model/model_id").and_then(Value::as_str).unwrap_or("").to_string();
-    let (window, window_source) = windows::window(&model, overrides);
+    let known = windows::resolve(Some(&cfg), &model, overrides, probed);
+    let (window, window_source) = (known.map(|k| k.0), known.map(|k| k.1));
     Ok(Gauge {
         loop_name: loop_name.unwrap_or("main").to_string(),
-        percent: (estimated as f64 * 100.0 / window as f64 * 10.0).round() / 10.0,
+        percent: window.map(|w| (estimated as f64 * 1000.0 / w as f64).round() / 10.0),
         model,
         window,
         window_source,

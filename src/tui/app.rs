@@ -324,6 +324,8 @@ pub struct App {
     /// (time, agent id, tokens) of recent model calls, for the token burn.
     pub(super) burn: VecDeque<(i64, String, u64)>,
     pub(super) prices: crate::providers::prices::Prices,
+    /// settings.json's `model_windows` (the owner's context windows).
+    pub(super) model_windows: Option<Value>,
     pub(super) source: Box<dyn Source>,
     /// The help overlay's length and visible height at the last frame
     /// (its scroll stops at the end).
@@ -370,6 +372,7 @@ impl App {
             windows: HashMap::new(),
             events_agent_only: false,
             burn: VecDeque::new(),
+            model_windows: crate::providers::windows::overrides(),
             prices: crate::providers::accounts::load()
                 .map(|s| crate::providers::prices::from_settings(&s))
                 .unwrap_or_default(),
@@ -463,7 +466,12 @@ impl App {
         if let Some(cfg) = &cfg {
             a.model = cfg.pointer("/model/model_id").and_then(Value::as_str).unwrap_or("").to_string();
         }
-        a.window = super::window::resolve(cfg.as_ref(), &a.model, self.windows.get(&a.info.id).copied());
+        a.window = super::window::resolve(
+            cfg.as_ref(),
+            &a.model,
+            self.model_windows.as_ref(),
+            self.windows.get(&a.info.id).copied(),
+        );
         a.unread = store.inbox_unread(&a.info.id) as usize;
         let chat = self.chats.entry(a.info.id.clone()).or_default();
         let rows = store.loop_after(&a.info.id, chat.last_seq);

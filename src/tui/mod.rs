@@ -277,7 +277,7 @@ fn probe_windows(app: &App, backend: &Backend) -> tokio::sync::mpsc::UnboundedRe
             let tx = tx.clone();
             tokio::spawn(async move {
                 if let Some(cfg) = cfg
-                    && let Some(n) = window::probe(&cfg).await
+                    && let Some(n) = crate::providers::windows::probe(&cfg).await
                 {
                     let _ = tx.send((id, n));
                 }
