@@ -1073,3 +1073,73 @@ async fn snapshot_of_the_skills_view() {
     assert!(keys(&mut a, "m").is_empty(), "a replaced fleet skill is not the one to mute");
     assert!(a.status.as_deref().unwrap_or("").contains("replaces it"));
 }
+
+#[tokio::test]
+async fn side_loops_show_in_the_tree_with_their_own_chat_and_composer() {
+    // Issue 18: an agent's loops under it with state and schedule; ] and [
+    // move between them and the chat and composer follow; :loop makes,
+    // pauses and removes them through the control API.
+    let dir = tmp();
+    let root = dir.path();
+    let path = root.join("scribe.adf");
+    let (mut store, _) = Store::create(
+        &path,
+        &NewAgent { name: Some("scribe"), provider: Some("scripted"), model: Some("mock-1"), ..Default::default() },
+    )
+    .unwrap();
+    use adf::store::loops::{LoopMode, LoopSpec};
+    store.loop_create("critic", &LoopSpec { goal: Some("Find the holes.".into()), ..Default::default() }).unwrap();
+    let hourly = LoopSpec { mode: Some(LoopMode::Scheduled), schedule: Some("0 * * * *".into()), ..Default::default() };
+    store.loop_create("mem", &hourly).unwrap();
+    let replies =
+        vec![Reply::Text("Main is fine.".into()), Reply::Text("Objection 1: the plan has no deadline.".into())];
+    let mut ex = Executor::new(store, Arc::new(Scripted::new(replies)), Bus::new(), Arc::new(Absent)).unwrap();
+    ex.chat("Plan the launch").await.unwrap();
+    ex.side_turn("critic", Some("Review the plan"), "chat").await.unwrap();
+    let id = ex.agent_id().to_string();
+    ex.store_into().close().unwrap();
+    let mut a = app();
+    a.set_agents(vec![AgentInfo { id: id.clone(), name: "scribe".into(), handle: String::new(), path }], root);
+    a.sel = 0;
+    a.focus = Focus::Fleet;
+    assert_eq!(a.agents[0].loops.len(), 2);
+    assert_eq!(a.current_loop(), None);
+    key(&mut a, KeyCode::Char(']'));
+    assert_eq!(a.current_loop().as_deref(), Some("critic"));
+    both("side_loop_chat", &a);
+    let screen = render(&a, 120, 40);
+    assert!(screen.contains("scribe · critic") && screen.contains("Objection 1"), "{screen}");
+    assert!(screen.contains("mem") && screen.contains("0 * * * *"), "the schedule shows: {screen}");
+    assert!(!screen.contains("Main is fine."), "main's rows are not in the side loop's chat");
+    // The composer writes to the loop on screen.
+    a.focus = Focus::Main;
+    a.run("focus_composer");
+    keys(&mut a, "and the budget?");
+    let acts = key(&mut a, KeyCode::Enter);
+    assert!(matches!(&acts[..], [Action::Run(Command::SendChat { r#loop, .. })] if r#loop == "critic"), "{acts:?}");
+    // A side loop's stream goes to its chat, not main's.
+    a.focus = Focus::Main;
+    let e = event(&a, "turn.delta", "scribe", a.now_ms, json!({"kind": "text", "text": "Also the", "loop": "critic"}));
+    a.on_event(&e);
+    assert!(render(&a, 120, 40).contains("Also the"));
+    key(&mut a, KeyCode::Char('['));
+    assert_eq!(a.current_loop(), None, "back to main");
+    assert!(!render(&a, 120, 40).contains("Also the"));
+    key(&mut a, KeyCode::Char('['));
+    assert_eq!(a.current_loop().as_deref(), Some("mem"), "round the list");
+    // :loop makes, pauses and removes loops through the control API.
+    let acts = a.command_line("loop researcher digger");
+    match &acts[..] {
+        [Action::Mcp(r)] => {
+            assert_eq!((r.method, r.segments.clone()), ("POST", vec!["loops".to_string()]));
+            assert_eq!(r.body.as_ref().unwrap(), &json!({"name": "digger", "template": "researcher"}));
+        }
+        other => panic!("{other:?}"),
+    }
+    let acts = a.command_line("loop pause");
+    assert!(matches!(&acts[..], [Action::Mcp(r)] if r.method == "PATCH" && r.segments == ["loops", "mem"]), "{acts:?}");
+    let acts = a.command_line("loop rm");
+    assert!(matches!(&acts[..], [Action::Mcp(r)] if r.method == "DELETE"), "{acts:?}");
+    assert!(a.command_line("loop nonsense").is_empty());
+    assert!(a.status.as_deref().unwrap_or("").contains("no loop template"));
+}

@@ -1133,3 +1133,50 @@ async fn skills_in_the_app() {
     let muted = json(&adf_home(&home, &agents, &["config", "get", "a.adf", "skills", "--json"]));
     assert_eq!(muted["muted"], serde_json::json!([]), "{muted}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn side_loops_in_the_app() {
+    // Issue 18 in the real binary: :loop makes a loop from a template, ]
+    // shows it, a message there runs its own turn (its rows, not main's),
+    // :loop pause and :loop rm act on it.
+    let dir = tmp();
+    let home = home_with_agent(dir.path());
+    let agents = home.join("data/agents");
+    let fake = FakeProvider::start(vec![Scripted::sse(anthropic_text(&["Objection: no deadline."], 5, 4))]).await;
+    let (home2, base) = (home.clone(), fake.base_url.clone());
+    tokio::task::spawn_blocking(move || {
+        let home = home2;
+        let mut t = Tui::start(&home, &base, None, 120, 40);
+        t.wait_for("adf › a › main");
+        t.send(":");
+        t.send("loop critic crit\r");
+        t.wait_for("created loop crit");
+        t.send("]");
+        t.wait_for("adf › a › crit");
+        t.wait_for("a · crit");
+        t.send("i");
+        t.send("Review the plan\r");
+        let s = t.wait_for("Objection: no deadline.");
+        assert!(s.contains("Review the plan"), "{s}");
+        t.send("\x1b");
+        t.send(":");
+        t.send("loop pause\r");
+        t.wait_for("loop crit: paused");
+        t.send(":");
+        t.send("loop rm\r");
+        t.wait_for("deleted loop crit");
+        t.wait_for("adf › a › main");
+        t.quit();
+    })
+    .await
+    .unwrap();
+    let (_, body) = &fake.requests()[0];
+    assert!(body["system"].to_string().contains("Side loop: crit"), "the side loop's own prompt");
+    let c = rusqlite::Connection::open_with_flags(agents.join("a.adf"), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .unwrap();
+    let main_rows: i64 = c.query_row("SELECT count(*) FROM adf_loop", [], |r| r.get(0)).unwrap();
+    assert_eq!(main_rows, 0, "main's loop untouched");
+    let archived: i64 =
+        c.query_row("SELECT count(*) FROM adf_audit WHERE source = 'loop:crit'", [], |r| r.get(0)).unwrap();
+    assert_eq!(archived, 1, "the deleted loop's stream is in the archive");
+}

@@ -185,6 +185,8 @@ pub struct AgentEntry {
     pub parent_did: String,
     /// How deep under its parent it shows in the tree (0: top level).
     pub depth: usize,
+    /// Its side loops (definitions and status), read with the agent.
+    pub loops: Vec<Value>,
 }
 
 /// An agent file's DID and parent DID (empty when unreadable).
@@ -294,6 +296,8 @@ pub struct App {
     pub inbox: InboxState,
     pub mcp: super::mcp::McpState,
     pub skills: super::skills::SkillsState,
+    /// The side loop on screen per agent (absent: main).
+    pub loop_sel: HashMap<String, String>,
     /// Answers of background work (MCP changes) for the status line.
     pub notices: tokio::sync::mpsc::UnboundedSender<String>,
     notices_rx: Option<tokio::sync::mpsc::UnboundedReceiver<String>>,
@@ -351,6 +355,7 @@ impl App {
             inbox: InboxState::default(),
             mcp: Default::default(),
             skills: Default::default(),
+            loop_sel: HashMap::new(),
             notices,
             notices_rx: Some(notices_rx),
             events: VecDeque::new(),
@@ -414,6 +419,7 @@ impl App {
                     did: String::new(),
                     parent_did: String::new(),
                     depth: 0,
+                    loops: Vec::new(),
                 }
             })
             .collect();
@@ -495,6 +501,7 @@ impl App {
             }
             chat::push_rows(&mut chat.blocks, &rows);
         }
+        self.refresh_loops(i);
     }
 
     /// Re-read the whole loop (after a compaction or a clear).
@@ -604,9 +611,11 @@ impl App {
         let ty = e.event_type.as_ref();
         if let Some(i) = idx {
             let id = self.agents[i].info.id.clone();
+            // A side loop's events belong to its chat.
+            let key = super::loops::chat_key(&id, super::loops::event_loop(&e.payload));
             match ty {
                 "turn.delta" => {
-                    let chat = self.chats.entry(id).or_default();
+                    let chat = self.chats.entry(key).or_default();
                     let text = e.payload["text"].as_str().unwrap_or("");
                     if e.payload["kind"] == "thinking" {
                         chat.thinking.push_str(text);
@@ -618,7 +627,13 @@ impl App {
                     self.agents[i].state = e.payload["state"].as_str().unwrap_or("idle").to_string();
                     self.refresh_agent(i);
                 }
-                "loop.compacted" | "loop.cleared" => self.reload_chat(i),
+                "loop.compacted" | "loop.cleared" if key == id => self.reload_chat(i),
+                "loop.compacted" | "loop.cleared" | "loop.state.changed" => {
+                    if key != id {
+                        self.chats.remove(&key);
+                    }
+                    self.refresh_loops(i);
+                }
                 "hil.requested" | "ask.requested" | "hil.resolved" | "ask.resolved" => {
                     self.refresh_agent(i);
                     self.refresh_pending();
@@ -666,7 +681,7 @@ impl App {
                 }
                 "llm.failed" | "agent.error" => {
                     let msg = e.payload["error"].as_str().or(e.payload["message"].as_str()).unwrap_or("failed");
-                    let chat = self.chats.entry(id).or_default();
+                    let chat = self.chats.entry(key).or_default();
                     chat.streaming.clear();
                     chat.thinking.clear();
                     chat.blocks.push(Block::Notice(format!("⚠ model call failed: {msg}")));
@@ -677,7 +692,7 @@ impl App {
                     let t = e.payload["input_tokens"].as_u64().unwrap_or(0)
                         + e.payload["output_tokens"].as_u64().unwrap_or(0);
                     self.burn.push_back((e.timestamp, id.clone(), t));
-                    if let Some(chat) = self.chats.get_mut(&id) {
+                    if let Some(chat) = self.chats.get_mut(&key) {
                         chat.streaming.clear();
                         chat.thinking.clear();
                     }
@@ -686,7 +701,7 @@ impl App {
                 "tool.completed" | "tool.failed" | "turn.completed" | "tool.started" | "loop.recovered" => {
                     // A cut reply is kept in the loop by the runtime,
                     // marked, and comes back with the rows read now.
-                    if let Some(chat) = self.chats.get_mut(&id) {
+                    if let Some(chat) = self.chats.get_mut(&key) {
                         chat.streaming.clear();
                         chat.thinking.clear();
                     }

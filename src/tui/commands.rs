@@ -55,6 +55,13 @@ pub const ALL: &[CommandDef] = &[
     c("connect", &["provider", "key"], "Connect a model provider: type its key (saved 0600)"),
     c("skills", &[], "The selected agent's skills: the fleet's and its own, muted, invalid with the reason"),
     c("skill_toggle_mute", &["mute"], "Mute or unmute the selected skill (its files stay)"),
+    c(
+        "side_loop",
+        &["loop", "loops"],
+        "Side loops: :loop TEMPLATE [NAME] makes one; :loop pause|resume|rm the selected",
+    ),
+    c("next_loop", &[], "Show the selected agent's next loop (main, then its side loops)"),
+    c("previous_loop", &[], "Show the selected agent's previous loop"),
     c("mcp", &["mcp_servers"], "The selected agent's MCP servers: status, tools and their flags, stderr"),
     c("mcp_add", &[], "Add an MCP server: :mcp_add npm:PKG | pypi:PKG | URL | COMMAND ARGS… [as NAME]"),
     c("mcp_restart", &[], "Connect the selected MCP server again"),

@@ -118,6 +118,7 @@ impl App {
                     }
                 };
             }
+            Some("side_loop") => return self.loop_command(&rest),
             Some("rename") if !rest.is_empty() => {
                 return match self.selected_id() {
                     Some(agent) => vec![Action::Rename { agent, name: rest }],
@@ -192,6 +193,11 @@ impl App {
                 self.overlay = Overlay::CommandLine(LineEdit::default());
                 Vec::new()
             }
+            "next_loop" | "previous_loop" => {
+                self.cycle_loop(if name == "next_loop" { 1 } else { -1 });
+                Vec::new()
+            }
+            "side_loop" => self.loop_command(""),
             "agents" | "chat" => {
                 self.main = MainView::Chat;
                 self.focus = if name == "agents" { Focus::Fleet } else { Focus::Main };
@@ -453,7 +459,7 @@ impl App {
             (Focus::Main, MainView::Mcp) => self.mcp.sel = step(self.mcp.sel, self.mcp.rows().len()),
             (Focus::Main, MainView::Skills) => self.skills.sel = step(self.skills.sel, self.skills.len()),
             (Focus::Main, MainView::Chat) => {
-                let Some(id) = self.selected_id() else { return };
+                let Some(id) = self.selected_chat_key() else { return };
                 let (theme, glyphs) = (&self.theme, &self.glyphs);
                 let chat = self.chats.entry(id).or_default();
                 let len = chat.blocks.len();
@@ -539,7 +545,7 @@ impl App {
                 self.main = MainView::Chat;
             }
             (Focus::Main, MainView::Chat) => {
-                if let Some(id) = self.selected_id() {
+                if let Some(id) = self.selected_chat_key() {
                     let chat = self.chats.entry(id).or_default();
                     if let Some(s) = chat.sel
                         && !chat.expanded.remove(&s)
@@ -607,11 +613,12 @@ impl App {
             self.pending.retain(|p| p.task_id != ask.task_id);
             return vec![Action::Run(Command::Answer { agent: id, request_id: ask.task_id, text })];
         }
-        if let Some(chat) = self.chats.get_mut(&id) {
+        let lp = self.current_loop();
+        if let Some(chat) = self.chats.get_mut(&super::loops::chat_key(&id, lp.as_deref())) {
             chat.top = None;
             chat.sel = None;
         }
-        vec![Action::Run(Command::SendChat { agent: id, r#loop: "main".into(), text })]
+        vec![Action::Run(Command::SendChat { agent: id, r#loop: lp.unwrap_or_else(|| "main".into()), text })]
     }
 
     /// Key hints for the bottom line, from the keymap.

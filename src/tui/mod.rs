@@ -16,6 +16,7 @@ pub mod highlight;
 pub mod inbox;
 pub mod input;
 pub mod keys;
+pub mod loops;
 pub mod mcp;
 pub mod overlay;
 pub mod readline;
@@ -352,6 +353,7 @@ async fn event_loop_on(app: &mut App, backend: &mut Backend, opts: &Options, dir
                 if app.main == app::MainView::Mcp {
                     app.refresh_mcp();
                 }
+                app.refresh_loops(app.sel);
                 dirty = true;
             }
             Some((id, n)) = windows.recv() => {
@@ -391,6 +393,18 @@ async fn event_loop_on(app: &mut App, backend: &mut Backend, opts: &Options, dir
 
 /// The status line for an MCP change's answer.
 fn mcp_answer(req: &mcp::McpRequest, v: &serde_json::Value) -> String {
+    if req.segments.first().is_some_and(|s| s == "loops") {
+        let name = v["loop"]["name"].as_str().or(req.segments.get(1).map(String::as_str)).unwrap_or("");
+        return match req.method {
+            "POST" => format!(
+                "created loop {name} ({}, {})",
+                v["loop"]["mode"].as_str().unwrap_or(""),
+                v["loop"]["status"].as_str().unwrap_or("")
+            ),
+            "DELETE" => format!("deleted loop {name} ({} rows archived to adf_audit)", v["archivedRows"]),
+            _ => format!("loop {name}: {}", v["loop"]["status"].as_str().unwrap_or("done")),
+        };
+    }
     if v["success"] == false {
         let why = v["connection_error"].as_str().or(v["message"].as_str()).unwrap_or("it failed");
         return format!("{}: {why}", req.label);

@@ -37,6 +37,14 @@ pub trait Source: Send {
     fn skills(&self, _id: &str) -> Value {
         Value::Null
     }
+    /// The agent's side loops (their definitions and status).
+    fn loops(&self, _id: &str) -> Vec<Value> {
+        Vec::new()
+    }
+    /// A side loop's rows after `seq`.
+    fn side_after(&self, _id: &str, _name: &str, _seq: i64) -> Vec<LoopRow> {
+        Vec::new()
+    }
 }
 
 /// The agents' files, read directly; the app's own control API for what
@@ -92,6 +100,13 @@ impl Source for Local {
     fn mcp(&self, id: &str) -> Vec<Value> {
         self.api.as_ref().map(|a| a.mcp(id)).unwrap_or_default()
     }
+    fn loops(&self, id: &str) -> Vec<Value> {
+        let list = self.readers.get(id).and_then(|s| s.loops_list().ok()).unwrap_or_default();
+        list.iter().map(crate::store::loops::to_json).collect()
+    }
+    fn side_after(&self, id: &str, name: &str, seq: i64) -> Vec<LoopRow> {
+        self.readers.get(id).and_then(|s| s.side_rows_after(name, seq).ok()).unwrap_or_default()
+    }
     fn skills(&self, id: &str) -> Value {
         let Some(s) = self.readers.get(id) else { return Value::Null };
         let cfg = s.config_value().unwrap_or_default();
@@ -129,6 +144,27 @@ fn file_entry(v: &Value) -> Option<FileEntry> {
     })
 }
 
+/// Loop rows as the control API answers them.
+fn rows(v: &Value) -> Vec<LoopRow> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|r| {
+                    Some(LoopRow {
+                        seq: r["seq"].as_i64()?,
+                        role: r["role"].as_str()?.to_string(),
+                        content: r["content"].clone(),
+                        model: r["model"].as_str().map(str::to_string),
+                        tokens: Some(r["tokens"].clone()).filter(|t| !t.is_null()),
+                        created_at: r["created_at"].as_i64().unwrap_or(0),
+                        ord: r["ord"].as_i64(),
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn task(v: &Value) -> Option<Task> {
     Some(Task {
         id: v["id"].as_str()?.to_string(),
@@ -154,24 +190,15 @@ impl Source for Remote {
     fn loop_after(&self, id: &str, seq: i64) -> Vec<LoopRow> {
         let after = seq.to_string();
         let Some(v) = self.get(&["agents", id, "loop"], &[("after", &after)]) else { return Vec::new() };
-        v["entries"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|r| {
-                        Some(LoopRow {
-                            seq: r["seq"].as_i64()?,
-                            role: r["role"].as_str()?.to_string(),
-                            content: r["content"].clone(),
-                            model: r["model"].as_str().map(str::to_string),
-                            tokens: Some(r["tokens"].clone()).filter(|t| !t.is_null()),
-                            created_at: r["created_at"].as_i64().unwrap_or(0),
-                            ord: r["ord"].as_i64(),
-                        })
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
+        rows(&v["entries"])
+    }
+    fn loops(&self, id: &str) -> Vec<Value> {
+        self.get(&["agents", id, "loops"], &[]).and_then(|v| v["loops"].as_array().cloned()).unwrap_or_default()
+    }
+    fn side_after(&self, id: &str, name: &str, seq: i64) -> Vec<LoopRow> {
+        let after = seq.to_string();
+        let Some(v) = self.get(&["agents", id, "loops", name, "chat"], &[("after", &after)]) else { return Vec::new() };
+        rows(&v["rows"])
     }
     fn inbox_unread(&self, id: &str) -> u64 {
         self.get(&["agents", id, "inbox"], &[("status", "unread")])

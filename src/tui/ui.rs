@@ -143,7 +143,12 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
     let running = app.agents.iter().filter(|a| a.state == "active").count();
     let waiting = app.pending.len();
     let path = match app.selected() {
-        Some(a) => format!(" adf {sep} {} {sep} main", a.info.name, sep = app.glyphs.sep),
+        Some(a) => format!(
+            " adf {sep} {} {sep} {}",
+            a.info.name,
+            app.current_loop().as_deref().unwrap_or("main"),
+            sep = app.glyphs.sep
+        ),
         None => " adf".to_string(),
     };
     let burn = short_count(app.burn_per_min(None));
@@ -249,10 +254,7 @@ fn draw_tree(f: &mut Frame, app: &App, area: Rect) {
         }
         lines.push(line);
         if i == app.sel {
-            lines.push(Line::styled(
-                format!("{indent}  {} main {}", app.glyphs.last, app.glyphs.here),
-                app.theme.get("dim"),
-            ));
+            lines.extend(super::loops::tree_lines(app, a, &indent, w));
         }
     }
     f.render_widget(Paragraph::new(lines), inner);
@@ -316,7 +318,8 @@ fn pending_card(app: &App, p: &Pending, width: usize) -> Vec<Line<'static>> {
 fn draw_chat(f: &mut Frame, app: &App, area: Rect) {
     let Some(agent) = app.selected() else { return };
     let [log_area, composer_area] = Layout::vertical([Constraint::Min(3), Constraint::Length(4)]).areas(area);
-    let ctx = app.chats.get(&agent.info.id);
+    let lp = app.current_loop();
+    let ctx = app.chats.get(&super::loops::chat_key(&agent.info.id, lp.as_deref()));
     // While a reply streams, its tokens count up (about four characters
     // each until the call's usage arrives): `~373 tok`.
     let writing = ctx.map(|c| (c.streaming.len() + c.thinking.len()).div_ceil(4) as u64).unwrap_or(0);
@@ -327,15 +330,19 @@ fn draw_chat(f: &mut Frame, app: &App, area: Rect) {
         if total >= 10_000 { format!("{:.1}k", total as f64 / 1000.0) } else { total.to_string() }
     );
     let cost = if agent.cost > 0.0 { format!(" · ${:.3}", agent.cost) } else { String::new() };
-    let ctx_used =
-        super::window::gauge(agent.context_tokens, agent.window).map(|g| format!(" · {g}")).unwrap_or_default();
+    // The gauge is the main loop's (a side loop's own: `adf context --loop`).
+    let ctx_used = match lp {
+        None => super::window::gauge(agent.context_tokens, agent.window).map(|g| format!(" · {g}")).unwrap_or_default(),
+        Some(_) => String::new(),
+    };
     let right = format!(
         " {} · {} · {tokens}{cost}{ctx_used} ",
         if agent.model.is_empty() { "no model" } else { &agent.model },
         agent.state,
     );
-    let block = pane(app, format!("{} · main", agent.info.name), app.focus == Focus::Main)
-        .title_top(Line::from(right).right_aligned());
+    let block =
+        pane(app, format!("{} · {}", agent.info.name, lp.as_deref().unwrap_or("main")), app.focus == Focus::Main)
+            .title_top(Line::from(right).right_aligned());
     let inner = block.inner(log_area);
     f.render_widget(block, log_area);
     let width = inner.width as usize;
