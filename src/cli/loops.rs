@@ -147,7 +147,7 @@ pub fn context(out: &Out, path: &std::path::Path, loop_name: Option<&str>) -> an
         let s = v.to_string();
         let mut o = String::new();
         for (i, c) in s.chars().enumerate() {
-            if i > 0 && (s.len() - i) % 3 == 0 {
+            if i > 0 && (s.len() - i).is_multiple_of(3) {
                 o.push(',');
             }
             o.push(c);
