@@ -953,6 +953,17 @@ async fn side_loops_through_the_daemon_and_the_cli_that_attaches_to_it() {
         .find(|e| e["event"]["event_type"] == "turn.completed" && e["event"]["source"] == format!("agent:{turn}"))
         .expect("the side turn's completion");
     assert_eq!(done["event"]["payload"]["loop"], "research");
+    // One loop's stream: only what that loop did.
+    let url = format!("{}/agents/a/loops/research/events?since=0", d.url);
+    let resp = d.http.get(url).bearer_auth(&d.token).send().await.unwrap();
+    let mine = read_event_frames(resp, Duration::from_secs(1)).await;
+    assert!(mine.iter().any(|e| e["event"]["event_type"] == "turn.completed"), "{mine:?}");
+    assert!(mine.iter().all(|e| e["event"]["payload"]["loop"] == "research"), "{mine:?}");
+    let url = format!("{}/agents/a/loops/main/events?since=0", d.url);
+    let resp = d.http.get(url).bearer_auth(&d.token).send().await.unwrap();
+    let main = read_event_frames(resp, Duration::from_secs(1)).await;
+    assert!(main.iter().all(|e| e["event"]["payload"].get("loop").is_none()), "{main:?}");
+    assert_eq!(d.call("GET", "/agents/a/loops/nope/events", None).await.0, 404);
 
     // The CLI on the held file goes through the daemon.
     let agents = home.join("data/agents");

@@ -20,6 +20,7 @@ pub fn router() -> Router<AppState> {
         .route("/agents/{id}/loops", get(list).post(create))
         .route("/agents/{id}/loops/{name}", axum::routing::patch(update).delete(remove))
         .route("/agents/{id}/loops/{name}/chat", post(chat).get(history))
+        .route("/agents/{id}/loops/{name}/events", get(events))
         .route("/agents/{id}/context", get(context))
 }
 
@@ -113,6 +114,28 @@ async fn history(State(s): State<AppState>, Path((id, name)): Path<(String, Stri
         .await?;
     let rows: Vec<Value> = rows.iter().map(super::resources::row_json).collect();
     Ok(Json(json!({"agentId": id, "rows": rows})))
+}
+
+/// `GET /agents/{id}/loops/{name}/events`: the agent's event stream, only
+/// what that loop did.
+async fn events(
+    State(s): State<AppState>,
+    Path((id, name)): Path<(String, String)>,
+    headers: axum::http::HeaderMap,
+    Query(mut q): Q,
+) -> Result<axum::response::Response, ApiError> {
+    let (id, def) = s
+        .read(&id, {
+            let name = name.clone();
+            move |st| Ok(st.loop_get(&name)?)
+        })
+        .await?;
+    if def.is_none() && name != "main" {
+        return Err(ApiError::not_found(format!("no loop named {name:?}")));
+    }
+    q.insert("agentId".into(), id);
+    q.insert("loop".into(), name);
+    super::sse::events(State(s), headers, Query(q)).await
 }
 
 /// `GET /agents/{id}/context?loop=NAME`: the context gauge of a loop.

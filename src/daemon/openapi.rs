@@ -144,6 +144,10 @@ pub const ROUTES: &[Route] = &[
         &["text:string!", "turnId:string"],
     ),
     q(r("get", "/agents/{id}/loops/{name}/chat", "A side loop's rows"), &["after:integer"]),
+    q(
+        r("get", "/agents/{id}/loops/{name}/events", "Server-sent events of one loop (main: the untagged ones)"),
+        &["since:integer", "types:string"],
+    ),
     q(r("get", "/agents/{id}/context", "The context gauge: window, fill and what takes the space"), &["loop:string"]),
     q(r("get", "/agents/{id}/tasks", "Tasks"), &["status:string", "limit:integer"]),
     r("get", "/agents/{id}/tasks/{task}", "One task"),

@@ -5,6 +5,7 @@
 //! cursor older than the ring holds, or fell behind while connected.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderValue, header};
@@ -65,21 +66,38 @@ pub async fn events(State(s): State<AppState>, headers: HeaderMap, Query(q): Q) 
     let sub = s.bus.subscribe(Some(since.unwrap_or(0)), Filter { agent_id, types });
     let heartbeat = s.heartbeat;
     let closing = s.closing.clone();
-    let stream = futures_util::stream::unfold((sub, true, closing), move |(mut sub, first, mut closing)| async move {
-        if first {
-            return Some((": connected\n\n".to_string(), (sub, false, closing)));
-        }
-        if *closing.borrow() {
-            return None;
-        }
-        tokio::select! {
-            r = tokio::time::timeout(heartbeat, sub.next()) => match r {
-                Ok(Some(item)) => Some((frame(&item), (sub, false, closing))),
-                Ok(None) => None,
-                Err(_) => Some((format!(": heartbeat {}\n\n", crate::store::now_ms()), (sub, false, closing))),
-            },
-            // The daemon is shutting down: end the stream.
-            _ = closing.changed() => None,
+    // One loop's events (`loop=NAME`; `main` is the events no side loop tagged).
+    let only_loop: Option<Arc<str>> = q.get("loop").map(|l| Arc::from(l.as_str()));
+    let stream = futures_util::stream::unfold((sub, true, closing), move |(mut sub, first, mut closing)| {
+        let only_loop = only_loop.clone();
+        async move {
+            if first {
+                return Some((": connected\n\n".to_string(), (sub, false, closing)));
+            }
+            loop {
+                if *closing.borrow() {
+                    return None;
+                }
+                tokio::select! {
+                    r = tokio::time::timeout(heartbeat, sub.next()) => match r {
+                        Ok(Some(item)) => {
+                            if let (Some(l), Item::Event(e)) = (&only_loop, &item) {
+                                let tagged = e.event.payload.get("loop").and_then(|v| v.as_str()).unwrap_or("main");
+                                if tagged != &**l {
+                                    continue;
+                                }
+                            }
+                            return Some((frame(&item), (sub, false, closing)));
+                        }
+                        Ok(None) => return None,
+                        Err(_) => {
+                            return Some((format!(": heartbeat {}\n\n", crate::store::now_ms()), (sub, false, closing)));
+                        }
+                    },
+                    // The daemon is shutting down: end the stream.
+                    _ = closing.changed() => return None,
+                }
+            }
         }
     })
     .map(Ok::<_, Infallible>);
