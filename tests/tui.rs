@@ -1127,6 +1127,15 @@ async fn side_loops_show_in_the_tree_with_their_own_chat_and_composer() {
     assert!(!render(&a, 120, 40).contains("Also the"));
     key(&mut a, KeyCode::Char('['));
     assert_eq!(a.current_loop().as_deref(), Some("mem"), "round the list");
+    // The context view: the selected loop's gauge and what takes the space.
+    a.run("context");
+    assert_eq!(a.main, MainView::Context);
+    assert_eq!(a.context["loop"], "mem");
+    both("context_view", &a);
+    let screen = render(&a, 120, 40);
+    assert!(screen.contains("scribe · mem · context") && screen.contains("window unknown"), "{screen}");
+    assert!(screen.contains("tool    fs_write") && screen.contains("system prompt text"), "{screen}");
+    a.run("chat");
     // :loop makes, pauses and removes loops through the control API.
     let acts = a.command_line("loop researcher digger");
     match &acts[..] {

@@ -1148,6 +1148,13 @@ async fn side_loops_in_the_app() {
         let home = home2;
         let mut t = Tui::start(&home, &base, None, 120, 40);
         t.wait_for("adf › a › main");
+        // The context view: what takes the space of main's next call.
+        t.send(":");
+        t.send("context\r");
+        let s = t.wait_for("a · main · context");
+        assert!(s.contains("window unknown") && s.contains("system prompt text"), "{s}");
+        t.send(":");
+        t.send("chat\r");
         t.send(":");
         t.send("loop critic crit\r");
         t.wait_for("created loop crit");

@@ -101,6 +101,8 @@ pub enum MainView {
     Inbox,
     Mcp,
     Skills,
+    /// The selected loop's context gauge and what takes the space.
+    Context,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -298,6 +300,10 @@ pub struct App {
     pub skills: super::skills::SkillsState,
     /// The side loop on screen per agent (absent: main).
     pub loop_sel: HashMap<String, String>,
+    /// The context view's gauge (`adf context --json`'s shape) and the
+    /// first part it shows (j/k scroll).
+    pub context: Value,
+    pub context_top: usize,
     /// Answers of background work (MCP changes) for the status line.
     pub notices: tokio::sync::mpsc::UnboundedSender<String>,
     notices_rx: Option<tokio::sync::mpsc::UnboundedReceiver<String>>,
@@ -356,6 +362,8 @@ impl App {
             mcp: Default::default(),
             skills: Default::default(),
             loop_sel: HashMap::new(),
+            context: Value::Null,
+            context_top: 0,
             notices,
             notices_rx: Some(notices_rx),
             events: VecDeque::new(),

@@ -55,6 +55,7 @@ pub const ALL: &[CommandDef] = &[
     c("connect", &["provider", "key"], "Connect a model provider: type its key (saved 0600)"),
     c("skills", &[], "The selected agent's skills: the fleet's and its own, muted, invalid with the reason"),
     c("skill_toggle_mute", &["mute"], "Mute or unmute the selected skill (its files stay)"),
+    c("context", &["ctx", "gauge"], "How full the selected loop's context window is, and what takes the space"),
     c(
         "side_loop",
         &["loop", "loops"],

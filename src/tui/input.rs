@@ -223,6 +223,13 @@ impl App {
                 self.refresh_mcp();
                 Vec::new()
             }
+            "context" => {
+                self.main = MainView::Context;
+                self.focus = Focus::Main;
+                self.context_top = 0;
+                self.refresh_context();
+                Vec::new()
+            }
             "skills" => {
                 self.main = MainView::Skills;
                 self.focus = Focus::Main;
@@ -533,6 +540,10 @@ impl App {
                 let cur = if self.events_follow { len.saturating_sub(1) } else { self.events_sel };
                 self.events_sel = step(cur.min(len.saturating_sub(1)), len);
                 self.events_follow = self.events_sel + 1 >= len;
+            }
+            (Focus::Main, MainView::Context) => {
+                let n = self.context["parts"].as_array().map_or(0, Vec::len);
+                self.context_top = step(self.context_top, n);
             }
             (Focus::Composer, _) => {}
         }

@@ -45,6 +45,10 @@ pub trait Source: Send {
     fn side_after(&self, _id: &str, _name: &str, _seq: i64) -> Vec<LoopRow> {
         Vec::new()
     }
+    /// The context gauge of a loop (`None`: main), as `adf context --json`.
+    fn context(&self, _id: &str, _lp: Option<&str>) -> Value {
+        Value::Null
+    }
 }
 
 /// The agents' files, read directly; the app's own control API for what
@@ -106,6 +110,9 @@ impl Source for Local {
     }
     fn side_after(&self, id: &str, name: &str, seq: i64) -> Vec<LoopRow> {
         self.readers.get(id).and_then(|s| s.side_rows_after(name, seq).ok()).unwrap_or_default()
+    }
+    fn context(&self, id: &str, lp: Option<&str>) -> Value {
+        self.readers.get(id).map(|s| super::context::measure(s, lp)).unwrap_or(Value::Null)
     }
     fn skills(&self, id: &str) -> Value {
         let Some(s) = self.readers.get(id) else { return Value::Null };
@@ -194,6 +201,9 @@ impl Source for Remote {
     }
     fn loops(&self, id: &str) -> Vec<Value> {
         self.get(&["agents", id, "loops"], &[]).and_then(|v| v["loops"].as_array().cloned()).unwrap_or_default()
+    }
+    fn context(&self, id: &str, lp: Option<&str>) -> Value {
+        self.get(&["agents", id, "context"], &[("loop", lp.unwrap_or("main"))]).unwrap_or_default()
     }
     fn side_after(&self, id: &str, name: &str, seq: i64) -> Vec<LoopRow> {
         let after = seq.to_string();

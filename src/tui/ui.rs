@@ -70,6 +70,7 @@ pub fn draw(f: &mut Frame, app: &App) {
             MainView::Inbox => super::inbox::draw(f, app, main),
             MainView::Mcp => super::mcp::draw(f, app, main),
             MainView::Skills => super::skills::draw(f, app, main),
+            MainView::Context => super::context::draw(f, app, main),
         }
     }
     if events_h > 0 {
