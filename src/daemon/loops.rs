@@ -10,7 +10,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{Value, json};
 
-use super::routes::{Q, body, field, int, valid_turn_id};
+use super::routes::{Q, body, field, int};
 use super::{ApiError, ApiResult, AppState};
 use crate::runtime::agent::AgentCommand;
 use crate::store::loops;
@@ -79,14 +79,7 @@ async fn chat(
     Path((id, name)): Path<(String, String)>,
     b: Bytes,
 ) -> Result<impl IntoResponse, ApiError> {
-    let v = body(&b)?;
-    let text = v.get("text").and_then(Value::as_str).filter(|t| !t.trim().is_empty());
-    let Some(text) = text else { return Err(ApiError::bad("text is required")) };
-    let turn = match v.get("turnId").and_then(Value::as_str) {
-        Some(t) if valid_turn_id(t) => t.to_string(),
-        Some(_) => return Err(ApiError::bad("turnId must be 1 to 64 characters of [A-Za-z0-9_-]")),
-        None => format!("turn_{}", crate::store::create::nanoid(12)),
-    };
+    let (text, turn) = super::routes::chat_body(&b)?;
     let (id, def) = s
         .read(&id, {
             let name = name.clone();
@@ -97,7 +90,7 @@ async fn chat(
     if def.status == "paused" {
         return Err(ApiError::bad(format!("loop {name:?} is paused; resume it first")));
     }
-    let cmd = AgentCommand::LoopChat { name, text: text.to_string(), turn_id: Some(turn.clone()) };
+    let cmd = AgentCommand::LoopChat { name, text, turn_id: Some(turn.clone()) };
     s.fleet.lock().await.send(&id, cmd).map_err(ApiError::internal)?;
     Ok((StatusCode::ACCEPTED, Json(json!({"accepted": true, "turnId": turn}))))
 }

@@ -206,24 +206,29 @@ async fn set_state(State(s): State<AppState>, Path(id): Path<String>, b: Bytes) 
     Ok(Json(json!({"agentId": id, "success": true, "state": state})))
 }
 
-pub fn valid_turn_id(t: &str) -> bool {
+fn valid_turn_id(t: &str) -> bool {
     !t.is_empty() && t.len() <= 64 && t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
-async fn chat(State(s): State<AppState>, Path(id): Path<String>, b: Bytes) -> Result<impl IntoResponse, ApiError> {
-    let v = body(&b)?;
+/// A chat body: its text and the turn id. The turn takes the id the client
+/// chose (so it can follow the turn's events from before it starts), else
+/// one made here; either way the id answered is the one the events carry.
+pub fn chat_body(b: &Bytes) -> Result<(String, String), ApiError> {
+    let v = body(b)?;
     let text = v.get("text").and_then(Value::as_str).filter(|t| !t.trim().is_empty());
     let Some(text) = text else { return Err(ApiError::bad("text is required")) };
-    // The turn takes the id the client chose (so it can follow the turn's
-    // events from before it starts), else one made here; either way the
-    // id answered is the one the turn's events carry.
     let turn = match v.get("turnId").and_then(Value::as_str) {
         Some(t) if valid_turn_id(t) => t.to_string(),
         Some(_) => return Err(ApiError::bad("turnId must be 1 to 64 characters of [A-Za-z0-9_-]")),
         None => format!("turn_{}", crate::store::create::nanoid(12)),
     };
+    Ok((text.to_string(), turn))
+}
+
+async fn chat(State(s): State<AppState>, Path(id): Path<String>, b: Bytes) -> Result<impl IntoResponse, ApiError> {
+    let (text, turn) = chat_body(&b)?;
     let (id, _) = s.agent(&id).await?;
-    s.fleet.lock().await.chat_as(&id, text.to_string(), turn.clone()).map_err(ApiError::internal)?;
+    s.fleet.lock().await.chat_as(&id, text, turn.clone()).map_err(ApiError::internal)?;
     Ok((StatusCode::ACCEPTED, Json(json!({"accepted": true, "turnId": turn}))))
 }
 

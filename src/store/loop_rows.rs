@@ -37,6 +37,21 @@ pub struct NewLoopRow<'a> {
     pub ord: Option<i64>,
 }
 
+impl NewLoopRow<'_> {
+    /// The row as stored under `seq`.
+    pub fn stored(&self, seq: i64, created_at: i64) -> LoopRow {
+        LoopRow {
+            seq,
+            role: self.role.to_string(),
+            content: self.content.clone(),
+            model: self.model.map(str::to_string),
+            tokens: self.tokens.cloned(),
+            created_at,
+            ord: self.ord,
+        }
+    }
+}
+
 impl Store {
     /// Append one row; returns its `seq`.
     pub fn loop_append(&mut self, row: &NewLoopRow<'_>) -> Result<i64> {
@@ -71,15 +86,7 @@ impl Store {
                 })?
             }
         };
-        Ok(LoopRow {
-            seq,
-            role: row.role.to_string(),
-            content: row.content.clone(),
-            model: row.model.map(str::to_string),
-            tokens: row.tokens.cloned(),
-            created_at,
-            ord: row.ord,
-        })
+        Ok(row.stored(seq, created_at))
     }
 
     fn loop_append_at(&mut self, row: &NewLoopRow<'_>, created_at: i64) -> Result<i64> {

@@ -435,15 +435,7 @@ impl Store {
         let created_at = now_ms();
         let path = self.path().to_path_buf();
         let seq = self.write(|tx| insert_row(tx, name, row, created_at).at(&path))?;
-        Ok(LoopRow {
-            seq,
-            role: row.role.to_string(),
-            content: row.content.clone(),
-            model: row.model.map(str::to_string),
-            tokens: row.tokens.cloned(),
-            created_at,
-            ord: row.ord,
-        })
+        Ok(row.stored(seq, created_at))
     }
 
     /// `loop_replace` for a side loop: remove rows (archived first, source
