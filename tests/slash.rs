@@ -86,3 +86,43 @@ async fn an_unknown_word_is_sent_as_text_after_saying_so() {
     let (_, body) = &fake.requests()[0];
     assert!(body["messages"].to_string().contains("/frobnicate the widget"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn slash_commands_typed_to_a_side_loop_act_on_that_loop() {
+    use adf::store::loops::LoopSpec;
+    let dir = tmp();
+    let (mut s, _) = Store::create(dir.path().join("a.adf"), &NewAgent::default()).unwrap();
+    s.loop_create("crit", &LoopSpec::default()).unwrap();
+    let provider = Arc::new(Scripted::new([
+        Reply::Text("one".into()),
+        Reply::Text("two".into()),
+        Reply::Text("three".into()),
+        Reply::Text("the crit summary".into()),
+    ]));
+    let owner = waiting_owner();
+    let ex = Executor::new(s, provider.clone(), Bus::new(), owner.clone()).unwrap();
+    let (h, task) = spawn_with_tick(ex, owner, Duration::from_millis(20));
+    let say = |t: &str| AgentCommand::LoopChat { name: "crit".into(), text: t.into(), turn_id: None };
+    for m in ["a", "b", "c"] {
+        h.send(say(m));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    h.send(say("/compact keep the verdicts"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let ask = provider.requests().last().unwrap().messages[0].content[0]["text"].as_str().unwrap().to_string();
+    assert!(ask.contains("keep the verdicts"), "{ask}");
+    h.send(AgentCommand::With(adf::runtime::agent::OwnerWork(Box::new(|ex| {
+        let rows = ex.store.side_rows("crit").unwrap();
+        assert!(rows.iter().any(|r| r.content.to_string().contains("the crit summary")), "compacted in the loop");
+        assert!(ex.store.loop_rows(None).unwrap().is_empty(), "main untouched");
+    }))));
+    h.send(say("/clear"));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    h.send(say("/hibernate"));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(h);
+    let ex = task.await.unwrap();
+    assert!(ex.store.side_rows("crit").unwrap().is_empty(), "cleared");
+    assert_eq!(ex.state, "hibernate", "a state command is the agent's");
+    assert_eq!(provider.call_count(), 4);
+}

@@ -366,6 +366,21 @@ pub fn spawn_with(
                     },
                 },
             };
+            // `/idle`, `/hibernate` and `/stop` typed to a side loop are the
+            // agent's, as typed to main.
+            let side_state =
+                side.as_ref().and_then(|r| match (r.event_type, r.text.as_deref().map(super::slash::parse)) {
+                    ("chat", Some(super::slash::Slash::State(s))) => Some(s),
+                    _ => None,
+                });
+            if let Some(s) = side_state {
+                ex.interrupted("owner_state_transition", s);
+                if s == "off" {
+                    break;
+                }
+                drop_backlog(&mut ex, &mut timer_wakes);
+                continue;
+            }
             // The owner's slash commands (`/compact`, `/clear`, `/idle`,
             // `/hibernate`, `/stop`); anything else is a message.
             let (message, event_type) = match (event_type, super::slash::parse(&message)) {

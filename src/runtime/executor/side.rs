@@ -135,7 +135,15 @@ impl Executor {
             return Ok(TurnEnd::Completed { text: String::new() });
         }
         self.enter_side(def);
-        let end = self.turn_with(text, event_type, &[]).await;
+        // The owner's `/compact` and `/clear` act on this loop.
+        use crate::runtime::slash::{Slash, parse};
+        let end = match (event_type, text.map(parse)) {
+            ("chat", Some(Slash::Compact(keep))) => self.owner_compact(keep).await,
+            ("chat", Some(Slash::Clear)) => {
+                self.clear_loop_as_owner().map(|()| TurnEnd::Completed { text: String::new() })
+            }
+            _ => self.turn_with(text, event_type, &[]).await,
+        };
         let status = match &end {
             Ok(TurnEnd::Failed { .. }) | Err(_) => "error",
             _ => "idle",
