@@ -42,7 +42,13 @@ async fn create(State(s): State<AppState>, Path(id): Path<String>, b: Bytes) -> 
     let v = body(&b)?;
     let name = field(&v, "name")?.to_string();
     let spec = crate::runtime::executor::side::spec_from(&v).map_err(ApiError::bad)?;
-    let (id, def) = s.write(&id, move |ex| ex.store.loop_create(&name, &spec).map_err(ApiError::from)).await?;
+    let (id, def) = s
+        .write(&id, move |ex| {
+            let def = ex.store.loop_create(&name, &spec).map_err(ApiError::from)?;
+            ex.loops_changed(&name, "created");
+            Ok(def)
+        })
+        .await?;
     Ok(Json(json!({"agentId": id, "loop": loops::to_json(&def)})))
 }
 
@@ -63,6 +69,7 @@ async fn update(State(s): State<AppState>, Path((id, name)): Path<(String, Strin
                 ex.store.loop_set_status(&name, &st, def.next_run_at).map_err(ApiError::from)?;
                 def.status = st;
             }
+            ex.loops_changed(&name, &def.status);
             Ok(def)
         })
         .await?;
@@ -70,7 +77,13 @@ async fn update(State(s): State<AppState>, Path((id, name)): Path<(String, Strin
 }
 
 async fn remove(State(s): State<AppState>, Path((id, name)): Path<(String, String)>) -> ApiResult {
-    let (id, n) = s.write(&id, move |ex| ex.delete_loop(&name).map_err(ApiError::from)).await?;
+    let (id, n) = s
+        .write(&id, move |ex| {
+            let n = ex.delete_loop(&name).map_err(ApiError::from)?;
+            ex.loops_changed(&name, "deleted");
+            Ok(n)
+        })
+        .await?;
     Ok(Json(json!({"agentId": id, "success": true, "archivedRows": n})))
 }
 

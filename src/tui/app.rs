@@ -447,6 +447,7 @@ impl App {
             .min(self.agents.len().saturating_sub(1));
         for i in 0..self.agents.len() {
             self.refresh_agent(i);
+            self.refresh_loops(i);
         }
         self.refresh_pending();
         self.refresh_files();
@@ -509,7 +510,12 @@ impl App {
             }
             chat::push_rows(&mut chat.blocks, &rows);
         }
-        self.refresh_loops(i);
+        // The side loop on screen follows too (the loops themselves are
+        // read again when one changes: `loop.state.changed`, a `:loop`).
+        let id = a.info.id.clone();
+        if let Some(name) = self.loop_sel.get(&id).cloned() {
+            self.refresh_side_chat(&id, &name);
+        }
     }
 
     /// Re-read the whole loop (after a compaction or a clear).
@@ -636,12 +642,11 @@ impl App {
                     self.refresh_agent(i);
                 }
                 "loop.compacted" | "loop.cleared" if key == id => self.reload_chat(i),
-                "loop.compacted" | "loop.cleared" | "loop.state.changed" => {
-                    if key != id {
-                        self.chats.remove(&key);
-                    }
+                "loop.compacted" | "loop.cleared" => {
+                    self.chats.remove(&key);
                     self.refresh_loops(i);
                 }
+                "loop.state.changed" => self.refresh_loops(i),
                 "hil.requested" | "ask.requested" | "hil.resolved" | "ask.resolved" => {
                     self.refresh_agent(i);
                     self.refresh_pending();

@@ -315,9 +315,18 @@ impl Executor {
             other => return ToolOutput::err(format!("loop_manage: unknown action {other:?} (create, update, delete)")),
         };
         match result {
-            Ok(v) => ToolOutput::json(&v),
+            Ok(v) => {
+                self.loops_changed(name, action);
+                ToolOutput::json(&v)
+            }
             Err(e) => e.into(),
         }
+    }
+
+    /// Say on the bus that a loop was made, changed or deleted (the app
+    /// reads its loops again).
+    pub fn loops_changed(&mut self, name: &str, change: &str) {
+        self.emit(kind::LOOP_STATE_CHANGED, "system:executor", json!({"loop": name, "state": change}));
     }
 }
 
