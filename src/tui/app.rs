@@ -272,6 +272,9 @@ pub struct ChatState {
     pub drawn: std::cell::Cell<(usize, usize, usize)>,
     /// New lines arrived while scrolled up.
     pub unseen: bool,
+    /// Input + output tokens of this loop's last call (a side loop's
+    /// gauge; main's is the agent's).
+    pub context_tokens: Option<u64>,
 }
 
 /// The selected agent's inbox as the inbox view shows it.

@@ -58,7 +58,23 @@ impl App {
         if !rows.is_empty() && chat.top.is_some() {
             chat.unseen = true;
         }
+        if let Some(t) = rows.iter().rev().filter(|r| r.role == "assistant").find_map(|r| r.tokens.as_ref()) {
+            let usage: crate::providers::Usage = serde_json::from_value(t.clone()).unwrap_or_default();
+            chat.context_tokens = Some(usage.input + usage.output);
+        }
         super::chat::push_rows(&mut chat.blocks, &rows);
+    }
+
+    /// The `ctx` gauge of the selected side loop: its last call against
+    /// its model's window (its own model when it has one).
+    pub fn side_gauge(&self, a: &super::app::AgentEntry, name: &str) -> Option<String> {
+        let chat = self.chats.get(&chat_key(&a.info.id, Some(name)))?;
+        let def = a.loops.iter().find(|l| l["name"] == name)?;
+        let window = match def["model"].as_str() {
+            Some(m) => super::window::resolve(None, m, self.model_windows.as_ref(), None),
+            None => a.window,
+        };
+        super::window::gauge(chat.context_tokens, window)
     }
 
     /// Move to the next (`step` 1) or previous (-1) loop of the selected

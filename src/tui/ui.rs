@@ -331,11 +331,11 @@ fn draw_chat(f: &mut Frame, app: &App, area: Rect) {
         if total >= 10_000 { format!("{:.1}k", total as f64 / 1000.0) } else { total.to_string() }
     );
     let cost = if agent.cost > 0.0 { format!(" · ${:.3}", agent.cost) } else { String::new() };
-    // The gauge is the main loop's (a side loop's own: `adf context --loop`).
-    let ctx_used = match lp {
-        None => super::window::gauge(agent.context_tokens, agent.window).map(|g| format!(" · {g}")).unwrap_or_default(),
-        Some(_) => String::new(),
+    let gauge = match &lp {
+        None => super::window::gauge(agent.context_tokens, agent.window),
+        Some(name) => app.side_gauge(agent, name),
     };
+    let ctx_used = gauge.map(|g| format!(" · {g}")).unwrap_or_default();
     let right = format!(
         " {} · {} · {tokens}{cost}{ctx_used} ",
         if agent.model.is_empty() { "no model" } else { &agent.model },
