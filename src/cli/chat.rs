@@ -233,6 +233,8 @@ pub fn drive(out: &Out, path: &Path, work: Work<'_>) -> anyhow::Result<u8> {
         }
     });
     let mut sub = bus.subscribe(None, Filter::default());
+    let budget_stopped = std::rc::Rc::new(std::cell::Cell::new(false));
+    let stopped = budget_stopped.clone();
     let print = move |item: Item| {
         let Item::Event(e) = item else { return };
         if json_mode {
@@ -249,6 +251,9 @@ pub fn drive(out: &Out, path: &Path, work: Work<'_>) -> anyhow::Result<u8> {
                 p["reason"].as_str().unwrap_or(""),
                 p["new_token_count"]
             );
+        } else if e.event.event_type == "suspend.requested" && e.event.payload["reason"] == "budget" {
+            stopped.set(true);
+            let _ = writeln!(std::io::stderr().lock(), "\n{}", e.event.payload["message"].as_str().unwrap_or(""));
         } else if e.event.event_type == "loop.cleared" {
             let _ = writeln!(std::io::stderr().lock(), "loop cleared");
         } else if e.event.event_type == "tool.failed" {
@@ -332,7 +337,10 @@ pub fn drive(out: &Out, path: &Path, work: Work<'_>) -> anyhow::Result<u8> {
             Ok(EXIT_AWAITING_OWNER)
         }
         TurnEnd::Suspended => {
-            eprintln!("\nadf: {}: suspended after limits.max_active_turns model calls", path.display());
+            // A budget says so in the loop (printed as it happened).
+            if !budget_stopped.get() {
+                eprintln!("\nadf: {}: suspended after limits.max_active_turns model calls", path.display());
+            }
             Ok(EXIT_AWAITING_OWNER)
         }
         TurnEnd::Failed { error, state } => anyhow::bail!("{}: {error} (agent is now {state})", path.display()),

@@ -59,7 +59,23 @@ pub fn run(out: &Out, cmd: LoopsCmd) -> anyhow::Result<()> {
                 .collect();
             out.table(&["TEMPLATE", "WHAT IT DOES"], &rows)
         }
-        LoopsCmd::New { path, name, template, goal, tools, model, mode, schedule, compact_threshold } => {
+        LoopsCmd::Budget { path, name, budget } => {
+            let b: Value = serde_json::from_str(&budget).map_err(|e| {
+                anyhow::anyhow!("{}: the budget is not JSON: {e} (e.g. '{{\"usd_day\": 1}}')", path.display())
+            })?;
+            let input = json!({"budget": b});
+            let spec = crate::store::loops::LoopSpec { budget: Some(b), ..Default::default() };
+            let d = match open_for_write(&path)? {
+                Target::Local(mut store) => {
+                    let d = store.loop_update(&name, &spec).map_err(|e| at(&path, e))?;
+                    close(store)?;
+                    loops::to_json(&d)
+                }
+                Target::Held(via) => via.call(Method::PATCH, &["loops", &name], &[], Some(&input))?["loop"].clone(),
+            };
+            if out.json { out.json(&d) } else { out.line(format!("loop {name}: budget {}", d["budget"])) }
+        }
+        LoopsCmd::New { path, name, template, goal, tools, model, mode, schedule, compact_threshold, budget } => {
             let mut input = json!({"name": name});
             for (k, v) in
                 [("template", template), ("goal", goal), ("model", model), ("mode", mode), ("schedule", schedule)]
@@ -73,6 +89,11 @@ pub fn run(out: &Out, cmd: LoopsCmd) -> anyhow::Result<()> {
             }
             if let Some(c) = compact_threshold {
                 input["compact_threshold"] = json!(c);
+            }
+            if let Some(b) = budget {
+                input["budget"] = serde_json::from_str(&b).map_err(|e| {
+                    anyhow::anyhow!("{}: --budget is not JSON: {e} (e.g. '{{\"usd_day\": 1}}')", path.display())
+                })?;
             }
             let spec = crate::runtime::executor::side::spec_from(&input)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;

@@ -424,7 +424,12 @@ pub enum LoopsCmd {
         schedule: Option<String>,
         #[arg(long)]
         compact_threshold: Option<u64>,
+        /// Its own budget, as limits.budget: '{"usd_day": 1}'.
+        #[arg(long)]
+        budget: Option<String>,
     },
+    /// Set (or with 'null' remove) a side loop's own budget.
+    Budget { path: PathBuf, name: String, budget: String },
     /// Delete a side loop (its stream is archived to the audit table).
     Rm { path: PathBuf, name: String },
     /// Pause a side loop: no schedule, no wakes until resumed.

@@ -23,6 +23,7 @@ struct ModelUsage {
 pub fn run(out: &Out, path: &Path) -> anyhow::Result<()> {
     let store = open_for_read(path)?;
     let rows = store.loop_rows(None).map_err(|e| at(path, e))?;
+    let budgets = budgets(&store).map_err(|e| at(path, e))?;
     close(store)?;
     let price_list = accounts::load().map(|s| prices::from_settings(&s)).unwrap_or_default();
     let mut by_model: BTreeMap<String, ModelUsage> = BTreeMap::new();
@@ -48,7 +49,7 @@ pub fn run(out: &Out, path: &Path) -> anyhow::Result<()> {
         }
     }
     if out.json {
-        return out.json(&serde_json::json!({"models": by_model, "cost_source": prices::SOURCE}));
+        return out.json(&serde_json::json!({"models": by_model, "cost_source": prices::SOURCE, "budgets": budgets}));
     }
     let rows: Vec<Vec<String>> = by_model
         .iter()
@@ -66,5 +67,52 @@ pub fn run(out: &Out, path: &Path) -> anyhow::Result<()> {
     if by_model.values().any(|u| u.cost_usd.is_none()) {
         out.line(format!("(costs need prices for the model in {})", accounts::settings_path().display()))?;
     }
+    if !budgets.is_empty() {
+        out.line("")?;
+        let rows: Vec<Vec<String>> = budgets
+            .iter()
+            .map(|b| {
+                let part = |limit: Option<f64>, spent: f64, usd: bool| match limit {
+                    Some(l) if usd => format!("${spent:.4} of ${l:.2}"),
+                    Some(l) => format!("{spent:.0} of {l:.0}"),
+                    None => "-".into(),
+                };
+                let (bud, sp) = (&b.budget, &b.spent);
+                vec![
+                    b.scope.clone(),
+                    part(bud.usd_day, sp.usd_day, true),
+                    part(bud.usd_total, sp.usd_total, true),
+                    part(bud.tokens_day.map(|t| t as f64), sp.tokens_day as f64, false),
+                    part(bud.tokens_total.map(|t| t as f64), sp.tokens_total as f64, false),
+                ]
+            })
+            .collect();
+        out.table(&["BUDGET", "USD TODAY", "USD TOTAL", "TOKENS TODAY", "TOKENS TOTAL"], &rows)?;
+    }
     Ok(())
+}
+
+/// A budget that applies to the file and what its scope spent.
+#[derive(Debug, Serialize)]
+pub struct BudgetUse {
+    pub scope: String,
+    pub budget: crate::runtime::budget::Budget,
+    pub spent: crate::store::spend::Spent,
+}
+
+/// The agent's budget and each side loop's, with what they spent.
+pub fn budgets(store: &crate::store::Store) -> Result<Vec<BudgetUse>, crate::store::StoreError> {
+    use crate::runtime::budget::Budget;
+    let mut out = Vec::new();
+    if let Some(b) = Budget::of(&store.config_value()?) {
+        out.push(BudgetUse { scope: "agent".into(), budget: b, spent: store.spent("agent")? });
+    }
+    for d in store.loops_list()? {
+        if let Some(b) = d.budget.as_ref().and_then(Budget::from_value) {
+            let scope = format!("loop:{}", d.name);
+            let spent = store.spent(&scope)?;
+            out.push(BudgetUse { scope, budget: b, spent });
+        }
+    }
+    Ok(out)
 }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 
+mod budget;
 mod mcp;
 pub(crate) mod media;
 mod owner;
@@ -965,6 +966,10 @@ impl Executor {
             active_turns += 1;
             self.compaction_check(cfg, &source).await?;
             let request = self.request(&cached)?;
+            if let Some(over) = self.over_budget(&cached, &request)? {
+                return self.budget_stop(&over, &source);
+            }
+            let model_id = request.model.clone();
             let response = match self.call(cfg, request, &source).await {
                 Ok(r) => r,
                 // A provider that cannot take the images: once a turn, send
@@ -998,6 +1003,7 @@ impl Executor {
                     return Ok(TurnEnd::Failed { error: e.to_string(), state });
                 }
             };
+            self.settle_spend(cfg, &model_id, &response.usage)?;
             let tokens = usage_json(&response.usage);
             let model = typed.model.as_ref().and_then(|m| m.model_id.clone()).unwrap_or_default();
             let calls: Vec<Value> = response.tool_calls().cloned().collect();
@@ -1210,6 +1216,9 @@ impl Executor {
             Ok(r) => (r.text(), Some(usage_json(&r.usage))),
             Err(_) => ("(Summary generation failed.)".to_string(), None),
         };
+        if let Ok(r) = &result {
+            self.settle_spend(cfg, &model, &r.usage)?;
+        }
         let ev = if result.is_ok() { kind::LLM_COMPLETED } else { kind::LLM_FAILED };
         self.emit(
             ev,

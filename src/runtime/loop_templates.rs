@@ -75,6 +75,7 @@ pub fn spec(name: &str) -> Result<LoopSpec, String> {
         mode: Some(mode),
         schedule: schedule.map(str::to_string),
         template: Some(name.to_string()),
+        budget: None,
     })
 }
 

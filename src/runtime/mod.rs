@@ -3,6 +3,7 @@
 
 pub mod agent;
 pub mod background;
+pub mod budget;
 pub mod bus;
 pub mod code;
 pub mod context;

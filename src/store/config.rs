@@ -187,6 +187,24 @@ impl AgentConfig {
     }
 }
 
+/// The parts of a budget (`limits.budget`, a loop's budget): dollars are
+/// numbers, tokens whole numbers, both at least 0; nothing else.
+fn budget_issues(v: &mut V, cfg: &Value, ptr: &str) {
+    let dotted = ptr.trim_start_matches('/').replace('/', ".");
+    if let Some(Value::Object(b)) = cfg.pointer(ptr) {
+        for key in b.keys() {
+            match key.as_str() {
+                "usd_day" | "usd_total" => v.number(cfg, &format!("{ptr}/{key}"), 0.0, 1e12, false, false),
+                "tokens_day" | "tokens_total" => v.number(cfg, &format!("{ptr}/{key}"), 0.0, 1e15, false, true),
+                other => v.push(
+                    &format!("{dotted}.{other}"),
+                    "is not a budget: use usd_day, usd_total, tokens_day or tokens_total",
+                ),
+            }
+        }
+    }
+}
+
 /// Whether an audit category is on (`context.audit.X` or top-level `audit.X`).
 pub fn audit_enabled(cfg: &Value, what: &str) -> bool {
     let at = |p: String| cfg.pointer(&p).and_then(Value::as_bool).unwrap_or(false);
@@ -434,6 +452,10 @@ pub fn validate(cfg: &Value) -> Vec<Issue> {
             {
                 v.number(cfg, &format!("/limits/{key}"), 0.0, 1e15, nullable, true);
             }
+        }
+        // `null` is no budget.
+        if cfg.pointer("/limits/budget").is_some_and(|b| !b.is_null()) && v.object(cfg, "/limits/budget", false) {
+            budget_issues(&mut v, cfg, "/limits/budget");
         }
     }
     if v.object(cfg, "/messaging", true) {

@@ -33,6 +33,7 @@ CREATE TABLE IF NOT EXISTS adfrs_loops (
   mode TEXT NOT NULL DEFAULT 'reactive',
   schedule TEXT,
   template TEXT,
+  budget TEXT,
   status TEXT NOT NULL DEFAULT 'idle',
   next_run_at INTEGER,
   created_at INTEGER NOT NULL,
@@ -103,6 +104,8 @@ pub struct LoopDef {
     pub mode: LoopMode,
     pub schedule: Option<String>,
     pub template: Option<String>,
+    /// Its own budget (`limits.budget`'s shape), on top of the agent's.
+    pub budget: Option<Value>,
     /// `idle`, `active`, `paused` or `error`.
     pub status: String,
     pub next_run_at: Option<i64>,
@@ -120,6 +123,7 @@ pub struct LoopSpec {
     pub mode: Option<LoopMode>,
     pub schedule: Option<String>,
     pub template: Option<String>,
+    pub budget: Option<Value>,
 }
 
 /// A message waiting for a loop's next model boundary.
@@ -191,14 +195,16 @@ fn def_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<LoopDef> {
         mode: LoopMode::parse(&text_lossy(r, 5)?).unwrap_or_default(),
         schedule: opt_text_lossy(r, 6)?,
         template: opt_text_lossy(r, 7)?,
-        status: text_lossy(r, 8)?,
-        next_run_at: r.get(9)?,
-        created_at: r.get(10)?,
-        updated_at: r.get(11)?,
+        budget: opt_text_lossy(r, 8)?.and_then(|b| serde_json::from_str(&b).ok()),
+        status: text_lossy(r, 9)?,
+        next_run_at: r.get(10)?,
+        created_at: r.get(11)?,
+        updated_at: r.get(12)?,
     })
 }
 
-const DEF_COLUMNS: &str = "name, goal, tools, model, compact_threshold, mode, schedule, template, status, next_run_at, created_at, updated_at";
+const DEF_COLUMNS: &str = "name, goal, tools, model, compact_threshold, mode, schedule, template, budget, status, \
+                           next_run_at, created_at, updated_at";
 
 /// The next seq of the shared space, taken from `adf_loop`'s counter (one
 /// more than any seq ever used by any loop), inside the caller's write.
@@ -263,6 +269,7 @@ impl Store {
     /// use or not valid, a bad schedule, or a scheduled loop without one.
     pub fn loop_create(&mut self, name: &str, spec: &LoopSpec) -> Result<LoopDef> {
         check_name(name).map_err(StoreError::Invalid)?;
+        check_budget(spec.budget.as_ref())?;
         let mode = spec.mode.unwrap_or_default();
         let now = now_ms();
         let next = first_run(mode, spec.schedule.as_deref(), now)?;
@@ -285,8 +292,8 @@ impl Store {
             }
             tx.execute(
                 "INSERT INTO adfrs_loops(name, goal, tools, model, compact_threshold, mode, schedule, template,
-                   status, next_run_at, created_at, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'idle', ?9, ?10, ?10)",
+                   budget, status, next_run_at, created_at, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?11, 'idle', ?9, ?10, ?10)",
                 params![
                     name,
                     spec.goal.as_deref().unwrap_or(""),
@@ -297,7 +304,8 @@ impl Store {
                     spec.schedule,
                     spec.template,
                     next,
-                    now
+                    now,
+                    spec.budget.as_ref().filter(|b| !b.is_null()).map(Value::to_string)
                 ],
             )
             .at(&path)?;
@@ -308,6 +316,7 @@ impl Store {
 
     /// Change a side loop's definition (absent fields keep their value).
     pub fn loop_update(&mut self, name: &str, spec: &LoopSpec) -> Result<LoopDef> {
+        check_budget(spec.budget.as_ref())?;
         let Some(mut d) = self.loop_get(name)? else {
             return Err(StoreError::Missing(format!("no loop named {name:?}")));
         };
@@ -329,13 +338,16 @@ impl Store {
         if let Some(m) = spec.mode {
             d.mode = m;
         }
+        if let Some(b) = &spec.budget {
+            d.budget = Some(b.clone()).filter(|b| !b.is_null());
+        }
         let now = now_ms();
         let next = first_run(d.mode, d.schedule.as_deref(), now)?;
         let path = self.path().to_path_buf();
         self.write(|tx| {
             tx.execute(
                 "UPDATE adfrs_loops SET goal = ?2, tools = ?3, model = ?4, compact_threshold = ?5, mode = ?6,
-                   schedule = ?7, next_run_at = ?8, updated_at = ?9 WHERE name = ?1",
+                   schedule = ?7, next_run_at = ?8, updated_at = ?9, budget = ?10 WHERE name = ?1",
                 params![
                     name,
                     d.goal,
@@ -345,7 +357,8 @@ impl Store {
                     d.mode.as_str(),
                     d.schedule,
                     next,
-                    now
+                    now,
+                    d.budget.as_ref().map(Value::to_string)
                 ],
             )
             .at(&path)
@@ -530,6 +543,24 @@ impl Store {
     }
 }
 
+/// A loop's budget has `limits.budget`'s shape.
+fn check_budget(b: Option<&Value>) -> Result<()> {
+    let Some(b) = b.filter(|b| !b.is_null()) else { return Ok(()) };
+    let issues = super::config::validate(&serde_json::json!({"limits": {"budget": b}}));
+    let bad: Vec<String> = issues
+        .into_iter()
+        .filter(|i| i.path.starts_with("limits.budget"))
+        .map(|i| format!("{} {}", i.path, i.message))
+        .collect();
+    if !b.is_object() || !bad.is_empty() {
+        return Err(StoreError::Invalid(format!(
+            "the loop's budget {b} is not valid{}: use {{\"usd_day\", \"usd_total\", \"tokens_day\", \"tokens_total\"}}",
+            if bad.is_empty() { String::new() } else { format!(" ({})", bad.join("; ")) }
+        )));
+    }
+    Ok(())
+}
+
 /// The first scheduled run of a loop (scheduled mode only; the others
 /// have none).
 fn first_run(mode: LoopMode, schedule: Option<&str>, now: i64) -> Result<Option<i64>> {
@@ -583,6 +614,7 @@ mod tests {
             mode: LoopMode::Reactive,
             schedule: None,
             template: None,
+            budget: None,
             status: "idle".into(),
             next_run_at: None,
             created_at: 0,

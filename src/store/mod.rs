@@ -27,6 +27,7 @@ pub mod mime;
 pub mod repair;
 pub mod revs;
 pub mod schema;
+pub mod spend;
 mod sql_enforce;
 pub mod sql_guard;
 pub mod tables;

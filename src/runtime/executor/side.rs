@@ -64,6 +64,8 @@ pub(crate) struct Loops {
     pub(crate) wakes: Vec<String>,
     /// The loop-mail revision last drained for each loop.
     mail_rev: HashMap<String, u64>,
+    /// The running side turn stopped at a budget.
+    pub(crate) budget_hit: bool,
 }
 
 impl Executor {
@@ -149,6 +151,12 @@ impl Executor {
             _ => "idle",
         };
         self.set_side_status(status);
+        if std::mem::take(&mut self.loops.budget_hit) {
+            // Paused until the owner raises its budget and resumes it.
+            let next = self.loops.side.as_ref().and_then(|s| s.def.next_run_at);
+            self.store.loop_set_status(name, "paused", next)?;
+            self.loops_changed(name, "paused");
+        }
         self.leave_side();
         end
     }
@@ -392,6 +400,10 @@ pub fn spec_from(input: &Value) -> Result<LoopSpec, String> {
     if let Some(m) = input["mode"].as_str() {
         spec.mode =
             Some(LoopMode::parse(m).ok_or_else(|| format!("mode {m:?}: use reactive, scheduled or continuous"))?);
+    }
+    // `null` removes a loop's budget on update.
+    if let Some(b) = input.get("budget") {
+        spec.budget = Some(b.clone());
     }
     if let Some(s) = input["schedule"].as_str() {
         spec.schedule = Some(s.to_string());
