@@ -1152,3 +1152,29 @@ async fn side_loops_show_in_the_tree_with_their_own_chat_and_composer() {
     assert!(a.command_line("loop nonsense").is_empty());
     assert!(a.status.as_deref().unwrap_or("").contains("no loop template"));
 }
+
+#[tokio::test]
+async fn a_budget_shows_in_the_tree_and_the_chat_title() {
+    // Issue 19: an agent's budget nearest its limit, as a share.
+    let dir = tmp();
+    let root = dir.path();
+    let path = root.join("payer.adf");
+    let (mut store, _) = Store::create(
+        &path,
+        &NewAgent { name: Some("payer"), provider: Some("scripted"), model: Some("mock-1"), ..Default::default() },
+    )
+    .unwrap();
+    let mut cfg = store.config_value().unwrap();
+    cfg["limits"]["budget"] = json!({"tokens_day": 1000, "usd_total": 10.0});
+    store.config_replace(cfg).unwrap();
+    store.spend_add(&["agent"], 0.5, 850).unwrap();
+    let id = store.config_value().unwrap()["id"].as_str().unwrap().to_string();
+    store.close().unwrap();
+    let mut a = app();
+    a.set_agents(vec![AgentInfo { id, name: "payer".into(), handle: String::new(), path }], root);
+    a.sel = 0;
+    assert_eq!(a.agents[0].budget, Some(("tokens_day", 0.85)));
+    both("budget_gauge", &a);
+    let screen = render(&a, 120, 40);
+    assert!(screen.contains("85%$") && screen.contains("budget 85% (tokens_day)"), "{screen}");
+}

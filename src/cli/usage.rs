@@ -23,7 +23,7 @@ struct ModelUsage {
 pub fn run(out: &Out, path: &Path) -> anyhow::Result<()> {
     let store = open_for_read(path)?;
     let rows = store.loop_rows(None).map_err(|e| at(path, e))?;
-    let budgets = budgets(&store).map_err(|e| at(path, e))?;
+    let budgets = crate::runtime::budget::in_use(&store).map_err(|e| at(path, e))?;
     close(store)?;
     let price_list = accounts::load().map(|s| prices::from_settings(&s)).unwrap_or_default();
     let mut by_model: BTreeMap<String, ModelUsage> = BTreeMap::new();
@@ -90,29 +90,4 @@ pub fn run(out: &Out, path: &Path) -> anyhow::Result<()> {
         out.table(&["BUDGET", "USD TODAY", "USD TOTAL", "TOKENS TODAY", "TOKENS TOTAL"], &rows)?;
     }
     Ok(())
-}
-
-/// A budget that applies to the file and what its scope spent.
-#[derive(Debug, Serialize)]
-pub struct BudgetUse {
-    pub scope: String,
-    pub budget: crate::runtime::budget::Budget,
-    pub spent: crate::store::spend::Spent,
-}
-
-/// The agent's budget and each side loop's, with what they spent.
-pub fn budgets(store: &crate::store::Store) -> Result<Vec<BudgetUse>, crate::store::StoreError> {
-    use crate::runtime::budget::Budget;
-    let mut out = Vec::new();
-    if let Some(b) = Budget::of(&store.config_value()?) {
-        out.push(BudgetUse { scope: "agent".into(), budget: b, spent: store.spent("agent")? });
-    }
-    for d in store.loops_list()? {
-        if let Some(b) = d.budget.as_ref().and_then(Budget::from_value) {
-            let scope = format!("loop:{}", d.name);
-            let spent = store.spent(&scope)?;
-            out.push(BudgetUse { scope, budget: b, spent });
-        }
-    }
-    Ok(out)
 }

@@ -152,7 +152,7 @@ pub async fn clear_loop(State(s): State<AppState>, Path(id): Path<String>) -> Ap
 }
 
 pub async fn usage_of(s: &AppState, id: &str) -> ApiResult {
-    let (id, rows) = s.read(id, |st| Ok(st.loop_rows(None)?)).await?;
+    let (id, (rows, budgets)) = s.read(id, |st| Ok((st.loop_rows(None)?, crate::runtime::budget::in_use(st)?))).await?;
     let prices =
         crate::providers::accounts::load().map(|s| crate::providers::prices::from_settings(&s)).unwrap_or_default();
     let mut by_model: BTreeMap<String, Value> = BTreeMap::new();
@@ -179,7 +179,7 @@ pub async fn usage_of(s: &AppState, id: &str) -> ApiResult {
     Ok(Json(json!({"agentId": id, "source": "adf_loop", "note": "token counts of the assistant rows of the loop",
         "loopRows": rows.len(), "usageRows": usage_rows,
         "totals": {"calls": calls, "input_tokens": input, "output_tokens": output, "cost_usd": cost},
-        "byModel": by_model})))
+        "byModel": by_model, "budgets": budgets})))
 }
 
 async fn usage(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult {

@@ -125,6 +125,46 @@ pub fn check(scope: &str, budget: &Budget, spent: &Spent, usd: Option<f64>, toke
     Ok(())
 }
 
+/// A budget that applies to the file and what its scope spent.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BudgetUse {
+    pub scope: String,
+    pub budget: Budget,
+    pub spent: crate::store::spend::Spent,
+}
+
+/// The agent's budget and each side loop's, with what they spent.
+pub fn in_use(store: &crate::store::Store) -> Result<Vec<BudgetUse>, crate::store::StoreError> {
+    let mut out = Vec::new();
+    if let Some(b) = Budget::of(&store.config_value()?) {
+        out.push(BudgetUse { scope: "agent".into(), budget: b, spent: store.spent("agent")? });
+    }
+    for d in store.loops_list()? {
+        if let Some(b) = d.budget.as_ref().and_then(Budget::from_value) {
+            let scope = format!("loop:{}", d.name);
+            let spent = store.spent(&scope)?;
+            out.push(BudgetUse { scope, budget: b, spent });
+        }
+    }
+    Ok(out)
+}
+
+impl BudgetUse {
+    /// The part nearest its limit: (name, spent / limit).
+    pub fn tightest(&self) -> Option<(&'static str, f64)> {
+        let (b, s) = (&self.budget, &self.spent);
+        [
+            ("usd_day", b.usd_day.map(|l| (s.usd_day, l))),
+            ("usd_total", b.usd_total.map(|l| (s.usd_total, l))),
+            ("tokens_day", b.tokens_day.map(|l| (s.tokens_day as f64, l as f64))),
+            ("tokens_total", b.tokens_total.map(|l| (s.tokens_total as f64, l as f64))),
+        ]
+        .into_iter()
+        .filter_map(|(k, p)| p.map(|(spent, limit)| (k, if limit > 0.0 { spent / limit } else { 1.0 })))
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,7 +4,7 @@
 //! are `agent` and `loop:<name>`.
 
 use rusqlite::params;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::Store;
 use super::error::{Ctx, Result};
@@ -19,7 +19,7 @@ const DDL: &str = "CREATE TABLE IF NOT EXISTS adfrs_spend (
 )";
 
 /// Spent today and in total by one scope.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Spent {
     pub usd_day: f64,
     pub tokens_day: u64,

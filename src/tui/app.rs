@@ -189,6 +189,8 @@ pub struct AgentEntry {
     pub depth: usize,
     /// Its side loops (definitions and status), read with the agent.
     pub loops: Vec<Value>,
+    /// Its budget nearest the limit, if it has one: (which, spent / limit).
+    pub budget: Option<(&'static str, f64)>,
 }
 
 /// An agent file's DID and parent DID (empty when unreadable).
@@ -431,6 +433,7 @@ impl App {
                     parent_did: String::new(),
                     depth: 0,
                     loops: Vec::new(),
+                    budget: None,
                 }
             })
             .collect();
@@ -451,6 +454,7 @@ impl App {
         for i in 0..self.agents.len() {
             self.refresh_agent(i);
             self.refresh_loops(i);
+            self.refresh_budget(i);
         }
         self.refresh_pending();
         self.refresh_files();
@@ -519,6 +523,13 @@ impl App {
         if let Some(name) = self.loop_sel.get(&id).cloned() {
             self.refresh_side_chat(&id, &name);
         }
+    }
+
+    /// Read agent `i`'s budget use again (after a call, a stop).
+    pub fn refresh_budget(&mut self, i: usize) {
+        let Some(a) = self.agents.get(i) else { return };
+        let uses = self.source.budgets(&a.info.id);
+        self.agents[i].budget = uses.iter().find(|u| u.scope == "agent").and_then(|u| u.tightest());
     }
 
     /// Re-read the whole loop (after a compaction or a clear).
@@ -704,7 +715,9 @@ impl App {
                     self.refresh_agent(i);
                     self.refresh_pending();
                 }
+                "suspend.requested" => self.refresh_budget(i),
                 "llm.completed" => {
+                    self.refresh_budget(i);
                     let t = e.payload["input_tokens"].as_u64().unwrap_or(0)
                         + e.payload["output_tokens"].as_u64().unwrap_or(0);
                     self.burn.push_back((e.timestamp, id.clone(), t));

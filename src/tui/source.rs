@@ -49,6 +49,10 @@ pub trait Source: Send {
     fn context(&self, _id: &str, _lp: Option<&str>) -> Value {
         Value::Null
     }
+    /// The agent's budgets and what they spent (`adf usage`'s `budgets`).
+    fn budgets(&self, _id: &str) -> Vec<crate::runtime::budget::BudgetUse> {
+        Vec::new()
+    }
 }
 
 /// The agents' files, read directly; the app's own control API for what
@@ -113,6 +117,9 @@ impl Source for Local {
     }
     fn context(&self, id: &str, lp: Option<&str>) -> Value {
         self.readers.get(id).map(|s| super::context::measure(s, lp)).unwrap_or(Value::Null)
+    }
+    fn budgets(&self, id: &str) -> Vec<crate::runtime::budget::BudgetUse> {
+        self.readers.get(id).and_then(|s| crate::runtime::budget::in_use(s).ok()).unwrap_or_default()
     }
     fn skills(&self, id: &str) -> Value {
         let Some(s) = self.readers.get(id) else { return Value::Null };
@@ -204,6 +211,11 @@ impl Source for Remote {
     }
     fn context(&self, id: &str, lp: Option<&str>) -> Value {
         self.get(&["agents", id, "context"], &[("loop", lp.unwrap_or("main"))]).unwrap_or_default()
+    }
+    fn budgets(&self, id: &str) -> Vec<crate::runtime::budget::BudgetUse> {
+        self.get(&["agents", id, "usage"], &[])
+            .and_then(|v| serde_json::from_value(v["budgets"].clone()).ok())
+            .unwrap_or_default()
     }
     fn side_after(&self, id: &str, name: &str, seq: i64) -> Vec<LoopRow> {
         let after = seq.to_string();

@@ -230,7 +230,9 @@ fn draw_tree(f: &mut Frame, app: &App, area: Rect) {
         } else {
             format!("{root_indent}{}{} ", "  ".repeat(a.depth - 1), app.glyphs.last)
         };
-        let name_w = w.saturating_sub(indent.width() + 3 + badge.width());
+        // A budget shows as its tightest part's share: `37%$`.
+        let spend = a.budget.map(|(_, f)| format!(" {:.0}%$", (f * 100.0).min(999.0))).unwrap_or_default();
+        let name_w = w.saturating_sub(indent.width() + 3 + badge.width() + spend.width());
         let mut line = Line::from(vec![
             Span::raw(indent.clone()),
             Span::styled(format!("{g} "), gs),
@@ -243,6 +245,13 @@ fn draw_tree(f: &mut Frame, app: &App, area: Rect) {
                     app.theme.get("error")
                 } else {
                     app.theme.get("dim")
+                },
+            ),
+            Span::styled(
+                spend,
+                match a.budget {
+                    Some((_, f)) if f >= 0.8 => app.theme.get("error"),
+                    _ => app.theme.get("dim"),
                 },
             ),
         ]);
@@ -335,7 +344,10 @@ fn draw_chat(f: &mut Frame, app: &App, area: Rect) {
         None => super::window::gauge(agent.context_tokens, agent.window),
         Some(name) => app.side_gauge(agent, name),
     };
-    let ctx_used = gauge.map(|g| format!(" · {g}")).unwrap_or_default();
+    let mut ctx_used = gauge.map(|g| format!(" · {g}")).unwrap_or_default();
+    if let Some((which, f)) = agent.budget {
+        ctx_used.push_str(&format!(" · budget {:.0}% ({which})", f * 100.0));
+    }
     let right = format!(
         " {} · {} · {tokens}{cost}{ctx_used} ",
         if agent.model.is_empty() { "no model" } else { &agent.model },
