@@ -34,6 +34,10 @@ pub enum Scenario {
     /// 100 agents loaded as actors and left idle (parked): memory per
     /// agent, then the first turn of woken agents.
     Loaded,
+    /// `overhead` with a token and a dollar budget on every agent: what
+    /// the budget check before each call and its settlement add (compare
+    /// its turn p50 with overhead's).
+    Budgeted,
 }
 
 struct Params {
@@ -66,6 +70,7 @@ fn params(s: Scenario) -> Params {
         Scenario::Mixed => p(20, 1200, 0.4, 15, 2.0, 200),
         Scenario::Burst => p(30, 800, 0.0, 10, 120.0, 100),
         Scenario::Loaded => p(100, 0, 0.0, 2, 0.0, 0),
+        Scenario::Budgeted => p(10, 0, 0.0, 5, 600.0, 120),
     }
 }
 
@@ -190,6 +195,13 @@ fn run_in(dir: &std::path::Path, scenario: Scenario, p: &Params) -> anyhow::Resu
     for i in 0..p.agents {
         let path = dir.join(format!("agent-{i}.adf"));
         create_file(&path, &NewAgent { provider: Some("scripted"), model: Some("mock"), ..Default::default() })?;
+        if matches!(scenario, Scenario::Budgeted) {
+            let mut s = crate::store::Store::open(&path)?;
+            let mut cfg = s.config_value()?;
+            cfg["limits"]["budget"] = json!({"tokens_day": 1_000_000_000_000u64, "usd_day": 1_000_000.0});
+            s.config_replace(cfg)?;
+            s.close()?;
+        }
         let ratio = p.tool_ratio;
         let reply = reply_text(p.tokens);
         let provider = Arc::new(
@@ -214,7 +226,13 @@ fn run_in(dir: &std::path::Path, scenario: Scenario, p: &Params) -> anyhow::Resu
         );
         providers.push(provider.clone());
         let store = Store::open(&path)?;
-        executors.push(Executor::new(store, provider, bus.clone(), Arc::new(Absent))?);
+        let mut ex = Executor::new(store, provider, bus.clone(), Arc::new(Absent))?;
+        if matches!(scenario, Scenario::Budgeted) {
+            let price =
+                crate::providers::prices::Price { input: 3.0, output: 15.0, cache_read: None, cache_write: None };
+            ex.set_prices([("mock".to_string(), price)].into_iter().collect());
+        }
+        executors.push(ex);
     }
     let stop = Arc::new(AtomicBool::new(false));
     // (turn time, time beyond the scripted model latency) per turn.

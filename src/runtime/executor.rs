@@ -1399,7 +1399,7 @@ impl Executor {
         }
         let typed = AgentConfig::from_value(&value).unwrap_or_default();
         let tools = advertised_tools(&value, &typed);
-        let c = Arc::new(CachedConfig { rev, value, typed, tools: Arc::new(tools) });
+        let c = Arc::new(CachedConfig::new(rev, value, typed, tools));
         self.cfg = Some(c.clone());
         Ok(c)
     }
@@ -2161,6 +2161,17 @@ struct CachedConfig {
     value: Value,
     typed: AgentConfig,
     tools: Arc<Vec<ToolSpec>>,
+    /// Characters of the advertised tools (name, description, schema),
+    /// for a budget's estimate of a request without serialising it.
+    tool_chars: usize,
+}
+
+impl CachedConfig {
+    fn new(rev: u64, value: Value, typed: AgentConfig, tools: Vec<ToolSpec>) -> Self {
+        let tool_chars =
+            tools.iter().map(|t| t.name.len() + t.description.len() + t.input_schema.to_string().len()).sum();
+        CachedConfig { rev, value, typed, tools: Arc::new(tools), tool_chars }
+    }
 }
 
 /// The system prompt of the current session, kept while the config

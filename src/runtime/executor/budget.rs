@@ -34,9 +34,7 @@ impl Executor {
         if budgets.is_empty() {
             return Ok(None);
         }
-        let tools: usize =
-            req.tools.iter().map(|t| t.name.len() + t.description.len() + t.input_schema.to_string().len()).sum();
-        let fresh = (self.session()?.chars as usize + req.system.len() + tools).div_ceil(4) as u64;
+        let fresh = (self.session()?.chars as usize + req.system.len() + c.tool_chars).div_ceil(4) as u64;
         let input = fresh.max(self.token_count()?);
         let worst = Usage { input, output: req.max_tokens, ..Default::default() };
         let usd = crate::providers::prices::cost(&self.prices, &req.model, &worst);

@@ -196,7 +196,7 @@ impl Executor {
         let allowed: std::collections::HashSet<String> =
             typed.effective_tools().0.into_iter().filter(|d| d.is_enabled()).map(|d| d.name).collect();
         let tools: Vec<_> = main.tools.iter().filter(|t| allowed.contains(&t.name)).cloned().collect();
-        let c = Arc::new(CachedConfig { rev: main.rev, value, typed, tools: Arc::new(tools) });
+        let c = Arc::new(CachedConfig::new(main.rev, value, typed, tools));
         side.cfg = Some((main.rev, c.clone()));
         c
     }
