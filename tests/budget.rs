@@ -150,3 +150,26 @@ fn budgets_are_checked_as_config_and_shown_by_adf_usage() {
     let u = json(&adf(d, &["usage", "a.adf", "--json"], None));
     assert_eq!(u["budgets"].as_array().unwrap().len(), 1, "removed");
 }
+
+#[test]
+fn deferred_spend_counts_at_once_and_commits_with_the_next_write_or_the_close() {
+    let dir = tmp();
+    let mut s = agent(dir.path(), Value::Null);
+    let path = s.path().to_path_buf();
+    let on_disk = |p: &std::path::Path| -> i64 {
+        let c = rusqlite::Connection::open_with_flags(p, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        c.query_row("SELECT COALESCE(SUM(tokens), 0) FROM adfrs_spend WHERE scope = 'agent'", [], |r| r.get(0))
+            .unwrap_or(0)
+    };
+    s.spend_defer(&["agent", "loop:x"], 0.25, 100);
+    assert_eq!(s.spent("agent").unwrap().tokens_day, 100, "counted before it is written");
+    assert_eq!(on_disk(&path), 0, "no commit of its own");
+    // A refused write changes nothing; the next write takes it.
+    assert!(s.meta_set(adf::store::Caller::AGENT, "adf_x", "1", None).is_err());
+    s.meta_set(adf::store::Caller::Owner, "note", "1", None).unwrap();
+    assert_eq!(on_disk(&path), 100, "went in with the next write");
+    assert_eq!(s.spent("agent").unwrap().tokens_day, 100, "not counted twice");
+    s.spend_defer(&["agent"], 0.0, 7);
+    s.close().unwrap();
+    assert_eq!(on_disk(&path), 107, "a close writes what waits");
+}

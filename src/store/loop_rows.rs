@@ -90,6 +90,18 @@ impl Store {
     }
 
     fn loop_append_at(&mut self, row: &NewLoopRow<'_>, created_at: i64) -> Result<i64> {
+        if !self.pending_spend.is_empty() {
+            // Deferred spend goes in with this row.
+            let path = self.path().to_path_buf();
+            let content = serde_json::to_string(row.content).unwrap_or_else(|_| "[]".into());
+            let tokens = row.tokens.map(|t| t.to_string());
+            return self.write(|tx| {
+                tx.prepare_cached(INSERT)
+                    .and_then(|mut st| st.execute(params![row.role, content, row.model, tokens, created_at, row.ord]))
+                    .at(&path)?;
+                Ok(tx.last_insert_rowid())
+            });
+        }
         self.touch()?;
         let content = serde_json::to_string(row.content).unwrap_or_else(|_| "[]".into());
         let tokens = row.tokens.map(|t| t.to_string());

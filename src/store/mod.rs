@@ -104,6 +104,8 @@ pub struct Store {
     wal_frames: Option<std::sync::Arc<std::sync::atomic::AtomicU32>>,
     /// The file's size and times when it was parked (see `park`).
     parked_sig: Option<FileSig>,
+    /// Spend recorded with the next write (`spend_defer`).
+    pending_spend: Vec<spend::Pending>,
 }
 
 /// Write the clean-close marker (the time of the close).
@@ -380,6 +382,7 @@ impl Store {
             revs: Default::default(),
             wal_frames: None,
             parked_sig: None,
+            pending_spend: Vec::new(),
         };
         // A version that is not a number is no version this adf can climb
         // from: migrating it "from 0" would rewrite a file it does not know.
@@ -479,6 +482,7 @@ impl Store {
             revs: Default::default(),
             wal_frames: None,
             parked_sig: None,
+            pending_spend: Vec::new(),
         })
     }
 
@@ -512,6 +516,7 @@ impl Store {
             revs: Default::default(),
             wal_frames: None,
             parked_sig: None,
+            pending_spend: Vec::new(),
         })
     }
 
@@ -629,6 +634,7 @@ impl Store {
         if self.closed || self.read_only || self.lock.is_none() {
             return Ok(false);
         }
+        self.flush_spend()?;
         let Some(conn) = self.conn.take() else { return Ok(false) };
         if self.marker_taken
             && let Err(e) = put_marker(&conn, &self.path)
@@ -783,7 +789,16 @@ impl Store {
                 .and_then(|mut st| st.execute([]))
                 .at(path)?;
         }
-        let out = f(conn)?;
+        // Spend deferred since the last write commits with this one.
+        let pending = std::mem::take(&mut self.pending_spend);
+        let done = f(conn).and_then(|out| spend::apply(conn, &pending).at(path).map(|()| out));
+        let out = match done {
+            Ok(out) => out,
+            Err(e) => {
+                self.pending_spend = pending;
+                return Err(e);
+            }
+        };
         step("COMMIT")?;
         drop(guard);
         self.marker_taken = true;
@@ -799,6 +814,9 @@ impl Store {
     fn finish(&mut self) -> Result<()> {
         if self.closed {
             return Ok(());
+        }
+        if self.conn.get().is_some() {
+            self.flush_spend()?;
         }
         let untouched = self.parked_untouched();
         self.closed = true;

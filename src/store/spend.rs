@@ -32,25 +32,48 @@ pub fn today() -> String {
     chrono::Utc::now().format("%Y-%m-%d").to_string()
 }
 
+/// Spend waiting for the store's next write: (scope, day, usd, tokens).
+pub(crate) type Pending = (String, String, f64, u64);
+
+/// Write deferred spend inside the caller's transaction.
+pub(crate) fn apply(tx: &rusqlite::Connection, pending: &[Pending]) -> rusqlite::Result<()> {
+    if pending.is_empty() {
+        return Ok(());
+    }
+    tx.prepare_cached(DDL)?.execute([])?;
+    let mut up = tx.prepare_cached(
+        "INSERT INTO adfrs_spend(scope, day, usd, tokens, calls) VALUES (?1, ?2, ?3, ?4, 1)
+         ON CONFLICT(scope, day) DO UPDATE SET usd = usd + excluded.usd,
+           tokens = tokens + excluded.tokens, calls = calls + 1",
+    )?;
+    for (scope, day, usd, tokens) in pending {
+        up.execute(params![scope, day, usd, *tokens as i64])?;
+    }
+    Ok(())
+}
+
 impl Store {
-    /// Add one call's spend to every scope, in one commit.
+    /// Add one call's spend to every scope, committed now.
     pub fn spend_add(&mut self, scopes: &[&str], usd: f64, tokens: u64) -> Result<()> {
-        let path = self.path().to_path_buf();
+        self.spend_defer(scopes, usd, tokens);
+        self.flush_spend()
+    }
+
+    /// Add one call's spend to every scope with the next write (the turn's
+    /// next row): no commit of its own. `spent` counts it at once.
+    pub fn spend_defer(&mut self, scopes: &[&str], usd: f64, tokens: u64) {
         let day = today();
-        self.write(|tx| {
-            tx.execute(DDL, []).at(&path)?;
-            let mut up = tx
-                .prepare_cached(
-                    "INSERT INTO adfrs_spend(scope, day, usd, tokens, calls) VALUES (?1, ?2, ?3, ?4, 1)
-                     ON CONFLICT(scope, day) DO UPDATE SET usd = usd + excluded.usd,
-                       tokens = tokens + excluded.tokens, calls = calls + 1",
-                )
-                .at(&path)?;
-            for s in scopes {
-                up.execute(params![s, day, usd, tokens as i64]).at(&path)?;
-            }
-            Ok(())
-        })
+        for s in scopes {
+            self.pending_spend.push((s.to_string(), day.clone(), usd, tokens));
+        }
+    }
+
+    /// Commit deferred spend now (before a park or a close).
+    pub(crate) fn flush_spend(&mut self) -> Result<()> {
+        if self.pending_spend.is_empty() || self.read_only {
+            return Ok(());
+        }
+        self.write(|_| Ok(()))
     }
 
     /// What `scope` spent today and in total (nothing when nothing was).
@@ -58,17 +81,30 @@ impl Store {
         let sql = "SELECT COALESCE(SUM(CASE WHEN day = ?2 THEN usd END), 0), COALESCE(SUM(CASE WHEN day = ?2 THEN tokens END), 0),
                           COALESCE(SUM(usd), 0), COALESCE(SUM(tokens), 0)
                    FROM adfrs_spend WHERE scope = ?1";
-        match self.conn().query_row(sql, params![scope, today()], |r| {
-            Ok(Spent {
-                usd_day: r.get(0)?,
-                tokens_day: r.get::<_, i64>(1)?.max(0) as u64,
-                usd_total: r.get(2)?,
-                tokens_total: r.get::<_, i64>(3)?.max(0) as u64,
+        let day = today();
+        let stored = self.conn().prepare_cached(sql).and_then(|mut st| {
+            st.query_row(params![scope, day], |r| {
+                Ok(Spent {
+                    usd_day: r.get(0)?,
+                    tokens_day: r.get::<_, i64>(1)?.max(0) as u64,
+                    usd_total: r.get(2)?,
+                    tokens_total: r.get::<_, i64>(3)?.max(0) as u64,
+                })
             })
-        }) {
-            Ok(s) => Ok(s),
-            Err(rusqlite::Error::SqliteFailure(_, Some(m))) if m.starts_with("no such table") => Ok(Spent::default()),
-            Err(e) => Err(e).at(self.path()),
+        });
+        let mut s = match stored {
+            Ok(s) => s,
+            Err(rusqlite::Error::SqliteFailure(_, Some(m))) if m.starts_with("no such table") => Spent::default(),
+            Err(e) => return Err(e).at(self.path()),
+        };
+        for (_, d, usd, tokens) in self.pending_spend.iter().filter(|p| p.0 == scope) {
+            if *d == day {
+                s.usd_day += usd;
+                s.tokens_day += tokens;
+            }
+            s.usd_total += usd;
+            s.tokens_total += tokens;
         }
+        Ok(s)
     }
 }

@@ -60,7 +60,9 @@ impl Executor {
         if let Some(s) = &side {
             scopes.push(s);
         }
-        self.store.spend_add(&scopes, usd, tokens)
+        // Committed with the row this call produced: no commit of its own.
+        self.store.spend_defer(&scopes, usd, tokens);
+        Ok(())
     }
 
     /// The call is not made: say why in the loop, the log and on the bus,
