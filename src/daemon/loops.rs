@@ -22,6 +22,7 @@ pub fn router() -> Router<AppState> {
         .route("/agents/{id}/loops/{name}/chat", post(chat).get(history))
         .route("/agents/{id}/loops/{name}/events", get(events))
         .route("/agents/{id}/context", get(context))
+        .route("/agents/{id}/budgets", get(budgets))
 }
 
 async fn list(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult {
@@ -142,6 +143,13 @@ async fn events(
     q.insert("agentId".into(), id);
     q.insert("loop".into(), name);
     super::sse::events(State(s), headers, Query(q)).await
+}
+
+/// `GET /agents/{id}/budgets`: the agent's and its loops' budgets with
+/// what they spent (no loop rows read).
+async fn budgets(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult {
+    let (id, b) = s.read(&id, |st| Ok(crate::runtime::budget::in_use(st)?)).await?;
+    Ok(Json(json!({"agentId": id, "budgets": b})))
 }
 
 /// `GET /agents/{id}/context?loop=NAME`: the context gauge of a loop.

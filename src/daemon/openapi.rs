@@ -148,6 +148,7 @@ pub const ROUTES: &[Route] = &[
         r("get", "/agents/{id}/loops/{name}/events", "Server-sent events of one loop (main: the untagged ones)"),
         &["since:integer", "types:string"],
     ),
+    r("get", "/agents/{id}/budgets", "Budgets of the agent and its loops, with what they spent"),
     q(r("get", "/agents/{id}/context", "The context gauge: window, fill and what takes the space"), &["loop:string"]),
     q(r("get", "/agents/{id}/tasks", "Tasks"), &["status:string", "limit:integer"]),
     r("get", "/agents/{id}/tasks/{task}", "One task"),

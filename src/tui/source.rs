@@ -213,7 +213,7 @@ impl Source for Remote {
         self.get(&["agents", id, "context"], &[("loop", lp.unwrap_or("main"))]).unwrap_or_default()
     }
     fn budgets(&self, id: &str) -> Vec<crate::runtime::budget::BudgetUse> {
-        self.get(&["agents", id, "usage"], &[])
+        self.get(&["agents", id, "budgets"], &[])
             .and_then(|v| serde_json::from_value(v["budgets"].clone()).ok())
             .unwrap_or_default()
     }
