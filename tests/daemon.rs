@@ -981,3 +981,23 @@ async fn side_loops_through_the_daemon_and_the_cli_that_attaches_to_it() {
     let (s, _) = d.call("DELETE", "/agents/a/loops/research", None).await;
     assert_eq!(s, 404);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_and_budgets_through_the_daemon() {
+    let dir = tmp();
+    let home = home_with(dir.path(), &["a"]);
+    let agents = home.join("data/agents");
+    ok(&adf_home(&home, &agents, &["config", "set", "a.adf", "limits.budget", r#"{"tokens_day": 1000}"#]));
+    let d = start(&home, "http://127.0.0.1:9", &[]);
+    let (s, v) = d.call("GET", "/agents/a/logs?level=loud", None).await;
+    assert_eq!(s, 400, "{v}");
+    let v = d.get("/agents/a/logs?limit=5").await;
+    assert!(v["logs"].is_array(), "{v}");
+    let b = d.get("/agents/a/budgets").await;
+    assert_eq!(b["budgets"][0]["scope"], "agent");
+    assert_eq!(b["budgets"][0]["budget"]["tokens_day"], 1000);
+    let h = home.clone();
+    let out = tokio::task::spawn_blocking(move || cli(&h, &["logs", "a", "--json"])).await.unwrap();
+    let v = json(&out);
+    assert!(v["logs"].is_array(), "{v}");
+}

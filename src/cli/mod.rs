@@ -13,6 +13,7 @@ mod fleet;
 mod held;
 mod identity;
 mod inspect;
+mod logs;
 mod loops;
 mod mcp;
 mod meta;
@@ -336,6 +337,22 @@ pub enum Command {
         #[arg(long = "loop")]
         loop_name: Option<String>,
     },
+    /// An agent's logs (adf_logs): a file, or an agent's name through the daemon.
+    Logs {
+        path: PathBuf,
+        /// This level and the more severe: debug, info, warn, error.
+        #[arg(long)]
+        level: Option<String>,
+        /// Only rows of this origin (executor, protection, lambda, …).
+        #[arg(long)]
+        origin: Option<String>,
+        /// The newest N rows (default 100).
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
+        /// Keep printing new rows until interrupted.
+        #[arg(long, short = 'f')]
+        follow: bool,
+    },
     /// Resolve a `[S<seq>]` citation to the loop row it names (live, or
     /// from the audit archive after compaction).
     Cite { path: PathBuf, citation: String },
@@ -573,6 +590,20 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
             }
             let decision = crate::runtime::executor::Decision::Deny { feedback: reason };
             return chat::drive(&out, path, chat::Work::Resolve { task_id, decision });
+        }
+        Some(Command::Logs { path, level, origin, limit, follow }) => {
+            if let Some(l) = level.as_deref()
+                && !crate::store::logs::LEVELS.contains(&l)
+            {
+                anyhow::bail!("--level {l:?} is not one of {}", crate::store::logs::LEVELS.join(", "));
+            }
+            let o = logs::Opts { level: level.as_deref(), origin: origin.as_deref(), limit: *limit, follow: *follow };
+            missing(path)?;
+            return if path.is_file() {
+                logs::file(&out, path, &o).map(|()| 0)
+            } else {
+                logs::remote(&out, url, &arg(path), &o).map(|()| 0)
+            };
         }
         Some(Command::Usage { path }) => {
             return match path {

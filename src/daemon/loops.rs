@@ -23,6 +23,7 @@ pub fn router() -> Router<AppState> {
         .route("/agents/{id}/loops/{name}/events", get(events))
         .route("/agents/{id}/context", get(context))
         .route("/agents/{id}/budgets", get(budgets))
+        .route("/agents/{id}/logs", get(logs))
 }
 
 async fn list(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult {
@@ -150,6 +151,27 @@ async fn events(
 async fn budgets(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult {
     let (id, b) = s.read(&id, |st| Ok(crate::runtime::budget::in_use(st)?)).await?;
     Ok(Json(json!({"agentId": id, "budgets": b})))
+}
+
+/// `GET /agents/{id}/logs?level&origin&after&limit`: `adf_logs` rows,
+/// oldest first (the newest `limit` that match, after id `after`).
+async fn logs(State(s): State<AppState>, Path(id): Path<String>, Query(q): Q) -> ApiResult {
+    let after = int(&q, "after", 0, 0, super::routes::MAX_SAFE)?;
+    let limit = int(&q, "limit", 100, 1, 1000)?;
+    let level = q.get("level").cloned();
+    if let Some(l) = &level
+        && !crate::store::logs::LEVELS.contains(&l.as_str())
+    {
+        return Err(ApiError::bad(format!("level {l:?} is not one of {}", crate::store::logs::LEVELS.join(", "))));
+    }
+    let origin = q.get("origin").cloned();
+    let (id, rows) = s
+        .read(&id, move |st| {
+            let lq = crate::store::logs::LogQuery { level: level.as_deref(), origin: origin.as_deref(), after, limit };
+            Ok(st.log_list(&lq)?)
+        })
+        .await?;
+    Ok(Json(json!({"agentId": id, "logs": rows})))
 }
 
 /// `GET /agents/{id}/context?loop=NAME`: the context gauge of a loop.
