@@ -927,7 +927,7 @@ async fn side_loops_through_the_daemon_and_the_cli_that_attaches_to_it() {
     assert_eq!(s, 200, "{v}");
     assert_eq!(v["loop"]["mode"], "reactive");
     let (s, v) = d.call("POST", "/agents/a/loops", Some(json!({"name": "research"}))).await;
-    assert_eq!((s, v["error"].as_str().unwrap().contains("already exists")), (400, true), "{v}");
+    assert_eq!((s, v["error"].as_str().unwrap().contains("already exists")), (409, true), "{v}");
     let (s, _) = d.call("POST", "/agents/a/loops/nope/chat", Some(json!({"text": "hi"}))).await;
     assert_eq!(s, 404);
 

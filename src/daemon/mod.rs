@@ -157,6 +157,7 @@ impl From<crate::store::StoreError> for ApiError {
             E::Denied(_) => ApiError::new(StatusCode::FORBIDDEN, msg).with_code("PROTECTED"),
             E::Missing(_) | E::NotFound { .. } => ApiError::not_found(msg),
             E::Invalid(_) => ApiError::bad(msg),
+            E::Conflict(_) => ApiError::new(StatusCode::CONFLICT, msg),
             _ => ApiError::internal(msg),
         }
     }

@@ -125,23 +125,23 @@ pub const ROUTES: &[Route] = &[
     b(
         r("post", "/agents/{id}/loops", "Create a side loop (a template fills goal, tools and schedule)"),
         &[
-            "name:string!",
-            "template:string",
+            "name:loopname!",
+            "template:template",
             "goal:string",
             "model:string",
-            "mode:reactive|scheduled|continuous",
-            "schedule:string",
+            "mode:reactive|continuous",
+            "schedule:every",
             "compact_threshold:integer",
         ],
     ),
     b(
         r("patch", "/agents/{id}/loops/{name}", "Change a side loop; status paused|idle pauses or resumes it"),
-        &["goal:string", "model:string", "mode:reactive|scheduled|continuous", "schedule:string", "status:paused|idle"],
+        &["goal:string", "model:string", "mode:reactive|continuous", "schedule:every", "status:paused|idle"],
     ),
     r("delete", "/agents/{id}/loops/{name}", "Delete a side loop (its stream is archived to audit)"),
     b(
         r("post", "/agents/{id}/loops/{name}/chat", "Send the owner's message to a side loop"),
-        &["text:string!", "turnId:string"],
+        &["text:text!", "turnId:turnid"],
     ),
     q(r("get", "/agents/{id}/loops/{name}/chat", "A side loop's rows"), &["after:integer"]),
     q(
@@ -211,6 +211,13 @@ fn field(spec: &str) -> (String, Value, bool) {
         "strlist" => json!({"type": "array", "items": {"type": "string"}}),
         "strmap" => json!({"type": "object", "additionalProperties": {"type": "string"}}),
         "turnid" => json!({"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"}),
+        // A side loop's name, and a schedule of `every N(m|h|d)` (the route
+        // also takes cron expressions: `adf loops new --schedule`).
+        "loopname" => json!({"type": "string", "pattern": "^[a-z][a-z0-9_-]{0,31}$"}),
+        "every" => json!({"type": "string", "pattern": "^every [1-9][0-9]{0,3}[mhd]$"}),
+        "template" => {
+            json!({"type": "string", "enum": crate::runtime::loop_templates::TEMPLATES.iter().map(|(n, _)| *n).collect::<Vec<_>>()})
+        }
         // `data` may be left out only for startup (spec: daemon, /trigger).
         "event" => json!({"type": "object", "required": ["type"], "properties": {
             "type": {"type": "string", "enum": crate::daemon::inject::EVENT_TYPES},

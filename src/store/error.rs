@@ -33,6 +33,9 @@ pub enum StoreError {
     Invalid(String),
     #[error("{0}")]
     Missing(String),
+    /// The change conflicts with what is there (a name in use, a limit).
+    #[error("{0}")]
+    Conflict(String),
     #[error("{path}: {source}")]
     Sqlite {
         path: PathBuf,

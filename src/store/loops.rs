@@ -268,6 +268,11 @@ impl Store {
     /// Create a side loop. Refused past `MAX_SIDE_LOOPS`, for a name in
     /// use or not valid, a bad schedule, or a scheduled loop without one.
     pub fn loop_create(&mut self, name: &str, spec: &LoopSpec) -> Result<LoopDef> {
+        if name == "main" {
+            return Err(StoreError::Conflict(
+                "\"main\" is the agent's own loop; a side loop needs another name".into(),
+            ));
+        }
         check_name(name).map_err(StoreError::Invalid)?;
         check_budget(spec.budget.as_ref())?;
         let mode = spec.mode.unwrap_or_default();
@@ -283,10 +288,10 @@ impl Store {
                 .at(&path)?
                 .unwrap_or(false);
             if exists {
-                return Err(StoreError::Invalid(format!("a loop named {name:?} already exists")));
+                return Err(StoreError::Conflict(format!("a loop named {name:?} already exists")));
             }
             if n as usize >= MAX_SIDE_LOOPS {
-                return Err(StoreError::Invalid(format!(
+                return Err(StoreError::Conflict(format!(
                     "an agent has at most {MAX_SIDE_LOOPS} side loops; delete one first"
                 )));
             }
