@@ -1000,4 +1000,15 @@ async fn logs_and_budgets_through_the_daemon() {
     let out = tokio::task::spawn_blocking(move || cli(&h, &["logs", "a", "--json"])).await.unwrap();
     let v = json(&out);
     assert!(v["logs"].is_array(), "{v}");
+    // Why, with the live state the daemon knows.
+    let w = d.get("/agents/a/why").await;
+    assert!(w["state"].is_string() && w["waiting_on"].is_array(), "{w}");
+    let h = home.clone();
+    let out = tokio::task::spawn_blocking(move || cli(&h, &["why", "a"])).await.unwrap();
+    assert!(ok(&out).starts_with("state: "), "{}", String::from_utf8_lossy(&out.stdout));
+    // A file the daemon holds goes through it too.
+    let h = home.clone();
+    let f = agents.join("a.adf");
+    let out = tokio::task::spawn_blocking(move || cli(&h, &["why", f.to_str().unwrap(), "--json"])).await.unwrap();
+    assert!(json(&out)["state"].is_string(), "the live state, through the holder");
 }

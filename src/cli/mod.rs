@@ -337,6 +337,9 @@ pub enum Command {
         #[arg(long = "loop")]
         loop_name: Option<String>,
     },
+    /// Why an agent is awake or stuck: its last turn, what it waits on, its
+    /// next wake. A file (through its daemon when one runs it), or a name.
+    Why { path: PathBuf },
     /// An agent's logs (adf_logs): a file, or an agent's name through the daemon.
     Logs {
         path: PathBuf,
@@ -590,6 +593,32 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
             }
             let decision = crate::runtime::executor::Decision::Deny { feedback: reason };
             return chat::drive(&out, path, chat::Work::Resolve { task_id, decision });
+        }
+        Some(Command::Why { path }) => {
+            missing(path)?;
+            let v = if path.is_file() {
+                match held::holder_api(path) {
+                    Some(via) => via.call(reqwest::Method::GET, &["why"], &[], None)?,
+                    None => {
+                        let store = output::open_for_read(path)?;
+                        let v = crate::runtime::why::explain(&store, None).map_err(|e| output::at(path, e));
+                        output::close(store)?;
+                        v?
+                    }
+                }
+            } else {
+                let client = crate::client::Client::find(url);
+                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+                rt.block_on(client.get(&["agents", &arg(path), "why"]))?
+            };
+            if out.json {
+                out.json(&v)?;
+            } else {
+                for l in crate::runtime::why::text(&v) {
+                    out.line(l)?;
+                }
+            }
+            return Ok(0);
         }
         Some(Command::Logs { path, level, origin, limit, follow }) => {
             if let Some(l) = level.as_deref()

@@ -24,6 +24,7 @@ pub fn router() -> Router<AppState> {
         .route("/agents/{id}/context", get(context))
         .route("/agents/{id}/budgets", get(budgets))
         .route("/agents/{id}/logs", get(logs))
+        .route("/agents/{id}/why", get(why))
 }
 
 async fn list(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult {
@@ -172,6 +173,16 @@ async fn logs(State(s): State<AppState>, Path(id): Path<String>, Query(q): Q) ->
         })
         .await?;
     Ok(Json(json!({"agentId": id, "logs": rows})))
+}
+
+/// `GET /agents/{id}/why`: `adf why` with the live state.
+async fn why(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult {
+    let (id, _) = s.agent(&id).await?;
+    let live = s.fleet.lock().await.state(&id);
+    let (id, mut v) = s.read(&id, |st| Ok(crate::runtime::why::explain(st, None)?)).await?;
+    v["state"] = json!(live);
+    v["agentId"] = json!(id);
+    Ok(Json(v))
 }
 
 /// `GET /agents/{id}/context?loop=NAME`: the context gauge of a loop.

@@ -152,6 +152,7 @@ pub const ROUTES: &[Route] = &[
         r("get", "/agents/{id}/logs", "Log rows, oldest first: a level and up, one origin, after an id"),
         &["level:debug|info|warn|error", "origin:string", "after:integer", "limit:integer"],
     ),
+    r("get", "/agents/{id}/why", "Why the agent is awake or stuck: last turn, what it waits on, next wake"),
     r("get", "/agents/{id}/budgets", "Budgets of the agent and its loops, with what they spent"),
     q(r("get", "/agents/{id}/context", "The context gauge: window, fill and what takes the space"), &["loop:string"]),
     q(r("get", "/agents/{id}/tasks", "Tasks"), &["status:string", "limit:integer"]),

@@ -23,3 +23,4 @@ pub mod signals;
 pub mod slash;
 pub mod spawn;
 pub mod triggers;
+pub mod why;
