@@ -366,32 +366,18 @@ pub fn spawn_with(
                     },
                 },
             };
-            // `/idle`, `/hibernate` and `/stop` typed to a side loop are the
-            // agent's, as typed to main.
-            let side_state =
-                side.as_ref().and_then(|r| match (r.event_type, r.text.as_deref().map(super::slash::parse)) {
-                    ("chat", Some(super::slash::Slash::State(s))) => Some(s),
-                    _ => None,
-                });
-            if let Some(s) = side_state {
-                ex.interrupted("owner_state_transition", s);
-                if s == "off" {
-                    break;
-                }
-                drop_backlog(&mut ex, &mut timer_wakes);
-                continue;
-            }
-            // The owner's slash commands (`/compact`, `/clear`, `/idle`,
-            // `/hibernate`, `/stop`); anything else is a message.
-            let (message, event_type) = match (event_type, super::slash::parse(&message)) {
-                ("chat", super::slash::Slash::Compact(keep)) => (keep.unwrap_or("").to_string(), "compact"),
-                ("chat", super::slash::Slash::Clear) => {
-                    if let Err(e) = ex.clear_loop_as_owner() {
-                        let _ = ex.log("error", "owner", "clear_failed", &e.to_string());
-                    }
-                    continue;
-                }
-                ("chat", super::slash::Slash::State(s)) => {
+            // The owner's slash commands: `/idle`, `/hibernate` and `/stop`
+            // are the agent's wherever they are typed; `/compact` and
+            // `/clear` typed to main act here (a side loop's act in its
+            // turn); anything else is a message.
+            use super::slash::Slash;
+            let typed = match &side {
+                Some(r) => r.text.as_deref().filter(|_| r.event_type == "chat"),
+                None => Some(message.as_str()).filter(|_| event_type == "chat"),
+            };
+            let slash = typed.map(super::slash::parse).unwrap_or(Slash::Text);
+            let (message, event_type) = match slash {
+                Slash::State(s) => {
                     ex.interrupted("owner_state_transition", s);
                     if s == "off" {
                         break;
@@ -399,7 +385,14 @@ pub fn spawn_with(
                     drop_backlog(&mut ex, &mut timer_wakes);
                     continue;
                 }
-                (ty, _) => (message, ty),
+                Slash::Compact(keep) if side.is_none() => (keep.unwrap_or("").to_string(), "compact"),
+                Slash::Clear if side.is_none() => {
+                    if let Err(e) = ex.clear_loop_as_owner() {
+                        let _ = ex.log("error", "owner", "clear_failed", &e.to_string());
+                    }
+                    continue;
+                }
+                _ => (message, event_type),
             };
             quiet_ticks = 0;
             // A side loop whose turn completed, to turn again if continuous.

@@ -131,3 +131,9 @@ pub(crate) fn disk_full_at(path: &std::path::Path) -> bool {
     }
     (s.f_bavail as u64).saturating_mul(s.f_frsize as u64) < 1 << 20
 }
+
+/// Whether SQLite refused a statement for naming a table the file does not
+/// have (adf's own tables are made on first use; reading before is empty).
+pub(crate) fn no_such_table(e: &rusqlite::Error) -> bool {
+    matches!(e, rusqlite::Error::SqliteFailure(_, Some(m)) if m.starts_with("no such table"))
+}

@@ -12,7 +12,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::error::{Ctx, Result, StoreError, opt_text_lossy, text_lossy};
+use super::error::{Ctx, Result, StoreError, no_such_table, opt_text_lossy, text_lossy};
 use super::loop_rows::{LoopRow, NewLoopRow};
 use super::{Store, now_ms};
 
@@ -180,10 +180,6 @@ fn parse_every(s: &str) -> std::result::Result<i64, String> {
     Ok(n * ms)
 }
 
-fn missing_table(e: &rusqlite::Error) -> bool {
-    matches!(e, rusqlite::Error::SqliteFailure(_, Some(m)) if m.starts_with("no such table"))
-}
-
 fn def_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<LoopDef> {
     let tools: Option<String> = r.get(2)?;
     Ok(LoopDef {
@@ -249,7 +245,7 @@ impl Store {
         let sql = format!("SELECT {DEF_COLUMNS} FROM adfrs_loops ORDER BY name");
         let mut stmt = match self.conn().prepare_cached(&sql) {
             Ok(s) => s,
-            Err(e) if missing_table(&e) => return Ok(Vec::new()),
+            Err(e) if no_such_table(&e) => return Ok(Vec::new()),
             Err(e) => return Err(e).at(self.path()),
         };
         stmt.query_map([], def_from_row).at(self.path())?.collect::<rusqlite::Result<Vec<_>>>().at(self.path())
@@ -260,7 +256,7 @@ impl Store {
         let sql = format!("SELECT {DEF_COLUMNS} FROM adfrs_loops WHERE name = ?1");
         match self.conn().query_row(&sql, [name], def_from_row).optional() {
             Ok(d) => Ok(d),
-            Err(e) if missing_table(&e) => Ok(None),
+            Err(e) if no_such_table(&e) => Ok(None),
             Err(e) => Err(e).at(self.path()),
         }
     }
@@ -439,7 +435,7 @@ impl Store {
     fn side_query(&self, sql: &str, args: impl rusqlite::Params) -> Result<Vec<LoopRow>> {
         let mut stmt = match self.conn().prepare_cached(sql) {
             Ok(s) => s,
-            Err(e) if missing_table(&e) => return Ok(Vec::new()),
+            Err(e) if no_such_table(&e) => return Ok(Vec::new()),
             Err(e) => return Err(e).at(self.path()),
         };
         stmt.query_map(args, super::loop_rows::row_from)
@@ -504,7 +500,7 @@ impl Store {
     pub fn loop_mail_waiting(&self, target: &str) -> Result<i64> {
         match self.conn().query_row("SELECT COUNT(*) FROM adfrs_loop_mail WHERE loop = ?1", [target], |r| r.get(0)) {
             Ok(n) => Ok(n),
-            Err(e) if missing_table(&e) => Ok(0),
+            Err(e) if no_such_table(&e) => Ok(0),
             Err(e) => Err(e).at(self.path()),
         }
     }
@@ -538,7 +534,7 @@ impl Store {
             .prepare_cached("SELECT loop, COUNT(*) FROM adfrs_loop_mail GROUP BY loop ORDER BY loop")
         {
             Ok(s) => s,
-            Err(e) if missing_table(&e) => return Ok(Vec::new()),
+            Err(e) if no_such_table(&e) => return Ok(Vec::new()),
             Err(e) => return Err(e).at(self.path()),
         };
         stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))

@@ -146,7 +146,7 @@ pub fn own_is_current(conn: &Connection) -> rusqlite::Result<bool> {
         .query_row("SELECT version FROM adfrs_schema WHERE component='adfrs'", [], |r| r.get(0))
         .optional()
         .or_else(|e| match e {
-            rusqlite::Error::SqliteFailure(_, Some(ref m)) if m.contains("no such table") => Ok(None),
+            e if super::error::no_such_table(&e) => Ok(None),
             e => Err(e),
         })?;
     Ok(v == Some(OWN_SCHEMA_VERSION))

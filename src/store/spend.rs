@@ -94,7 +94,7 @@ impl Store {
         });
         let mut s = match stored {
             Ok(s) => s,
-            Err(rusqlite::Error::SqliteFailure(_, Some(m))) if m.starts_with("no such table") => Spent::default(),
+            Err(e) if super::error::no_such_table(&e) => Spent::default(),
             Err(e) => return Err(e).at(self.path()),
         };
         for (_, d, usd, tokens) in self.pending_spend.iter().filter(|p| p.0 == scope) {

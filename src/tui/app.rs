@@ -279,6 +279,20 @@ pub struct ChatState {
     pub context_tokens: Option<u64>,
 }
 
+impl ChatState {
+    /// New rows of its loop: blocks added, the read position moved, and
+    /// marked unseen when scrolled up.
+    pub fn append(&mut self, rows: &[crate::store::loop_rows::LoopRow]) {
+        if let Some(last) = rows.iter().map(|r| r.seq).max() {
+            self.last_seq = last;
+        }
+        if !rows.is_empty() && self.top.is_some() {
+            self.unseen = true;
+        }
+        chat::push_rows(&mut self.blocks, rows);
+    }
+}
+
 /// The selected agent's inbox as the inbox view shows it.
 #[derive(Debug, Default)]
 pub struct InboxState {
@@ -498,9 +512,6 @@ impl App {
         let chat = self.chats.entry(a.info.id.clone()).or_default();
         let rows = store.loop_after(&a.info.id, chat.last_seq);
         {
-            if let Some(last) = rows.iter().map(|r| r.seq).max() {
-                chat.last_seq = last;
-            }
             for r in &rows {
                 if r.role == "assistant"
                     && let Some(t) = &r.tokens
@@ -512,10 +523,7 @@ impl App {
                     a.context_tokens = Some(usage.input + usage.output);
                 }
             }
-            if !rows.is_empty() && chat.top.is_some() {
-                chat.unseen = true;
-            }
-            chat::push_rows(&mut chat.blocks, &rows);
+            chat.append(&rows);
         }
         // The side loop on screen follows too (the loops themselves are
         // read again when one changes: `loop.state.changed`, a `:loop`).

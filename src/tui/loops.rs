@@ -52,17 +52,11 @@ impl App {
     pub fn refresh_side_chat(&mut self, id: &str, name: &str) {
         let chat = self.chats.entry(chat_key(id, Some(name))).or_default();
         let rows = self.source.side_after(id, name, chat.last_seq);
-        if let Some(last) = rows.iter().map(|r| r.seq).max() {
-            chat.last_seq = last;
-        }
-        if !rows.is_empty() && chat.top.is_some() {
-            chat.unseen = true;
-        }
         if let Some(t) = rows.iter().rev().filter(|r| r.role == "assistant").find_map(|r| r.tokens.as_ref()) {
             let usage: crate::providers::Usage = serde_json::from_value(t.clone()).unwrap_or_default();
             chat.context_tokens = Some(usage.input + usage.output);
         }
-        super::chat::push_rows(&mut chat.blocks, &rows);
+        chat.append(&rows);
     }
 
     /// The `ctx` gauge of the selected side loop: its last call against
