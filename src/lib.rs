@@ -12,6 +12,7 @@ pub mod daemon;
 pub mod docs;
 pub mod identity;
 pub mod knowledge;
+pub mod ledger;
 pub mod mcp;
 pub mod paths;
 pub mod protocol;

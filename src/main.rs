@@ -31,7 +31,14 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
     };
-    match adf::cli::run(cli) {
+    // Every model call is recorded in the app-wide usage ledger (benchmarks
+    // would only fill it with their own scripted calls).
+    if !matches!(cli.command, Some(adf::cli::Command::Bench { .. })) {
+        adf::ledger::enable();
+    }
+    let result = adf::cli::run(cli);
+    adf::ledger::flush();
+    match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
             if is_broken_pipe(&e) {

@@ -122,9 +122,11 @@ async fn a_side_loop_stops_at_its_own_budget_and_is_paused() {
     assert_eq!(d.status, "paused", "paused until the owner raises it");
     assert!(texts(&ex.store.side_rows("crit").unwrap()).contains("loop crit's budget.tokens_total of 50 reached"));
     assert_eq!(ex.state, "idle", "the agent is not suspended by a loop's budget");
-    // Main has no budget and goes on; its spend is not recorded.
+    // Main has no budget and goes on; its spend is the agent's, not the
+    // paused loop's.
     assert!(matches!(ex.chat("hello").await.unwrap(), TurnEnd::Completed { .. }));
-    assert_eq!(ex.store.spent("agent").unwrap().tokens_total, 0);
+    assert_eq!(ex.store.spent("agent").unwrap().tokens_total, 120);
+    assert_eq!(ex.store.spent("loop:crit").unwrap().tokens_total, 0);
 }
 
 #[test]
@@ -170,6 +172,9 @@ fn deferred_spend_counts_at_once_and_commits_with_the_next_write_or_the_close() 
     assert_eq!(on_disk(&path), 100, "went in with the next write");
     assert_eq!(s.spent("agent").unwrap().tokens_day, 100, "not counted twice");
     s.spend_defer(&["agent"], 0.0, 7);
+    let remembered = s.spent("agent").unwrap();
+    assert_eq!(remembered.tokens_total, 107, "the remembered figure follows each spend");
     s.close().unwrap();
     assert_eq!(on_disk(&path), 107, "a close writes what waits");
+    assert_eq!(Store::open(&path).unwrap().spent("agent").unwrap(), remembered, "read back, the same");
 }

@@ -37,6 +37,9 @@ pub enum Suite {
     /// How cost grows: 10 to 10,000 idle agents (memory, a woken agent's
     /// first turn) and 1 to 100 busy ones (turn latency, scheduling lag).
     Scale,
+    /// Staying in control: what a budget adds to a model call, `adf usage
+    /// --by day` over a million ledger entries, `adf why` on 100 agents.
+    Control,
 }
 
 #[derive(Debug, Serialize)]
@@ -72,7 +75,36 @@ pub fn run(out: &Out, suite: Suite, iterations: usize, short: bool, check: bool)
         Suite::Shell => shell(out, iterations),
         Suite::Mcp => mcp(out, iterations),
         Suite::Scale => super::scenario::scale(out, short),
+        Suite::Control => control(out, iterations, short),
     }
+}
+
+fn control(out: &Out, iterations: usize, short: bool) -> anyhow::Result<()> {
+    let entries = if short { 100_000 } else { 1_000_000 };
+    let r = crate::ledger::bench::run(iterations, entries)?;
+    if out.json {
+        return out.json(&r);
+    }
+    let rows = vec![
+        vec![
+            "budget check before a call (fleet + agent budgets) p50 / p99".into(),
+            format!("{:.1} / {:.1} µs", r.check_p50_us, r.check_p99_us),
+            "< 20 µs".into(),
+        ],
+        vec!["recording a call's spend (file + ledger) p50".into(), format!("{:.1} µs", r.settle_p50_us), "-".into()],
+        vec![
+            format!("adf usage --by day over {} ledger entries (filled in {:.1} s)", r.ledger_entries, r.fill_s),
+            format!("{:.2} ms", r.usage_by_day_ms),
+            "< 200 ms".into(),
+        ],
+        vec!["adf usage --by agent --since (90 days)".into(), format!("{:.2} ms", r.usage_by_agent_since_ms), "< 200 ms".into()],
+        vec![
+            format!("adf why on each of {} agents, p50 / max", r.why_agents),
+            format!("{:.2} / {:.2} ms", r.why_p50_ms, r.why_max_ms),
+            "< 50 ms".into(),
+        ],
+    ];
+    out.table(&["measure", "result", "target"], &rows)
 }
 
 fn mcp(out: &Out, iterations: usize) -> anyhow::Result<()> {

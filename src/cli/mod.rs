@@ -327,9 +327,25 @@ pub enum Command {
     },
     /// Daemon: follow the event stream (of one agent, by id).
     Events { agent: Option<String> },
-    /// Usage: of an agent file (calls, tokens and cost per model), or from
-    /// the daemon for an agent name or the whole fleet.
-    Usage { path: Option<PathBuf> },
+    /// Usage and cost: the app-wide ledger (every model call of every agent
+    /// on this machine, compactions included) grouped by day, provider,
+    /// model or agent; or of one agent file; or from the daemon for an
+    /// agent name.
+    Usage {
+        path: Option<PathBuf>,
+        /// Group the ledger by (default: day).
+        #[arg(long, value_enum)]
+        by: Option<crate::ledger::By>,
+        /// From this UTC day on: YYYY-MM-DD, "today", or N days back ("7d").
+        #[arg(long)]
+        since: Option<String>,
+    },
+    /// The fleet's budget (`budget` in settings.json): what it is and what
+    /// the fleet spent against it; `set '{"usd_day": 20}'`; `clear`.
+    Budget {
+        #[command(subcommand)]
+        cmd: Option<usage::BudgetCmd>,
+    },
     /// How full a loop's context window is, and what takes the space.
     Context {
         path: PathBuf,
@@ -507,6 +523,11 @@ pub enum ConfigCmd {
 }
 
 /// Run one parsed command line; returns the exit status.
+/// `--since` as a UTC day (for the daemon's `/usage` too).
+pub fn usage_since(s: &str) -> anyhow::Result<String> {
+    usage::since_day(s)
+}
+
 pub fn run(cli: Cli) -> anyhow::Result<u8> {
     let out = Out::new(cli.json);
     let url = cli.url.as_deref();
@@ -634,13 +655,21 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
                 logs::remote(&out, url, &arg(path), &o).map(|()| 0)
             };
         }
-        Some(Command::Usage { path }) => {
+        Some(Command::Usage { path, by, since }) => {
             return match path {
                 Some(p) if p.is_file() => usage::run(&out, p).map(|()| 0),
-                Some(p) => remote::run(&out, url, remote::Remote::Usage(Some(arg(p)))),
-                None => remote::run(&out, url, remote::Remote::Usage(None)),
+                Some(p) if by.is_none() && since.is_none() => {
+                    missing(p)?;
+                    remote::run(&out, url, remote::Remote::Usage(Some(arg(p))))
+                }
+                Some(p) => anyhow::bail!(
+                    "--by and --since read the app-wide ledger: leave out {} (or drop them to ask the daemon)",
+                    p.display()
+                ),
+                None => usage::ledger(&out, by.unwrap_or(crate::ledger::By::Day), since.as_deref()).map(|()| 0),
             };
         }
+        Some(Command::Budget { cmd }) => return usage::budget(&out, cmd.as_ref()).map(|()| 0),
         Some(Command::Agents) if crate::client::Client::configured(url) => {
             return remote::run(&out, url, remote::Remote::Agents);
         }

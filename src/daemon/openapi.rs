@@ -152,6 +152,10 @@ pub const ROUTES: &[Route] = &[
         r("get", "/agents/{id}/logs", "Log rows, oldest first: a level and up, one origin, after an id"),
         &["level:debug|info|warn|error", "origin:string", "after:integer", "limit:integer"],
     ),
+    q(
+        r("get", "/usage", "The app-wide usage ledger grouped by day, provider, model or agent, and the fleet budget"),
+        &["by:day|provider|model|agent", "since:day"],
+    ),
     r("get", "/agents/{id}/why", "Why the agent is awake or stuck: last turn, what it waits on, next wake"),
     r("get", "/agents/{id}/budgets", "Budgets of the agent and its loops, with what they spent"),
     q(r("get", "/agents/{id}/context", "The context gauge: window, fill and what takes the space"), &["loop:string"]),
@@ -216,6 +220,7 @@ fn field(spec: &str) -> (String, Value, bool) {
         // also takes cron expressions: `adf loops new --schedule`).
         "loopname" => json!({"type": "string", "pattern": "^[a-z][a-z0-9_-]{0,31}$"}),
         "every" => json!({"type": "string", "pattern": "^every [1-9][0-9]{0,3}[mhd]$"}),
+        "day" => json!({"type": "string", "pattern": "^(today|[0-9]{1,4}d|[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01]))$"}),
         "template" => {
             json!({"type": "string", "enum": crate::runtime::loop_templates::TEMPLATES.iter().map(|(n, _)| *n).collect::<Vec<_>>()})
         }

@@ -73,6 +73,7 @@ pub fn router(_s: AppState) -> Router<AppState> {
         .route("/runtime", get(runtime))
         .route("/runtime/providers", get(providers))
         .route("/runtime/usage", get(runtime_usage))
+        .route("/usage", get(ledger_usage))
         .route("/diagnostics", get(diagnostics))
         .merge(resources::router())
         .merge(super::mcp::router())
@@ -280,6 +281,32 @@ async fn runtime_usage(State(s): State<AppState>) -> ApiResult {
         }
     }
     Ok(Json(json!({"agents": agents})))
+}
+
+/// The app-wide ledger (`adf usage --by … --json` through the daemon).
+async fn ledger_usage(Query(q): Q) -> ApiResult {
+    let by = match q.get("by").map(String::as_str) {
+        None | Some("day") => crate::ledger::By::Day,
+        Some("provider") => crate::ledger::By::Provider,
+        Some("model") => crate::ledger::By::Model,
+        Some("agent") => crate::ledger::By::Agent,
+        Some(other) => return Err(ApiError::bad(format!("by must be day, provider, model or agent, got \"{other}\""))),
+    };
+    let since = match q.get("since") {
+        Some(s) => Some(crate::cli::usage_since(s).map_err(|e| ApiError::bad(e.to_string()))?),
+        None => None,
+    };
+    let v = tokio::task::spawn_blocking(move || {
+        let l = crate::ledger::enable();
+        let rows = l.report(by, since.as_deref())?;
+        let (_, budget) = l.settings();
+        Ok::<_, crate::ledger::LedgerError>(json!({"by": by, "since": since, "rows": rows,
+            "fleet": {"budget": budget, "spent": l.fleet_spent()}, "notice": l.take_notice()}))
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))?
+    .map_err(|e| ApiError::internal(e.to_string()))?;
+    Ok(Json(v))
 }
 
 async fn diagnostics(State(s): State<AppState>) -> ApiResult {

@@ -170,6 +170,7 @@ fn usage_of(u: &Value) -> Usage {
         cache_read: n("cache_read_input_tokens"),
         cache_write: n("cache_creation_input_tokens"),
         reasoning: None,
+        cost: None,
     }
 }
 

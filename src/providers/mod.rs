@@ -114,7 +114,7 @@ impl ModelRequest {
 }
 
 /// Token usage of one call.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize)]
 #[serde(default)]
 pub struct Usage {
     pub input: u64,
@@ -125,6 +125,10 @@ pub struct Usage {
     pub cache_write: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reasoning: Option<u64>,
+    /// What the provider says the call cost in US dollars (OpenRouter's
+    /// `usage.cost`): it wins over the owner's price list.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost: Option<f64>,
 }
 
 impl Usage {
@@ -136,6 +140,7 @@ impl Usage {
         self.cache_read = other.cache_read.or(self.cache_read);
         self.cache_write = other.cache_write.or(self.cache_write);
         self.reasoning = other.reasoning.or(self.reasoning);
+        self.cost = other.cost.or(self.cost);
     }
 }
 

@@ -234,6 +234,7 @@ impl Parser for ChatParser {
                 cache_read: n("/prompt_tokens_details/cached_tokens"),
                 cache_write: None,
                 reasoning: n("/completion_tokens_details/reasoning_tokens"),
+                cost: u.get("cost").and_then(Value::as_f64).filter(|c| c.is_finite() && *c >= 0.0),
             });
         }
         for choice in v["choices"].as_array().into_iter().flatten() {

@@ -44,6 +44,18 @@ pub fn cost(prices: &Prices, model: &str, u: &Usage) -> Option<f64> {
     )
 }
 
+/// Where a provider-reported cost came from.
+pub const PROVIDER: &str = "provider";
+
+/// What a call cost and where the figure came from: the provider's own
+/// report first, then the owner's price list; `None` when neither knows.
+pub fn priced(prices: &Prices, model: &str, u: &Usage) -> Option<(f64, &'static str)> {
+    if let Some(c) = u.cost {
+        return Some((c, PROVIDER));
+    }
+    cost(prices, model, u).map(|c| (c, SOURCE))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

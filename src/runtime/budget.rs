@@ -11,6 +11,9 @@ use serde_json::Value;
 
 use crate::store::spend::Spent;
 
+/// The scope of the fleet's budget (`budget` in settings.json).
+pub const FLEET: &str = "fleet";
+
 /// One budget (any part may be absent).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Budget {
@@ -28,6 +31,13 @@ impl Budget {
     /// `limits.budget` of a config (`None`: no budget set).
     pub fn of(cfg: &Value) -> Option<Budget> {
         Self::from_value(cfg.pointer("/limits/budget")?)
+    }
+
+    /// A budget as the owner typed it, checked as `limits.budget` is:
+    /// dollars are numbers, tokens whole numbers, all at least 0, nothing
+    /// else. `whose` names it in the error.
+    pub fn parse(v: &Value, whose: &str) -> Result<Budget, String> {
+        parse(v, whose)
     }
 
     pub fn from_value(v: &Value) -> Option<Budget> {
@@ -56,12 +66,16 @@ pub struct Exceeded {
 impl Exceeded {
     /// The notice the owner and the loop see.
     pub fn notice(&self, file: &str) -> String {
-        let whose = if self.scope == "agent" {
+        let whose = if self.scope == FLEET {
+            "the fleet's budget (settings.json)".to_string()
+        } else if self.scope == "agent" {
             "limits.budget".to_string()
         } else {
             format!("loop {}'s budget", self.scope.trim_start_matches("loop:"))
         };
-        let raise = if self.scope == "agent" {
+        let raise = if self.scope == FLEET {
+            format!("adf budget set '{{\"{}\": {}}}'", self.which, suggest(self.limit, self.need))
+        } else if self.scope == "agent" {
             format!("adf config set {file} limits.budget '{{\"{}\": {}}}'", self.which, suggest(self.limit, self.need))
         } else {
             format!(
@@ -85,6 +99,23 @@ impl Exceeded {
             self.which, self.limit, self.spent, self.need
         )
     }
+}
+
+/// See `Budget::parse`.
+pub fn parse(b: &Value, whose: &str) -> Result<Budget, String> {
+    let issues = crate::store::config::validate(&serde_json::json!({"limits": {"budget": b}}));
+    let bad: Vec<String> = issues
+        .into_iter()
+        .filter(|i| i.path.starts_with("limits.budget"))
+        .map(|i| format!("{} {}", i.path.replacen("limits.budget", "budget", 1), i.message))
+        .collect();
+    if !b.is_object() || !bad.is_empty() {
+        return Err(format!(
+            "{whose} {b} is not valid{}: use {{\"usd_day\", \"usd_total\", \"tokens_day\", \"tokens_total\"}}",
+            if bad.is_empty() { String::new() } else { format!(" ({})", bad.join("; ")) }
+        ));
+    }
+    serde_json::from_value(b.clone()).map_err(|e| format!("{whose} {b} is not valid: {e}"))
 }
 
 fn suggest(limit: f64, need: f64) -> String {
@@ -179,6 +210,9 @@ mod tests {
         assert_eq!((e.which, e.limit), ("usd_day", 2.0));
         assert!(e.notice("a.adf").contains("limits.budget.usd_day of $2.0000 reached"), "{}", e.notice("a.adf"));
         assert!(e.notice("a.adf").contains("adf config set a.adf limits.budget '{\"usd_day\": 4}'"));
+        let fleet = check(FLEET, &b, &spent, Some(0.2), 1).unwrap_err().notice("a.adf");
+        assert!(fleet.contains("the fleet's budget (settings.json).usd_day"), "{fleet}");
+        assert!(fleet.contains("adf budget set '{\"usd_day\": 4}'"), "{fleet}");
         let e = check("loop:crit", &b, &spent, Some(0.01), 2_000).unwrap_err();
         assert_eq!(e.which, "tokens_total");
         assert!(e.notice("a.adf").contains("loop crit's budget"));

@@ -613,6 +613,18 @@ impl Executor {
             reasoning_tokens: None,
             trailing: None,
         };
+        // The same budgets as a turn's call: the worst case first.
+        let budgets = self.budgets(&cfg);
+        if !budgets.is_empty() {
+            let chars: usize = req.system.len()
+                + req.messages.iter().flat_map(|m| m.content.iter()).map(|c| c.to_string().len()).sum::<usize>();
+            let over = self
+                .check_budgets(budgets, &model, chars.div_ceil(4) as u64, req.max_tokens)
+                .map_err(|e| err("INTERNAL_ERROR", e.to_string()))?;
+            if let Some(e) = over {
+                return Err(err("BUDGET_EXCEEDED", e.notice(&self.store.path().display().to_string())));
+            }
+        }
         let started = std::time::Instant::now();
         let provider = self.provider();
         let result = match provider.stream(req).await {
@@ -626,6 +638,8 @@ impl Executor {
                     "output_tokens": r.usage.output, "duration_ms": ms, "stop_reason": r.stop_reason,
                     "call_source": "model_invoke"});
                 self.emit(kind::LLM_COMPLETED, &cx.source, payload);
+                self.settle_spend(&cfg, &model, &r.usage, "model_invoke")
+                    .map_err(|e| err("INTERNAL_ERROR", e.to_string()))?;
                 let _ = self.log(
                     "info",
                     "model_invoke",

@@ -126,8 +126,11 @@ pub struct Executor {
     transcript: prompt::Transcript,
     /// Live MCP connections by server name, opened at the first call.
     mcp: crate::mcp::servers::Servers,
-    /// The owner's price list, for the cost of each call.
-    prices: crate::providers::prices::Prices,
+    /// A price list set by hand (else settings.json's, via the ledger).
+    prices: Arc<crate::providers::prices::Prices>,
+    /// The app-wide usage ledger and the fleet budget, when this process
+    /// keeps one.
+    ledger: Option<Arc<crate::ledger::Ledger>>,
     /// A decision given before its approval is asked again (resuming a
     /// paused turn): (origin, task id, decision).
     preset: Option<(String, String, Decision)>,
@@ -233,6 +236,7 @@ impl Executor {
             parked: None,
             loops: Default::default(),
             prices: Default::default(),
+            ledger: crate::ledger::global(),
             context_hash: None,
             preset: None,
             last_dynamic: None,
@@ -253,7 +257,13 @@ impl Executor {
 
     /// Price calls with the owner's price list.
     pub fn set_prices(&mut self, prices: crate::providers::prices::Prices) {
-        self.prices = prices;
+        self.prices = Arc::new(prices);
+    }
+
+    /// Record calls in this ledger and check its fleet budget (by default
+    /// the process's own, when it keeps one).
+    pub fn set_ledger(&mut self, ledger: Option<Arc<crate::ledger::Ledger>>) {
+        self.ledger = ledger;
     }
 
     /// Receive text and reasoning deltas as they stream.
@@ -1003,7 +1013,7 @@ impl Executor {
                     return Ok(TurnEnd::Failed { error: e.to_string(), state });
                 }
             };
-            self.settle_spend(cfg, &model_id, &response.usage)?;
+            self.settle_spend(cfg, &model_id, &response.usage, "turn")?;
             let tokens = usage_json(&response.usage);
             let model = typed.model.as_ref().and_then(|m| m.model_id.clone()).unwrap_or_default();
             let calls: Vec<Value> = response.tool_calls().cloned().collect();
@@ -1217,7 +1227,7 @@ impl Executor {
             Err(_) => ("(Summary generation failed.)".to_string(), None),
         };
         if let Ok(r) = &result {
-            self.settle_spend(cfg, &model, &r.usage)?;
+            self.settle_spend(cfg, &model, &r.usage, "compaction")?;
         }
         let ev = if result.is_ok() { kind::LLM_COMPLETED } else { kind::LLM_FAILED };
         self.emit(
@@ -1517,9 +1527,11 @@ impl Executor {
                         "cache_read_tokens": resp.usage.cache_read, "cache_write_tokens": resp.usage.cache_write,
                         "reasoning_tokens": resp.usage.reasoning, "duration_ms": ms,
                         "stop_reason": resp.stop_reason, "call_source": "turn"});
-                    if let Some(c) = crate::providers::prices::cost(&self.prices, &req.model, &resp.usage) {
+                    if let Some((c, from)) =
+                        crate::providers::prices::priced(&self.price_list(), &req.model, &resp.usage)
+                    {
                         payload["cost_usd"] = json!(c);
-                        payload["cost_source"] = json!(crate::providers::prices::SOURCE);
+                        payload["cost_source"] = json!(from);
                     }
                     self.emit(kind::LLM_COMPLETED, source, payload);
                     return Ok(resp);

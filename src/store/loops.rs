@@ -547,19 +547,7 @@ impl Store {
 /// A loop's budget has `limits.budget`'s shape.
 fn check_budget(b: Option<&Value>) -> Result<()> {
     let Some(b) = b.filter(|b| !b.is_null()) else { return Ok(()) };
-    let issues = super::config::validate(&serde_json::json!({"limits": {"budget": b}}));
-    let bad: Vec<String> = issues
-        .into_iter()
-        .filter(|i| i.path.starts_with("limits.budget"))
-        .map(|i| format!("{} {}", i.path, i.message))
-        .collect();
-    if !b.is_object() || !bad.is_empty() {
-        return Err(StoreError::Invalid(format!(
-            "the loop's budget {b} is not valid{}: use {{\"usd_day\", \"usd_total\", \"tokens_day\", \"tokens_total\"}}",
-            if bad.is_empty() { String::new() } else { format!(" ({})", bad.join("; ")) }
-        )));
-    }
-    Ok(())
+    crate::runtime::budget::parse(b, "the loop's budget").map(|_| ()).map_err(StoreError::Invalid)
 }
 
 /// The first scheduled run of a loop (scheduled mode only; the others

@@ -106,6 +106,9 @@ pub struct Store {
     parked_sig: Option<FileSig>,
     /// Spend recorded with the next write (`spend_defer`).
     pending_spend: Vec<spend::Pending>,
+    /// What each scope spent, as of a UTC day, once read: the holder of
+    /// the lock is the only writer, so a budget check is a lookup.
+    spent_memo: std::sync::Mutex<std::collections::HashMap<String, (String, spend::Spent)>>,
 }
 
 /// Write the clean-close marker (the time of the close).
@@ -383,6 +386,7 @@ impl Store {
             wal_frames: None,
             parked_sig: None,
             pending_spend: Vec::new(),
+            spent_memo: Default::default(),
         };
         // A version that is not a number is no version this adf can climb
         // from: migrating it "from 0" would rewrite a file it does not know.
@@ -483,6 +487,7 @@ impl Store {
             wal_frames: None,
             parked_sig: None,
             pending_spend: Vec::new(),
+            spent_memo: Default::default(),
         })
     }
 
@@ -517,6 +522,7 @@ impl Store {
             wal_frames: None,
             parked_sig: None,
             pending_spend: Vec::new(),
+            spent_memo: Default::default(),
         })
     }
 
@@ -799,7 +805,11 @@ impl Store {
                 return Err(e);
             }
         };
-        step("COMMIT")?;
+        if let Err(e) = step("COMMIT") {
+            // What was spent may or may not be in the file: read it again.
+            self.spent_memo.lock().unwrap_or_else(|p| p.into_inner()).clear();
+            return Err(e);
+        }
         drop(guard);
         self.marker_taken = true;
         Ok(out)

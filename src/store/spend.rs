@@ -63,8 +63,20 @@ impl Store {
     /// next row): no commit of its own. `spent` counts it at once.
     pub fn spend_defer(&mut self, scopes: &[&str], usd: f64, tokens: u64) {
         let day = today();
+        let mut memo = self.spent_memo.lock().unwrap_or_else(|p| p.into_inner());
         for s in scopes {
             self.pending_spend.push((s.to_string(), day.clone(), usd, tokens));
+            match memo.get_mut(*s) {
+                Some((d, m)) if *d == day => {
+                    m.usd_day += usd;
+                    m.tokens_day += tokens;
+                    m.usd_total += usd;
+                    m.tokens_total += tokens;
+                }
+                _ => {
+                    memo.remove(*s);
+                }
+            }
         }
     }
 
@@ -78,10 +90,24 @@ impl Store {
 
     /// What `scope` spent today and in total (nothing when nothing was).
     pub fn spent(&self, scope: &str) -> Result<Spent> {
+        let day = today();
+        if !self.read_only
+            && let Some((d, s)) = self.spent_memo.lock().unwrap_or_else(|p| p.into_inner()).get(scope)
+            && *d == day
+        {
+            return Ok(*s);
+        }
+        let s = self.spent_read(scope, &day)?;
+        if !self.read_only {
+            self.spent_memo.lock().unwrap_or_else(|p| p.into_inner()).insert(scope.to_string(), (day, s));
+        }
+        Ok(s)
+    }
+
+    fn spent_read(&self, scope: &str, day: &str) -> Result<Spent> {
         let sql = "SELECT COALESCE(SUM(CASE WHEN day = ?2 THEN usd END), 0), COALESCE(SUM(CASE WHEN day = ?2 THEN tokens END), 0),
                           COALESCE(SUM(usd), 0), COALESCE(SUM(tokens), 0)
                    FROM adfrs_spend WHERE scope = ?1";
-        let day = today();
         let stored = self.conn().prepare_cached(sql).and_then(|mut st| {
             st.query_row(params![scope, day], |r| {
                 Ok(Spent {
@@ -98,7 +124,7 @@ impl Store {
             Err(e) => return Err(e).at(self.path()),
         };
         for (_, d, usd, tokens) in self.pending_spend.iter().filter(|p| p.0 == scope) {
-            if *d == day {
+            if d == day {
                 s.usd_day += usd;
                 s.tokens_day += tokens;
             }

@@ -352,6 +352,8 @@ pub struct App {
     pub events_agent_only: bool,
     /// (time, agent id, tokens) of recent model calls, for the token burn.
     pub(super) burn: VecDeque<(i64, String, u64)>,
+    /// The fleet budget's tightest part: (which, spent / limit).
+    pub fleet_budget: Option<(&'static str, f64)>,
     pub(super) prices: crate::providers::prices::Prices,
     /// settings.json's `model_windows` (the owner's context windows).
     pub(super) model_windows: Option<Value>,
@@ -404,6 +406,7 @@ impl App {
             windows: HashMap::new(),
             events_agent_only: false,
             burn: VecDeque::new(),
+            fleet_budget: None,
             model_windows: crate::providers::windows::overrides(),
             prices: crate::providers::accounts::load()
                 .map(|s| crate::providers::prices::from_settings(&s))
@@ -470,6 +473,7 @@ impl App {
             self.refresh_loops(i);
             self.refresh_budget(i);
         }
+        self.refresh_fleet();
         self.refresh_pending();
         self.refresh_files();
     }
@@ -538,6 +542,15 @@ impl App {
         let Some(a) = self.agents.get(i) else { return };
         let uses = self.source.budgets(&a.info.id);
         self.agents[i].budget = uses.iter().find(|u| u.scope == "agent").and_then(|u| u.tightest());
+    }
+
+    /// The fleet budget's gauge, and a ledger problem to tell the owner.
+    pub fn refresh_fleet(&mut self) {
+        let (fleet, notice) = self.source.fleet();
+        self.fleet_budget = fleet.and_then(|u| u.tightest());
+        if let Some(n) = notice {
+            self.status = Some(format!("usage ledger: {n}"));
+        }
     }
 
     /// Re-read the whole loop (after a compaction or a clear).
@@ -723,9 +736,13 @@ impl App {
                     self.refresh_agent(i);
                     self.refresh_pending();
                 }
-                "suspend.requested" => self.refresh_budget(i),
+                "suspend.requested" => {
+                    self.refresh_budget(i);
+                    self.refresh_fleet();
+                }
                 "llm.completed" => {
                     self.refresh_budget(i);
+                    self.refresh_fleet();
                     let t = e.payload["input_tokens"].as_u64().unwrap_or(0)
                         + e.payload["output_tokens"].as_u64().unwrap_or(0);
                     self.burn.push_back((e.timestamp, id.clone(), t));

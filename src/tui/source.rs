@@ -53,6 +53,18 @@ pub trait Source: Send {
     fn budgets(&self, _id: &str) -> Vec<crate::runtime::budget::BudgetUse> {
         Vec::new()
     }
+    /// The fleet's budget with what the fleet spent (none set: `None`), and
+    /// what went wrong with the usage ledger, once. This process's own
+    /// ledger by default.
+    fn fleet(&self) -> (Option<crate::runtime::budget::BudgetUse>, Option<String>) {
+        let Some(l) = crate::ledger::global() else { return (None, None) };
+        let budget = l.settings().1.map(|budget| crate::runtime::budget::BudgetUse {
+            scope: crate::runtime::budget::FLEET.into(),
+            budget,
+            spent: l.fleet_spent(),
+        });
+        (budget, l.take_notice())
+    }
 }
 
 /// The agents' files, read directly; the app's own control API for what
@@ -216,6 +228,14 @@ impl Source for Remote {
         self.get(&["agents", id, "budgets"], &[])
             .and_then(|v| serde_json::from_value(v["budgets"].clone()).ok())
             .unwrap_or_default()
+    }
+    fn fleet(&self) -> (Option<crate::runtime::budget::BudgetUse>, Option<String>) {
+        let Some(v) = self.get(&["usage"], &[("since", "today")]) else { return (None, None) };
+        let budget = serde_json::from_value::<crate::runtime::budget::Budget>(v["fleet"]["budget"].clone()).ok();
+        let spent = serde_json::from_value(v["fleet"]["spent"].clone()).unwrap_or_default();
+        let fleet =
+            budget.map(|budget| crate::runtime::budget::BudgetUse { scope: crate::runtime::budget::FLEET.into(), budget, spent });
+        (fleet, v["notice"].as_str().map(str::to_string))
     }
     fn side_after(&self, id: &str, name: &str, seq: i64) -> Vec<LoopRow> {
         let after = seq.to_string();

@@ -153,10 +153,11 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
         None => " adf".to_string(),
     };
     let burn = short_count(app.burn_per_min(None));
+    let fleet = app.fleet_budget.map(|(_, f)| format!(" · fleet {:.0}%$", (f * 100.0).min(999.0))).unwrap_or_default();
     let right = if area.width >= 100 {
         let n = app.agents.len();
         let s = if n == 1 { "" } else { "s" };
-        format!("{n} agent{s} · {running} running · {waiting} waiting on you · {burn} tok/min   ? help ")
+        format!("{n} agent{s} · {running} running · {waiting} waiting on you · {burn} tok/min{fleet}   ? help ")
     } else if waiting > 0 {
         format!("{} {waiting} waiting · ? help ", app.glyphs.warn)
     } else {

@@ -4,18 +4,26 @@
 //! the turn ends suspended with a notice naming the budget. Each call's real
 //! spend is recorded per scope when a budget applies.
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 
 use super::{CachedConfig, Executor, TurnEnd};
 use crate::protocol::kind;
+use crate::ledger::Entry;
+use crate::providers::prices::Prices;
 use crate::providers::{ModelRequest, Usage};
 use crate::runtime::budget::{self, Budget, Exceeded};
 use crate::store::StoreError;
 
 impl Executor {
-    /// The budgets that apply now: the agent's, and the side loop's.
-    fn budgets(&self, cfg: &Value) -> Vec<(String, Budget)> {
+    /// The budgets that apply now: the fleet's (settings.json), the
+    /// agent's, and the side loop's.
+    pub(crate) fn budgets(&self, cfg: &Value) -> Vec<(String, Budget)> {
         let mut out = Vec::new();
+        if let Some(b) = self.ledger.as_ref().and_then(|l| l.settings().1) {
+            out.push((budget::FLEET.to_string(), b));
+        }
         if let Some(b) = Budget::of(cfg) {
             out.push(("agent".to_string(), b));
         }
@@ -36,10 +44,25 @@ impl Executor {
         }
         let fresh = (self.session()?.chars as usize + req.system.len() + c.tool_chars).div_ceil(4) as u64;
         let input = fresh.max(self.token_count()?);
-        let worst = Usage { input, output: req.max_tokens, ..Default::default() };
-        let usd = crate::providers::prices::cost(&self.prices, &req.model, &worst);
+        self.check_budgets(budgets, &req.model, input, req.max_tokens)
+    }
+
+    /// The first of `budgets` a call of `input` tokens in and at most
+    /// `max_out` out would cross.
+    pub(crate) fn check_budgets(
+        &mut self,
+        budgets: Vec<(String, Budget)>,
+        model: &str,
+        input: u64,
+        max_out: u64,
+    ) -> Result<Option<Exceeded>, StoreError> {
+        let worst = Usage { input, output: max_out, ..Default::default() };
+        let usd = crate::providers::prices::cost(&self.price_list(), model, &worst);
         for (scope, b) in &budgets {
-            let spent = self.store.spent(scope)?;
+            let spent = match &self.ledger {
+                Some(l) if scope == budget::FLEET => l.fleet_spent(),
+                _ => self.store.spent(scope)?,
+            };
             if let Err(e) = budget::check(scope, b, &spent, usd, input + worst.output) {
                 return Ok(Some(e));
             }
@@ -47,21 +70,49 @@ impl Executor {
         Ok(None)
     }
 
-    /// Record a call's spend against every scope a budget watches.
-    pub(super) fn settle_spend(&mut self, cfg: &Value, model: &str, usage: &Usage) -> Result<(), StoreError> {
-        let budgets = self.budgets(cfg);
-        if budgets.is_empty() {
-            return Ok(());
+    /// The price list: one set by hand, else settings.json's through the
+    /// ledger.
+    pub(super) fn price_list(&self) -> Arc<Prices> {
+        match &self.ledger {
+            Some(l) if self.prices.is_empty() => l.settings().0,
+            _ => self.prices.clone(),
         }
-        let usd = crate::providers::prices::cost(&self.prices, model, usage).unwrap_or(0.0);
+    }
+
+    /// Record a call's spend: in the file for the agent and the running
+    /// side loop (what `adf usage FILE` and the budgets read, compaction or
+    /// not), and in the app-wide ledger.
+    pub(crate) fn settle_spend(
+        &mut self,
+        cfg: &Value,
+        model: &str,
+        usage: &Usage,
+        call_source: &'static str,
+    ) -> Result<(), StoreError> {
+        let cost = crate::providers::prices::priced(&self.price_list(), model, usage);
         let tokens = usage.input + usage.output + usage.cache_read.unwrap_or(0) + usage.cache_write.unwrap_or(0);
         let mut scopes: Vec<&str> = vec!["agent"];
-        let side = self.loops.side.as_ref().map(|s| format!("loop:{}", s.def.name));
-        if let Some(s) = &side {
+        let side = self.loops.side.as_ref().map(|s| s.def.name.clone());
+        let side_scope = side.as_ref().map(|s| format!("loop:{s}"));
+        if let Some(s) = &side_scope {
             scopes.push(s);
         }
         // Committed with the row this call produced: no commit of its own.
-        self.store.spend_defer(&scopes, usd, tokens);
+        self.store.spend_defer(&scopes, cost.map(|c| c.0).unwrap_or(0.0), tokens);
+        if let Some(l) = &self.ledger {
+            l.record(Entry {
+                ts_ms: chrono::Utc::now().timestamp_millis(),
+                agent_id: self.agent_id.clone(),
+                agent: cfg.get("name").and_then(Value::as_str).unwrap_or("").to_string(),
+                file: self.store.path().display().to_string(),
+                loop_name: side.unwrap_or_else(|| "main".into()),
+                provider: self.provider.id().to_string(),
+                model: model.to_string(),
+                call_source,
+                usage: *usage,
+                cost,
+            });
+        }
         Ok(())
     }
 
