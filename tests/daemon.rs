@@ -1012,3 +1012,98 @@ async fn logs_and_budgets_through_the_daemon() {
     let out = tokio::task::spawn_blocking(move || cli(&h, &["why", f.to_str().unwrap(), "--json"])).await.unwrap();
     assert!(json(&out)["state"].is_string(), "the live state, through the holder");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_with_roles_may_do_what_their_role_says_and_get_403_on_the_rest() {
+    let dir = tmp();
+    let home = home_with(dir.path(), &["a"]);
+    let agents = home.join("data/agents");
+    let mint = |role: &str| -> (String, String) {
+        let v = json(&adf_home(&home, &agents, &["token", "new", "--role", role, "--label", "test", "--json"]));
+        (v["id"].as_str().unwrap().to_string(), v["token"].as_str().unwrap().to_string())
+    };
+    let (obs_id, observer) = mint("observer");
+    let (_, approver) = mint("approver");
+    // The text form prints the token as its last word.
+    let text = ok(&adf_home(&home, &agents, &["token", "new", "--role", "observer"]));
+    assert!(text.split_whitespace().last().unwrap().starts_with("adf_obs_"), "{text}");
+    // An unknown role: a usage error, nothing minted.
+    let before = std::fs::read(home.join("config/tokens.json")).unwrap();
+    let out = adf_home(&home, &agents, &["token", "new", "--role", "admin"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("use owner, approver or observer"));
+    assert_eq!(std::fs::read(home.join("config/tokens.json")).unwrap(), before);
+    let listed = ok(&adf_home(&home, &agents, &["token", "ls"]));
+    assert!(listed.contains(&obs_id) && listed.contains("approver") && !listed.contains(&observer), "{listed}");
+
+    let d = start(&home, "http://127.0.0.1:9", &[]);
+    let call = |token: String, method: &'static str, path: String, body: Option<Value>| {
+        let (url, http) = (d.url.clone(), d.http.clone());
+        async move {
+            let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+            let mut r = http.request(m, format!("{url}{path}")).bearer_auth(token);
+            if let Some(b) = body {
+                r = r.json(&b);
+            }
+            let resp = r.send().await.unwrap();
+            let s = resp.status().as_u16();
+            (s, serde_json::from_str::<Value>(&resp.text().await.unwrap()).unwrap_or_default())
+        }
+    };
+    let (s, v) = call(observer.clone(), "GET", "/whoami".into(), None).await;
+    assert_eq!((s, v["role"].as_str()), (200, Some("observer")));
+    assert_eq!(d.get("/whoami").await["role"], "owner");
+    let (s, v) = call(observer.clone(), "GET", "/agents".into(), None).await;
+    assert_eq!(s, 200, "{v}");
+    let (s, v) = call(observer.clone(), "POST", "/agents/a/chat".into(), Some(json!({"text": "hi"}))).await;
+    assert_eq!((s, v["code"].as_str()), (403, Some("FORBIDDEN_ROLE")), "{v}");
+    assert!(v["error"].as_str().unwrap().contains("observer"), "{v}");
+    let (s, _) =
+        call(observer.clone(), "POST", "/agents/a/tasks/t1/resolve".into(), Some(json!({"action": "approve"}))).await;
+    assert_eq!(s, 403, "observers do not answer approvals");
+    // An approver answers approvals (no such task here: 404, not 403), but
+    // does not lift gates, chat or change config.
+    let (s, v) =
+        call(approver.clone(), "POST", "/agents/a/tasks/t1/resolve".into(), Some(json!({"action": "approve"}))).await;
+    assert_eq!(s, 404, "{v}");
+    let (s, v) = call(
+        approver.clone(),
+        "POST",
+        "/agents/a/tasks/t1/resolve".into(),
+        Some(json!({"action": "approve", "always": true})),
+    )
+    .await;
+    assert_eq!(s, 403, "{v}");
+    let (s, _) =
+        call(approver.clone(), "POST", "/agents/a/asks/r1/respond".into(), Some(json!({"answer": "yes"}))).await;
+    assert_ne!(s, 403);
+    let (s, _) = call(approver.clone(), "PUT", "/agents/a/config".into(), Some(json!({}))).await;
+    assert_eq!(s, 403);
+    let (s, _) = call(approver.clone(), "POST", "/agents/a/stop".into(), None).await;
+    assert_eq!(s, 403);
+    // The CLI with a lesser token says why it was refused.
+    let (h, tok) = (home.clone(), observer.clone());
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_adf"))
+            .args(["stop", "a"])
+            .env("ADF_HOME", &h)
+            .env("ADF_DAEMON_TOKEN", tok)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("role is observer"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Revoked, refused from the next request.
+    ok(&adf_home(&home, &agents, &["token", "rm", &obs_id]));
+    let (s, _) = call(observer.clone(), "GET", "/agents".into(), None).await;
+    assert_eq!(s, 401);
+    fails(&adf_home(&home, &agents, &["token", "rm", &obs_id]), &["no token"]);
+    let (s, _) = call("adf_obs_guess".into(), "GET", "/agents".into(), None).await;
+    assert_eq!(s, 401);
+}

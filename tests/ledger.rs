@@ -95,9 +95,12 @@ async fn a_compaction_call_is_in_the_ledger_and_in_the_file_spend_after_its_rows
     // `adf usage FILE` says what the loop rows no longer show.
     let u = json(&adf(dir.path(), &["usage", path.to_str().unwrap(), "--json"], None));
     assert_eq!(u["recorded"]["tokens_total"], 480);
-    let in_rows: u64 = u["models"].as_object().unwrap().values().map(|m| {
-        m["input_tokens"].as_u64().unwrap() + m["output_tokens"].as_u64().unwrap()
-    }).sum();
+    let in_rows: u64 = u["models"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|m| m["input_tokens"].as_u64().unwrap() + m["output_tokens"].as_u64().unwrap())
+        .sum();
     assert!(in_rows < 480, "compaction removed rows: {u}");
     assert_eq!(u["compacted_tokens"].as_u64().unwrap(), 480 - in_rows);
 }
@@ -125,9 +128,8 @@ async fn adf_usage_reads_the_ledger_by_day_model_and_agent_with_the_providers_co
     let base = fake.base_url.clone();
     for text in ["hello", "again"] {
         let (d, base) = (d.clone(), base.clone());
-        let out = tokio::task::spawn_blocking(move || adf_with_providers(&d, &base, &["chat", "a.adf", text]))
-            .await
-            .unwrap();
+        let out =
+            tokio::task::spawn_blocking(move || adf_with_providers(&d, &base, &["chat", "a.adf", text])).await.unwrap();
         ok(&out);
     }
     let v = json(&adf(&d, &["usage", "--json"], None));

@@ -1178,3 +1178,40 @@ async fn a_budget_shows_in_the_tree_and_the_chat_title() {
     let screen = render(&a, 120, 40);
     assert!(screen.contains("85%$") && screen.contains("budget 85% (tokens_day)"), "{screen}");
 }
+
+/// Attached with an observer's or an approver's token, the app hides what
+/// the token may not do: the palette leaves it out, its keys say why, and
+/// a message typed is kept, not sent.
+#[tokio::test]
+async fn a_lesser_token_hides_what_it_may_not_do() {
+    use adf::daemon::roles::Role;
+    let dir = tmp();
+    let mut a = loaded(dir.path()).await;
+    a.role = Role::Observer;
+    ctrl(&mut a, 'p');
+    keys(&mut a, "appr");
+    both("palette_as_observer", &a);
+    key(&mut a, KeyCode::Esc);
+    let hits: Vec<&str> = adf::tui::input::palette_hits("", Role::Observer).iter().map(|c| c.name).collect();
+    assert!(hits.contains(&"approvals") && hits.contains(&"files"), "reading stays");
+    for hidden in ["stop", "approve_once", "edit_mind", "new_agent", "emergency_stop"] {
+        assert!(!hits.contains(&hidden), "{hidden} is hidden from an observer");
+    }
+    let approver: Vec<&str> = adf::tui::input::palette_hits("", Role::Approver).iter().map(|c| c.name).collect();
+    assert!(
+        approver.contains(&"approve_once") && approver.contains(&"reject") && !approver.contains(&"approve_always")
+    );
+    let actions = a.run("stop");
+    assert!(actions.is_empty());
+    assert!(a.status.as_deref().unwrap().contains("observer token: stop needs the owner's"), "{:?}", a.status);
+    assert!(a.run("approve_once").is_empty(), "an observer does not approve");
+    // An approver may approve once, but a chat message stays in the composer.
+    a.role = Role::Approver;
+    a.status = None;
+    assert!(!a.run("approve_once").is_empty(), "an approver approves");
+    a.run("focus_composer");
+    keys(&mut a, "hello");
+    key(&mut a, KeyCode::Enter);
+    assert_eq!(a.composer.lines().join(""), "hello", "kept, not sent");
+    assert!(a.status.as_deref().unwrap().contains("chatting needs the owner's"), "{:?}", a.status);
+}

@@ -97,7 +97,11 @@ fn control(out: &Out, iterations: usize, short: bool) -> anyhow::Result<()> {
             format!("{:.2} ms", r.usage_by_day_ms),
             "< 200 ms".into(),
         ],
-        vec!["adf usage --by agent --since (90 days)".into(), format!("{:.2} ms", r.usage_by_agent_since_ms), "< 200 ms".into()],
+        vec![
+            "adf usage --by agent --since (90 days)".into(),
+            format!("{:.2} ms", r.usage_by_agent_since_ms),
+            "< 200 ms".into(),
+        ],
         vec![
             format!("adf why on each of {} agents, p50 / max", r.why_agents),
             format!("{:.2} / {:.2} ms", r.why_p50_ms, r.why_max_ms),

@@ -24,6 +24,7 @@ mod repair;
 mod scenario;
 mod skills;
 mod sql;
+mod token;
 mod usage;
 
 use std::path::PathBuf;
@@ -346,6 +347,9 @@ pub enum Command {
         #[command(subcommand)]
         cmd: Option<usage::BudgetCmd>,
     },
+    /// Daemon tokens with a role (owner, approver, observer): new, ls, rm.
+    #[command(subcommand)]
+    Token(token::TokenCmd),
     /// How full a loop's context window is, and what takes the space.
     Context {
         path: PathBuf,
@@ -670,6 +674,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
             };
         }
         Some(Command::Budget { cmd }) => return usage::budget(&out, cmd.as_ref()).map(|()| 0),
+        Some(Command::Token(cmd)) => return token::run(&out, cmd).map(|()| 0),
         Some(Command::Agents) if crate::client::Client::configured(url) => {
             return remote::run(&out, url, remote::Remote::Agents);
         }

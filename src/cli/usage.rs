@@ -56,7 +56,8 @@ pub fn run(out: &Out, path: &Path) -> anyhow::Result<()> {
     }
     // The file's spend record counts every call (compaction summaries
     // included); the loop rows only what compaction left.
-    let in_rows: u64 = by_model.values().map(|u| u.input_tokens + u.output_tokens + u.cache_read_tokens + u.cache_write_tokens).sum();
+    let in_rows: u64 =
+        by_model.values().map(|u| u.input_tokens + u.output_tokens + u.cache_read_tokens + u.cache_write_tokens).sum();
     let compacted = recorded.tokens_total.saturating_sub(in_rows);
     if out.json {
         return out.json(&serde_json::json!({"models": by_model, "cost_source": prices::SOURCE, "budgets": budgets,
@@ -254,7 +255,9 @@ pub fn budget(out: &Out, cmd: Option<&BudgetCmd>) -> anyhow::Result<()> {
     match cmd {
         Some(BudgetCmd::Set { budget }) => {
             let v: serde_json::Value = serde_json::from_str(budget).map_err(|e| {
-                anyhow::anyhow!("the fleet budget is not JSON: {e} (e.g. '{{\"usd_day\": 20}}'); settings.json unchanged")
+                anyhow::anyhow!(
+                    "the fleet budget is not JSON: {e} (e.g. '{{\"usd_day\": 20}}'); settings.json unchanged"
+                )
             })?;
             let b = Budget::parse(&v, "the fleet budget")
                 .map_err(|e| anyhow::anyhow!("{e}; {} unchanged", path.display()))?;

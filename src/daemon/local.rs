@@ -56,6 +56,7 @@ impl Bound {
             fleet_dir,
             closing: closing.clone(),
             reads: Arc::new(tokio::sync::Semaphore::new(memory::read_permits())),
+            roles: super::roles::Registry::new(super::roles::tokens_path()),
         });
         super::serve_load_requests(&shared, load_requests);
         let limits = conn::Limits::default();

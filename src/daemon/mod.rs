@@ -20,6 +20,7 @@ pub mod mcp;
 pub mod memory;
 pub mod openapi;
 pub mod resources;
+pub mod roles;
 pub mod routes;
 pub mod spawn;
 pub mod sse;
@@ -106,6 +107,8 @@ pub struct Shared {
     pub closing: tokio::sync::watch::Receiver<bool>,
     /// Permits for SQLite reads at once (`memory::read_permits`).
     pub reads: Arc<tokio::sync::Semaphore>,
+    /// Tokens the owner minted for others, with their roles.
+    pub roles: roles::Registry,
 }
 
 pub type AppState = Arc<Shared>;
@@ -192,20 +195,53 @@ async fn guard(State(s): State<AppState>, req: Request, next: Next) -> Response 
             .with_code("CROSS_SITE")
             .into_response();
     }
-    if req.uri().path() != "/health" && !authorized(headers, &s.token) {
+    if req.uri().path() == "/health" {
+        return next.run(req).await;
+    }
+    let Some(role) = role_of(headers, &s) else {
         return ApiError::new(StatusCode::UNAUTHORIZED, "Missing or invalid Authorization: Bearer token.")
             .with_code("unauthorized")
             .into_response();
+    };
+    // The route the router matched (none: a 404 to come, allowed to say so).
+    let pattern = req.extensions().get::<axum::extract::MatchedPath>().map(|m| m.as_str().to_string());
+    if let Some(p) = &pattern
+        && !role.allows(req.method(), p)
+    {
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            format!(
+                "this token's role is {}: it may not {} {}{}",
+                role.as_str(),
+                req.method(),
+                req.uri().path(),
+                if role == roles::Role::Observer {
+                    " (observers read only)"
+                } else {
+                    " (approvers read and answer approvals and asks)"
+                }
+            ),
+        )
+        .with_code("FORBIDDEN_ROLE")
+        .into_response();
     }
+    let mut req = req;
+    req.extensions_mut().insert(role);
     next.run(req).await
 }
 
-fn authorized(headers: &HeaderMap, token: &str) -> bool {
-    headers
+/// The role of the request's bearer token: the install's own token is the
+/// owner's; a minted one has its own; anything else is none.
+fn role_of(headers: &HeaderMap, s: &Shared) -> Option<roles::Role> {
+    let t = headers
         .get(header::AUTHORIZATION)
         .and_then(|h| h.to_str().ok())
-        .and_then(|h| h.strip_prefix("Bearer "))
-        .is_some_and(|t| token::same(t.trim(), token))
+        .and_then(|h| h.strip_prefix("Bearer "))?
+        .trim();
+    if token::same(t, &s.token) {
+        return Some(roles::Role::Owner);
+    }
+    s.roles.role_of(t)
 }
 
 /// Where the daemon of a fleet says how to reach it.
@@ -410,6 +446,7 @@ pub async fn serve_with(
         fleet_dir: fleet_dir.clone(),
         closing: closing.clone(),
         reads: Arc::new(tokio::sync::Semaphore::new(memory::read_permits())),
+        roles: roles::Registry::new(roles::tokens_path()),
     });
     serve_load_requests(&shared, load_requests);
     bus.publish(crate::protocol::Envelope::new(

@@ -32,6 +32,7 @@ const fn b(mut r: Route, body: &'static [&'static str]) -> Route {
 pub const ROUTES: &[Route] = &[
     r("get", "/health", "Liveness (no token needed)"),
     r("get", "/openapi.json", "This document"),
+    r("get", "/whoami", "The role of this request's token: owner, approver or observer"),
     q(
         r("get", "/events", "Server-sent events: the fleet's event stream"),
         &["agentId:string", "since:integer", "types:string"],
@@ -220,7 +221,9 @@ fn field(spec: &str) -> (String, Value, bool) {
         // also takes cron expressions: `adf loops new --schedule`).
         "loopname" => json!({"type": "string", "pattern": "^[a-z][a-z0-9_-]{0,31}$"}),
         "every" => json!({"type": "string", "pattern": "^every [1-9][0-9]{0,3}[mhd]$"}),
-        "day" => json!({"type": "string", "pattern": "^(today|[0-9]{1,4}d|[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01]))$"}),
+        "day" => {
+            json!({"type": "string", "pattern": "^(today|[0-9]{1,4}d|[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01]))$"})
+        }
         "template" => {
             json!({"type": "string", "enum": crate::runtime::loop_templates::TEMPLATES.iter().map(|(n, _)| *n).collect::<Vec<_>>()})
         }

@@ -423,11 +423,24 @@ async fn task(State(s): State<AppState>, Path((id, task)): Path<(String, String)
     Ok(Json(json!({"agentId": id, "task": task_json(&t)})))
 }
 
-async fn resolve(State(s): State<AppState>, Path((id, task)): Path<(String, String)>, b: Bytes) -> ApiResult {
+async fn resolve(
+    State(s): State<AppState>,
+    Path((id, task)): Path<(String, String)>,
+    axum::Extension(role): axum::Extension<super::roles::Role>,
+    b: Bytes,
+) -> ApiResult {
     let v = body(&b)?;
     let action = field(&v, "action")?.to_string();
     if !["approve", "deny"].contains(&action.as_str()) {
         return Err(ApiError::bad(format!("action must be approve or deny, got \"{action}\"")));
+    }
+    // "Always" changes the agent's config: the owner's call alone.
+    if v["always"].as_bool() == Some(true) && role != super::roles::Role::Owner {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            format!("this token's role is {}: it may approve once, not lift the gate (always)", role.as_str()),
+        )
+        .with_code("FORBIDDEN_ROLE"));
     }
     let (id, t) = get_task(&s, &id, &task).await?;
     if t.status != "pending_approval" && t.status != "pending" {

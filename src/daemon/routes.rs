@@ -74,6 +74,7 @@ pub fn router(_s: AppState) -> Router<AppState> {
         .route("/runtime/providers", get(providers))
         .route("/runtime/usage", get(runtime_usage))
         .route("/usage", get(ledger_usage))
+        .route("/whoami", get(whoami))
         .route("/diagnostics", get(diagnostics))
         .merge(resources::router())
         .merge(super::mcp::router())
@@ -281,6 +282,12 @@ async fn runtime_usage(State(s): State<AppState>) -> ApiResult {
         }
     }
     Ok(Json(json!({"agents": agents})))
+}
+
+/// The role of the token this request came with (the app hides what the
+/// role may not do).
+async fn whoami(axum::Extension(role): axum::Extension<super::roles::Role>) -> Json<Value> {
+    Json(json!({"role": role}))
 }
 
 /// The app-wide ledger (`adf usage --by … --json` through the daemon).

@@ -62,13 +62,16 @@ pub fn run(iterations: usize, entries: u64) -> anyhow::Result<Figures> {
     let prices = [("m".to_string(), crate::providers::prices::Price { input: 1.0, output: 2.0, ..Default::default() })]
         .into_iter()
         .collect();
-    ledger.set_settings(prices, Some(Budget { usd_day: Some(1e9), tokens_day: Some(u64::MAX / 4), ..Default::default() }));
+    ledger.set_settings(
+        prices,
+        Some(Budget { usd_day: Some(1e9), tokens_day: Some(u64::MAX / 4), ..Default::default() }),
+    );
     let (mut store, _) = crate::store::Store::create(
         dir.path().join("b.adf"),
         &crate::store::NewAgent { provider: Some("scripted"), model: Some("m"), ..Default::default() },
     )?;
     let mut cfg = store.config_value()?;
-    cfg["limits"]["budget"] = json!({"usd_day": 1e9, "tokens_total": u64::MAX / 4});
+    cfg["limits"]["budget"] = json!({"usd_day": 1e9, "tokens_total": 1_000_000_000_000_000u64});
     store.config_replace(cfg.clone())?;
     let provider = Arc::new(crate::providers::scripted::Scripted::new([]));
     let bus = crate::runtime::bus::Bus::new();

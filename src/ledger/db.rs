@@ -63,10 +63,7 @@ pub enum LedgerError {
 
 /// Is this error SQLite saying the file is not a sound database?
 fn is_corrupt(e: &rusqlite::Error) -> bool {
-    matches!(
-        e.sqlite_error_code(),
-        Some(rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt)
-    )
+    matches!(e.sqlite_error_code(), Some(rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt))
 }
 
 /// An open ledger, and the notice to give when a corrupt file was moved
@@ -97,7 +94,8 @@ pub fn open(path: &Path) -> Result<Opened, LedgerError> {
         Ok(conn) => Ok(Opened { conn, moved: None }),
         Err(e) if is_corrupt(&e) => {
             let aside = move_aside(path).map_err(io)?;
-            let conn = try_open(path).map_err(|source| LedgerError::Sqlite { path: path.display().to_string(), source })?;
+            let conn =
+                try_open(path).map_err(|source| LedgerError::Sqlite { path: path.display().to_string(), source })?;
             let moved = format!(
                 "the usage ledger {} was corrupt ({e}); it was moved aside to {} and a new one started",
                 path.display(),
@@ -171,7 +169,12 @@ pub fn write(conn: &mut Connection, entries: &[Entry]) -> rusqlite::Result<()> {
                 source
             ])?;
             let day = super::day_of(e.ts_ms);
-            for (dim, key) in [("day", ""), ("provider", e.provider.as_str()), ("model", e.model.as_str()), ("agent", e.agent_id.as_str())] {
+            for (dim, key) in [
+                ("day", ""),
+                ("provider", e.provider.as_str()),
+                ("model", e.model.as_str()),
+                ("agent", e.agent_id.as_str()),
+            ] {
                 roll.execute(params![
                     dim,
                     day,
@@ -270,17 +273,14 @@ pub fn report(conn: &Connection, by: By, since: Option<&str>) -> rusqlite::Resul
 pub fn totals(conn: &Connection, day: &str) -> rusqlite::Result<(f64, u64, f64, u64)> {
     let tok = "input + output + cache_read + cache_write";
     let (ud, td): (Option<f64>, Option<i64>) = conn
-        .query_row(
-            &format!("SELECT usd, {tok} FROM rollup WHERE dim = 'day' AND day = ?1 AND key = ''"),
-            [day],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
+        .query_row(&format!("SELECT usd, {tok} FROM rollup WHERE dim = 'day' AND day = ?1 AND key = ''"), [day], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
         .optional()?
         .unwrap_or((None, None));
-    let (ut, tt): (Option<f64>, Option<i64>) = conn.query_row(
-        &format!("SELECT sum(usd), sum({tok}) FROM rollup WHERE dim = 'day'"),
-        [],
-        |r| Ok((r.get(0)?, r.get(1)?)),
-    )?;
+    let (ut, tt): (Option<f64>, Option<i64>) =
+        conn.query_row(&format!("SELECT sum(usd), sum({tok}) FROM rollup WHERE dim = 'day'"), [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?;
     Ok((ud.unwrap_or(0.0), td.unwrap_or(0) as u64, ut.unwrap_or(0.0), tt.unwrap_or(0) as u64))
 }

@@ -55,10 +55,7 @@ impl Entry {
 
 /// The UTC day of a time in milliseconds.
 pub fn day_of(ts_ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ts_ms)
-        .unwrap_or_default()
-        .format("%Y-%m-%d")
-        .to_string()
+    chrono::DateTime::from_timestamp_millis(ts_ms).unwrap_or_default().format("%Y-%m-%d").to_string()
 }
 
 enum Msg {
@@ -258,10 +255,8 @@ impl Ledger {
             if stamp != s.stamp || s.stamp.is_none() {
                 s.stamp = stamp;
                 if let Some(p) = &self.settings_path {
-                    let v: serde_json::Value = std::fs::read_to_string(p)
-                        .ok()
-                        .and_then(|t| serde_json::from_str(&t).ok())
-                        .unwrap_or_default();
+                    let v: serde_json::Value =
+                        std::fs::read_to_string(p).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or_default();
                     let settings: crate::providers::accounts::Settings =
                         serde_json::from_value(v.clone()).unwrap_or_default();
                     s.prices = Arc::new(crate::providers::prices::from_settings(&settings));
@@ -290,7 +285,8 @@ impl Ledger {
         if let Some(m) = o.moved {
             *lock(&self.notice) = Some(m);
         }
-        db::report(&o.conn, by, since).map_err(|source| LedgerError::Sqlite { path: self.path.display().to_string(), source })
+        db::report(&o.conn, by, since)
+            .map_err(|source| LedgerError::Sqlite { path: self.path.display().to_string(), source })
     }
 }
 
@@ -328,7 +324,8 @@ fn writer(path: &Path, rx: Receiver<Msg>, notice: &Mutex<Option<String>>) {
             if let Some(c) = conn.as_mut()
                 && let Err(e) = db::write(c, &batch)
             {
-                *lock(notice) = Some(format!("usage ledger {}: {e}; {} call(s) not recorded", path.display(), batch.len()));
+                *lock(notice) =
+                    Some(format!("usage ledger {}: {e}; {} call(s) not recorded", path.display(), batch.len()));
                 // Open again next time (the file may have been replaced).
                 conn = None;
             }
@@ -369,10 +366,10 @@ mod tests {
         l.record(entry("a", "m2", DAY2, Some(0.25)));
         l.record(entry("b", "m1", DAY2, None));
         let days = l.report(By::Day, None).unwrap();
-        assert_eq!(days.iter().map(|r| (r.key.as_str(), r.calls)).collect::<Vec<_>>(), [
-            ("2026-01-01", 1),
-            ("2026-01-02", 2)
-        ]);
+        assert_eq!(
+            days.iter().map(|r| (r.key.as_str(), r.calls)).collect::<Vec<_>>(),
+            [("2026-01-01", 1), ("2026-01-02", 2)]
+        );
         assert_eq!(days[1].cost_usd, 0.25);
         assert_eq!(days[1].unpriced_calls, 1);
         assert_eq!(days[1].tokens(), 230);

@@ -66,11 +66,17 @@ pub fn load() -> Result<Settings, String> {
 
 /// Save the settings atomically with 0600 permissions.
 pub fn save(s: &Settings) -> Result<(), String> {
-    let path = settings_path();
+    let text = serde_json::to_string_pretty(s).map_err(|e| e.to_string())?;
+    write_private(&settings_path(), &text)
+}
+
+/// Write a file of the config folder atomically (a temporary file renamed
+/// over it) with 0600 permissions.
+pub fn write_private(path: &std::path::Path, text: &str) -> Result<(), String> {
     let dir = path.parent().map(PathBuf::from).unwrap_or_default();
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let tmp = dir.join(format!(".settings.json.{}", std::process::id()));
-    let text = serde_json::to_string_pretty(s).map_err(|e| e.to_string())?;
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.{}", std::process::id()));
     {
         use std::io::Write;
         let mut opts = std::fs::OpenOptions::new();
@@ -83,7 +89,7 @@ pub fn save(s: &Settings) -> Result<(), String> {
         let mut f = opts.open(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
         f.write_all(text.as_bytes()).and_then(|()| f.sync_all()).map_err(|e| format!("{}: {e}", tmp.display()))?;
     }
-    std::fs::rename(&tmp, &path).map_err(|e| format!("{}: {e}", path.display()))
+    std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 fn env(name: &str) -> Option<String> {

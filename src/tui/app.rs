@@ -340,6 +340,8 @@ pub struct App {
     pub quit: bool,
     /// Attached to a daemon: quitting leaves its agents running.
     pub attached: bool,
+    /// What the token the app is attached with may do (in-process: owner).
+    pub role: crate::daemon::roles::Role,
     /// `q` was pressed once while turns ran (the next one quits).
     pub(super) quit_armed: bool,
     pub now_ms: i64,
@@ -400,6 +402,7 @@ impl App {
             status: None,
             quit: false,
             attached: false,
+            role: crate::daemon::roles::Role::Owner,
             quit_armed: false,
             now_ms: crate::store::now_ms(),
             unconfigured: HashMap::new(),
@@ -542,6 +545,11 @@ impl App {
         let Some(a) = self.agents.get(i) else { return };
         let uses = self.source.budgets(&a.info.id);
         self.agents[i].budget = uses.iter().find(|u| u.scope == "agent").and_then(|u| u.tightest());
+    }
+
+    /// Ask the source what the app's token may do.
+    pub fn learn_role(&mut self) {
+        self.role = self.source.role();
     }
 
     /// The fleet budget's gauge, and a ledger problem to tell the owner.

@@ -20,6 +20,49 @@ const fn k(name: &'static str, description: &'static str) -> CommandDef {
     CommandDef { name, aliases: &[], description, palette: false }
 }
 
+/// Commands that change an agent, its files or the fleet: the owner's
+/// alone. An attached app with a lesser token hides them (the daemon
+/// refuses them anyway).
+const OWNER_ONLY: &[&str] = &[
+    "new_agent",
+    "rename",
+    "edit_config",
+    "unlock",
+    "claim",
+    "start",
+    "stop",
+    "idle",
+    "hibernate",
+    "interrupt",
+    "emergency_stop",
+    "approve_always",
+    "edit_file",
+    "edit_mind",
+    "connect",
+    "skill_toggle_mute",
+    "side_loop",
+    "mcp_add",
+    "mcp_restart",
+    "mcp_remove",
+    "mcp_toggle_enabled",
+    "mcp_toggle_restricted",
+    "mcp_toggle_visible",
+];
+
+/// Answering approvals and asks: approvers and the owner.
+const ANSWERS: &[&str] =
+    &["approve_once", "reject", "focus_composer", "compose_in_editor", "send", "newline", "leave_composer"];
+
+/// May a token of `role` run `name` in the app?
+pub fn allowed(role: crate::daemon::roles::Role, name: &str) -> bool {
+    use crate::daemon::roles::Role;
+    match role {
+        Role::Owner => true,
+        Role::Approver => !OWNER_ONLY.contains(&name),
+        Role::Observer => !OWNER_ONLY.contains(&name) && !ANSWERS.contains(&name),
+    }
+}
+
 pub const ALL: &[CommandDef] = &[
     c("quit", &["q", "exit"], "Quit the app (agents of an attached daemon keep running)"),
     c("help", &["keys"], "Show the keys active now"),

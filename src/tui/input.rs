@@ -162,6 +162,14 @@ impl App {
     /// Run a command by name.
     pub fn run(&mut self, name: &str) -> Vec<Action> {
         let name = commands::find(name).map(|c| c.name).unwrap_or(name);
+        if !commands::allowed(self.role, name) {
+            self.status = Some(format!(
+                "this app is attached with an {} token: {} needs the owner's",
+                self.role.as_str(),
+                name.replace('_', " ")
+            ));
+            return Vec::new();
+        }
         match name {
             "quit" => {
                 // In-process, quitting ends running turns: say so first,
@@ -624,6 +632,15 @@ impl App {
             self.pending.retain(|p| p.task_id != ask.task_id);
             return vec![Action::Run(Command::Answer { agent: id, request_id: ask.task_id, text })];
         }
+        if self.role != crate::daemon::roles::Role::Owner {
+            // Kept in the composer: nothing typed is lost.
+            self.composer = TextArea::from(text.lines().map(str::to_string).collect::<Vec<_>>());
+            self.status = Some(format!(
+                "this app is attached with an {} token: it answers asks, and chatting needs the owner's",
+                self.role.as_str()
+            ));
+            return Vec::new();
+        }
         let lp = self.current_loop();
         if let Some(chat) = self.chats.get_mut(&super::loops::chat_key(&id, lp.as_deref())) {
             chat.top = None;
@@ -658,6 +675,7 @@ impl App {
         };
         names
             .iter()
+            .filter(|n| commands::allowed(self.role, n))
             .filter_map(|n| {
                 let k = self.keymap.keys_for(n);
                 let c = commands::find(n)?;
@@ -688,9 +706,10 @@ fn short(name: &'static str) -> &'static str {
 }
 
 /// Palette commands matching a query, best first (nucleo's fuzzy score).
-pub fn palette_hits(query: &str) -> Vec<&'static commands::CommandDef> {
+pub fn palette_hits(query: &str, role: crate::daemon::roles::Role) -> Vec<&'static commands::CommandDef> {
     use nucleo::pattern::{CaseMatching, Normalization, Pattern};
-    let all: Vec<&commands::CommandDef> = commands::ALL.iter().filter(|c| c.palette).collect();
+    let all: Vec<&commands::CommandDef> =
+        commands::ALL.iter().filter(|c| c.palette && commands::allowed(role, c.name)).collect();
     if query.is_empty() {
         return all;
     }

@@ -215,7 +215,12 @@ pub fn run_with(opts: Options, factory: ProviderFactory) -> anyhow::Result<()> {
         if let Backend::Remote(c) = &backend {
             app.attached = true;
             app = app.with_source(Box::new(source::Remote { client: crate::client::Client::new(&c.base) }));
-            app.status = Some(format!("attached to the daemon at {} (q leaves it running)", c.base));
+            app.learn_role();
+            let role = match app.role {
+                crate::daemon::roles::Role::Owner => String::new(),
+                r => format!(" with an {} token: the actions it may not take are hidden", r.as_str()),
+            };
+            app.status = Some(format!("attached to the daemon at {}{role} (q leaves it running)", c.base));
         }
         app.set_unconfigured(backend.unconfigured().await);
         app.set_agents(infos, &root);

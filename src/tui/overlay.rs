@@ -44,17 +44,17 @@ impl App {
                     Vec::new()
                 }
                 KeyCode::Enter => {
-                    let hits = palette_hits(&query.text);
+                    let hits = palette_hits(&query.text, self.role);
                     let name = hits.get(*sel).map(|c| c.name);
                     self.overlay = Overlay::None;
                     name.map(|n| self.run(n)).unwrap_or_default()
                 }
                 KeyCode::Down | KeyCode::Tab => {
-                    *sel = (*sel + 1).min(palette_hits(&query.text).len().saturating_sub(1));
+                    *sel = (*sel + 1).min(palette_hits(&query.text, self.role).len().saturating_sub(1));
                     Vec::new()
                 }
                 KeyCode::Char('n') if ctrl => {
-                    *sel = (*sel + 1).min(palette_hits(&query.text).len().saturating_sub(1));
+                    *sel = (*sel + 1).min(palette_hits(&query.text, self.role).len().saturating_sub(1));
                     Vec::new()
                 }
                 KeyCode::Up | KeyCode::BackTab => {

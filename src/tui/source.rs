@@ -53,6 +53,10 @@ pub trait Source: Send {
     fn budgets(&self, _id: &str) -> Vec<crate::runtime::budget::BudgetUse> {
         Vec::new()
     }
+    /// What this app's token may do (in-process: everything).
+    fn role(&self) -> crate::daemon::roles::Role {
+        crate::daemon::roles::Role::Owner
+    }
     /// The fleet's budget with what the fleet spent (none set: `None`), and
     /// what went wrong with the usage ledger, once. This process's own
     /// ledger by default.
@@ -229,12 +233,20 @@ impl Source for Remote {
             .and_then(|v| serde_json::from_value(v["budgets"].clone()).ok())
             .unwrap_or_default()
     }
+    fn role(&self) -> crate::daemon::roles::Role {
+        self.get(&["whoami"], &[])
+            .and_then(|v| serde_json::from_value(v["role"].clone()).ok())
+            .unwrap_or(crate::daemon::roles::Role::Observer)
+    }
     fn fleet(&self) -> (Option<crate::runtime::budget::BudgetUse>, Option<String>) {
         let Some(v) = self.get(&["usage"], &[("since", "today")]) else { return (None, None) };
         let budget = serde_json::from_value::<crate::runtime::budget::Budget>(v["fleet"]["budget"].clone()).ok();
         let spent = serde_json::from_value(v["fleet"]["spent"].clone()).unwrap_or_default();
-        let fleet =
-            budget.map(|budget| crate::runtime::budget::BudgetUse { scope: crate::runtime::budget::FLEET.into(), budget, spent });
+        let fleet = budget.map(|budget| crate::runtime::budget::BudgetUse {
+            scope: crate::runtime::budget::FLEET.into(),
+            budget,
+            spent,
+        });
         (fleet, v["notice"].as_str().map(str::to_string))
     }
     fn side_after(&self, id: &str, name: &str, seq: i64) -> Vec<LoopRow> {

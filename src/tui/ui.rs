@@ -460,7 +460,13 @@ fn draw_chat(f: &mut Frame, app: &App, area: Rect) {
     }
     if app.composer.is_empty() && !focused {
         let ask = app.pending.iter().any(|p| p.agent_id == agent.info.id && p.ask);
-        let placeholder = if ask { "press i to answer the question" } else { "press i to write" };
+        use crate::daemon::roles::Role;
+        let placeholder = match (app.role, ask) {
+            (Role::Observer, _) => "read only: this app's token is an observer's",
+            (Role::Approver, false) => "approvals and asks only: this app's token is an approver's",
+            (_, true) => "press i to answer the question",
+            (Role::Owner, false) => "press i to write",
+        };
         f.render_widget(Paragraph::new(Span::styled(placeholder, app.theme.get("dim"))), cinner);
     } else {
         f.render_widget(&ta, cinner);
@@ -683,7 +689,7 @@ fn draw_overlay(f: &mut Frame, app: &App, area: Rect) {
             let block = pane(app, "Commands".into(), true);
             let inner = block.inner(r);
             f.render_widget(block, r);
-            let hits = palette_hits(&query.text);
+            let hits = palette_hits(&query.text, app.role);
             let (a, b) = query.split();
             let mut lines = vec![Line::from(vec![
                 Span::styled("> ", app.theme.get("accent")),

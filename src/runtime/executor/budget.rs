@@ -9,8 +9,8 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::{CachedConfig, Executor, TurnEnd};
-use crate::protocol::kind;
 use crate::ledger::Entry;
+use crate::protocol::kind;
 use crate::providers::prices::Prices;
 use crate::providers::{ModelRequest, Usage};
 use crate::runtime::budget::{self, Budget, Exceeded};
