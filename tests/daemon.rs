@@ -1081,6 +1081,25 @@ async fn tokens_with_roles_may_do_what_their_role_says_and_get_403_on_the_rest()
     assert_eq!(s, 403);
     let (s, _) = call(approver.clone(), "POST", "/agents/a/stop".into(), None).await;
     assert_eq!(s, 403);
+    // Grants: the owner's to make; bad patterns are 400; listed and revoked.
+    let (s, _) =
+        call(approver.clone(), "POST", "/agents/a/grants".into(), Some(json!({"tool": "fs_write", "for": "30m"})))
+            .await;
+    assert_eq!(s, 403, "an approver answers one request, it does not grant ahead");
+    let (s, v) = d.call("POST", "/agents/a/grants", Some(json!({"tool": "fs_write", "path": "../x"}))).await;
+    assert_eq!(s, 400, "{v}");
+    let (s, v) = d.call("POST", "/agents/a/grants", Some(json!({"tool": "fs_write"}))).await;
+    assert_eq!(s, 400, "{v}");
+    let (s, v) =
+        d.call("POST", "/agents/a/grants", Some(json!({"tool": "fs_write", "path": "notes", "for": "30m"}))).await;
+    assert_eq!(s, 200, "{v}");
+    let gid = v["grant"]["id"].as_str().unwrap().to_string();
+    let (s, v) = call(observer.clone(), "GET", "/agents/a/grants".into(), None).await;
+    assert_eq!((s, v["grants"][0]["path"].as_str()), (200, Some("notes")), "{v}");
+    let (s, _) = d.call("DELETE", &format!("/agents/a/grants/{gid}"), None).await;
+    assert_eq!(s, 200);
+    let (s, _) = d.call("DELETE", &format!("/agents/a/grants/{gid}"), None).await;
+    assert_eq!(s, 404);
     // The CLI with a lesser token says why it was refused.
     let (h, tok) = (home.clone(), observer.clone());
     let out = tokio::task::spawn_blocking(move || {

@@ -1215,3 +1215,81 @@ async fn a_lesser_token_hides_what_it_may_not_do() {
     assert_eq!(a.composer.lines().join(""), "hello", "kept, not sent");
     assert!(a.status.as_deref().unwrap().contains("chatting needs the owner's"), "{:?}", a.status);
 }
+
+/// The approvals queue at fleet scale: several requests marked and
+/// answered together, grouped by tool or agent, the selected call's
+/// arguments in the preview, and a grant made from the queue.
+#[tokio::test]
+async fn batch_triage_marks_groups_previews_and_grants() {
+    use adf::tui::app::Pending;
+    let dir = tmp();
+    let mut a = loaded(dir.path()).await;
+    let base = a.pending[0].clone();
+    let more = |task: &str, tool: &str, path: &str, age: i64| Pending {
+        task_id: task.into(),
+        tool: tool.into(),
+        args: json!({"path": path, "content": "…"}),
+        since_ms: base.since_ms + age,
+        ..base.clone()
+    };
+    a.run("approvals");
+    a.focus = Focus::Main;
+    a.pending.push(more("t-2", "fs_write", "notes/b.md", 1_000));
+    a.pending.push(more("t-3", "fs_delete", "notes/old.md", 2_000));
+    a.pending.push(more("t-4", "fs_write", "notes/c.md", 3_000));
+    // Grouped by tool, the cursor stays on the request it was on.
+    key(&mut a, KeyCode::Char('o'));
+    assert_eq!(a.grouping, adf::tui::triage::Grouping::Tool);
+    both("approvals_grouped_with_preview", &a);
+    // Mark two fs_write requests (space moves on) and approve them at once.
+    let order = a.approvals_order();
+    let writes: Vec<usize> = (0..order.len()).filter(|&pos| a.pending[order[pos]].tool == "fs_write").collect();
+    a.files.sel = writes[0];
+    key(&mut a, KeyCode::Char(' '));
+    a.files.sel = writes[1];
+    key(&mut a, KeyCode::Char(' '));
+    assert_eq!(a.marked.len(), 2);
+    let marked: Vec<String> = a.marked.iter().cloned().collect();
+    let actions = keys(&mut a, "a");
+    let approved: Vec<&str> = actions
+        .iter()
+        .filter_map(|x| match x {
+            Action::Run(Command::Approve { task_id, always: false, .. }) => Some(task_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(approved.len(), 2, "{actions:?}");
+    assert!(marked.iter().all(|m| approved.contains(&m.as_str())));
+    assert!(a.marked.is_empty() && a.pending.len() == 2, "answered and gone");
+    // Reject a marked batch with one feedback.
+    a.files.sel = 0;
+    key(&mut a, KeyCode::Char(' '));
+    keys(&mut a, "r");
+    assert!(matches!(&a.overlay, Overlay::Reject { targets, .. } if targets.len() == 1));
+    keys(&mut a, "not now");
+    let denied = key(&mut a, KeyCode::Enter);
+    assert!(matches!(&denied[..], [Action::Run(Command::Deny { feedback: Some(f), .. })] if f == "not now"));
+    // A grant from the queue: the tool granted on its agent, the call approved.
+    assert_eq!(a.pending.len(), 1);
+    let tool = a.pending[0].tool.clone();
+    let actions = a.command_line("grant 30m path notes");
+    let (grant, approve) = (&actions[0], &actions[1]);
+    match grant {
+        Action::Mcp(r) => {
+            assert_eq!((r.method, r.segments.as_slice()), ("POST", &["grants".to_string()][..]));
+            let b = r.body.as_ref().unwrap();
+            assert_eq!(
+                (b["tool"].as_str(), b["for"].as_str(), b["path"].as_str()),
+                (Some(tool.as_str()), Some("30m"), Some("notes"))
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(approve, Action::Run(Command::Approve { always: false, .. })));
+    // A pattern that does not parse changes nothing.
+    a.pending.push(more("t-9", "fs_write", "x", 9_000));
+    assert!(a.command_line("grant path ../etc").is_empty());
+    assert!(a.status.as_deref().unwrap().contains("not a path pattern"), "{:?}", a.status);
+    assert!(a.command_line("grant forever").is_empty());
+    assert_eq!(a.pending.len(), 1, "nothing answered");
+}

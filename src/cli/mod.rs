@@ -10,6 +10,7 @@ mod clone;
 mod config;
 mod files;
 mod fleet;
+mod grants;
 mod held;
 mod identity;
 mod inspect;
@@ -271,9 +272,16 @@ pub enum Command {
         path: PathBuf,
         task_id: String,
         /// Also lift the gate for this tool from now on.
-        #[arg(long)]
+        #[arg(long, conflicts_with_all = ["for_", "path_scope", "host"])]
         always: bool,
+        /// Also grant the tool ahead of time (see adf grants add).
+        #[command(flatten)]
+        scope: grants::Scope,
     },
+    /// Scoped, time-boxed grants: approve a restricted tool ahead of time
+    /// for a while, under a folder or on a host (ls, add, rm).
+    #[command(subcommand)]
+    Grants(grants::GrantsCmd),
     /// Reject the tool call a paused turn waits on, with feedback the model sees.
     Deny { path: PathBuf, task_id: String, reason: Vec<String> },
     /// Daemon: put an event straight into an agent, past its trigger
@@ -594,8 +602,14 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
             }
             return remote::run(&out, url, remote::Remote::Trigger(arg(agent), req));
         }
-        Some(Command::Approve { path, task_id, always }) => {
+        Some(Command::Approve { path, task_id, always, scope }) => {
             missing(path)?;
+            if scope.is_set() {
+                // The grant first: a bad pattern refuses the approval too.
+                let tool = grants::task_tool(url, path, task_id)?;
+                let g = grants::add(url, path, &tool, scope)?;
+                eprintln!("adf: grant {} added for {tool}", g["id"].as_str().unwrap_or(""));
+            }
             if !path.is_file() {
                 return remote::run(&out, url, remote::Remote::Approve(arg(path), task_id.clone(), *always));
             }
@@ -675,6 +689,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         Some(Command::Budget { cmd }) => return usage::budget(&out, cmd.as_ref()).map(|()| 0),
         Some(Command::Token(cmd)) => return token::run(&out, cmd).map(|()| 0),
+        Some(Command::Grants(cmd)) => return grants::run(&out, url, cmd).map(|()| 0),
         Some(Command::Agents) if crate::client::Client::configured(url) => {
             return remote::run(&out, url, remote::Remote::Agents);
         }

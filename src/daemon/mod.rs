@@ -12,6 +12,7 @@
 pub mod bench;
 pub mod body;
 pub mod conn;
+pub mod grants;
 pub mod hosts;
 pub mod inject;
 pub mod local;

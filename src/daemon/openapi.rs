@@ -157,6 +157,16 @@ pub const ROUTES: &[Route] = &[
         r("get", "/usage", "The app-wide usage ledger grouped by day, provider, model or agent, and the fleet budget"),
         &["by:day|provider|model|agent", "since:day"],
     ),
+    q(r("get", "/agents/{id}/grants", "Scoped, time-boxed grants (with all=true, the expired too)"), &["all:boolean"]),
+    b(
+        r(
+            "post",
+            "/agents/{id}/grants",
+            "Grant a restricted tool ahead of time: for a while, under a folder, on a host",
+        ),
+        &["tool:text!", "for:duration", "path:grantpath", "host:granthost", "note:string"],
+    ),
+    r("delete", "/agents/{id}/grants/{grant}", "Revoke a grant"),
     r("get", "/agents/{id}/why", "Why the agent is awake or stuck: last turn, what it waits on, next wake"),
     r("get", "/agents/{id}/budgets", "Budgets of the agent and its loops, with what they spent"),
     q(r("get", "/agents/{id}/context", "The context gauge: window, fill and what takes the space"), &["loop:string"]),
@@ -221,6 +231,14 @@ fn field(spec: &str) -> (String, Value, bool) {
         // also takes cron expressions: `adf loops new --schedule`).
         "loopname" => json!({"type": "string", "pattern": "^[a-z][a-z0-9_-]{0,31}$"}),
         "every" => json!({"type": "string", "pattern": "^every [1-9][0-9]{0,3}[mhd]$"}),
+        // A grant's reach (`store::grants`): a time, a folder, a host.
+        "duration" => {
+            json!({"type": "string", "pattern": "^([1-9][0-9]{0,3}[sm]|[1-9][0-9]?h|[1-9]d|[12][0-9]d|30d)$"})
+        }
+        "grantpath" => json!({"type": "string",
+            "pattern": "^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}(/[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}){0,7}/?$"}),
+        "granthost" => json!({"type": "string",
+            "pattern": "^(\\*\\.)?[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?){0,5}$"}),
         "day" => {
             json!({"type": "string", "pattern": "^(today|[0-9]{1,4}d|[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01]))$"})
         }
@@ -306,6 +324,10 @@ pub fn document() -> Value {
             }
             if route.method == "patch" {
                 schema["minProperties"] = json!(1);
+            }
+            // A grant narrows something: a time, a folder or a host.
+            if route.path.ends_with("/grants") {
+                schema["anyOf"] = json!([{"required": ["for"]}, {"required": ["path"]}, {"required": ["host"]}]);
             }
             op["requestBody"] = json!({"required": true, "content": {"application/json": {"schema": schema}}});
             // The body is read before the route runs (`body.rs`).

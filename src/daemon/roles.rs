@@ -134,12 +134,15 @@ pub fn remove(id: &str) -> Result<bool, String> {
     Ok(true)
 }
 
+/// A file's modification time and length: changed, read it again.
+type Stamp = (SystemTime, u64);
+
 /// The daemon's view of the minted tokens, read again when the file
 /// changes.
 #[derive(Default)]
 pub struct Registry {
     path: Option<PathBuf>,
-    cache: Mutex<(Option<(SystemTime, u64)>, Vec<Minted>)>,
+    cache: Mutex<(Option<Stamp>, Vec<Minted>)>,
 }
 
 impl Registry {

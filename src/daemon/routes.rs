@@ -79,6 +79,7 @@ pub fn router(_s: AppState) -> Router<AppState> {
         .merge(resources::router())
         .merge(super::mcp::router())
         .merge(super::loops::router())
+        .merge(super::grants::router())
 }
 
 async fn agents(State(s): State<AppState>) -> ApiResult<axum::response::Response> {

@@ -59,7 +59,7 @@ pub fn day_of(ts_ms: i64) -> String {
 }
 
 enum Msg {
-    Entry(Entry),
+    Entry(Box<Entry>),
     Flush(mpsc::SyncSender<()>),
 }
 
@@ -164,7 +164,7 @@ impl Ledger {
             *tx = Some(self.spawn_writer());
         }
         if let Some(t) = tx.as_ref()
-            && t.send(Msg::Entry(e)).is_err()
+            && t.send(Msg::Entry(Box::new(e))).is_err()
         {
             // The writer is gone (it could not open the file): say so once
             // and keep the turn going.
@@ -302,7 +302,7 @@ fn writer(path: &Path, rx: Receiver<Msg>, notice: &Mutex<Option<String>>) {
         let mut batch = Vec::new();
         let mut waiters = Vec::new();
         let mut take = |m: Msg| match m {
-            Msg::Entry(e) => batch.push(e),
+            Msg::Entry(e) => batch.push(*e),
             Msg::Flush(w) => waiters.push(w),
         };
         take(first);

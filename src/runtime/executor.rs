@@ -1722,6 +1722,18 @@ impl Executor {
             }
             self.preset = Some((o, task_id, decision));
         }
+        // A live grant the owner made ahead of time answers for them (a
+        // restricted tool or a gated command; never a protection override).
+        if matches!(reason, "restricted" | "shell_gate")
+            && let Some(g) = self.store.grant_use(name, input)?
+        {
+            self.emit(
+                kind::HIL_RESOLVED,
+                source,
+                json!({"request_id": format!("grant:{}", g.id), "tool": name, "approved": true, "grant": g.id}),
+            );
+            return Ok((format!("grant:{}", g.id), Decision::Approve { always: false }));
+        }
         let mut meta = json!({"reason": reason});
         if let Some(d) = &denial {
             meta["protection"] = json!(d);

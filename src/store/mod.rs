@@ -15,6 +15,7 @@ pub mod defaults;
 pub mod derive;
 mod error;
 pub mod files;
+pub mod grants;
 pub mod identity;
 pub mod keyring;
 pub mod lock;

@@ -117,10 +117,10 @@ pub enum Overlay {
     Help {
         scroll: usize,
     },
-    /// Feedback typed for a rejection.
+    /// Feedback typed for a rejection of one request or a batch:
+    /// (agent, task id) each.
     Reject {
-        agent: String,
-        task_id: String,
+        targets: Vec<(String, String)>,
         text: LineEdit,
     },
     /// One event in full.
@@ -354,6 +354,10 @@ pub struct App {
     pub events_agent_only: bool,
     /// (time, agent id, tokens) of recent model calls, for the token burn.
     pub(super) burn: VecDeque<(i64, String, u64)>,
+    /// Approvals marked for a batch answer (task ids), and how the queue
+    /// is grouped.
+    pub marked: std::collections::BTreeSet<String>,
+    pub grouping: super::triage::Grouping,
     /// The fleet budget's tightest part: (which, spent / limit).
     pub fleet_budget: Option<(&'static str, f64)>,
     pub(super) prices: crate::providers::prices::Prices,
@@ -410,6 +414,8 @@ impl App {
             events_agent_only: false,
             burn: VecDeque::new(),
             fleet_budget: None,
+            marked: Default::default(),
+            grouping: Default::default(),
             model_windows: crate::providers::windows::overrides(),
             prices: crate::providers::accounts::load()
                 .map(|s| crate::providers::prices::from_settings(&s))

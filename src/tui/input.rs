@@ -49,6 +49,7 @@ impl App {
             Focus::Main if self.main == MainView::Files => vec!["files", "list", "agent", "global"],
             Focus::Main if self.main == MainView::Mcp => vec!["mcp", "list", "agent", "global"],
             Focus::Main if self.main == MainView::Skills => vec!["skills", "list", "agent", "global"],
+            Focus::Main if self.main == MainView::Approvals => vec!["approvals", "list", "agent", "global"],
             Focus::Main => vec!["list", "agent", "global"],
             Focus::Events => vec!["events", "list", "agent", "global"],
         }
@@ -119,6 +120,7 @@ impl App {
                 };
             }
             Some("side_loop") => return self.loop_command(&rest),
+            Some("grant") if commands::allowed(self.role, "grant") => return self.grant_command(&rest),
             Some("rename") if !rest.is_empty() => {
                 return match self.selected_id() {
                     Some(agent) => vec![Action::Rename { agent, name: rest }],
@@ -142,9 +144,7 @@ impl App {
 
     fn first_pending(&self) -> Option<Pending> {
         match (self.main, self.focus) {
-            (MainView::Approvals, Focus::Main) => {
-                self.pending.get(self.files.sel.min(self.pending.len().saturating_sub(1))).cloned()
-            }
+            (MainView::Approvals, Focus::Main) => self.selected_pending().cloned(),
             _ => self.pending_here().into_iter().find(|p| !p.ask).cloned(),
         }
     }
@@ -400,6 +400,38 @@ impl App {
                     Vec::new()
                 }
             },
+            "approve_once" | "approve_always"
+                if self.main == MainView::Approvals && self.focus == Focus::Main && !self.marked.is_empty() =>
+            {
+                let batch = self.batch();
+                let ids: Vec<String> = batch.iter().map(|p| p.task_id.clone()).collect();
+                self.answered(&ids);
+                self.status = Some(format!("{} approved", batch.len()));
+                batch
+                    .into_iter()
+                    .map(|p| {
+                        Action::Run(Command::Approve {
+                            agent: p.agent_id,
+                            task_id: p.task_id,
+                            always: name == "approve_always",
+                        })
+                    })
+                    .collect()
+            }
+            "reject" if self.main == MainView::Approvals && self.focus == Focus::Main && !self.marked.is_empty() => {
+                let targets = self.batch().into_iter().map(|p| (p.agent_id, p.task_id)).collect();
+                self.overlay = Overlay::Reject { targets, text: LineEdit::default() };
+                Vec::new()
+            }
+            "mark" => {
+                self.toggle_mark();
+                Vec::new()
+            }
+            "group_by" => {
+                self.cycle_grouping();
+                Vec::new()
+            }
+            "grant" => self.grant_command(""),
             "approve_once" | "approve_always" => match self.first_pending() {
                 Some(p) => {
                     self.pending.retain(|x| x.task_id != p.task_id);
@@ -416,7 +448,8 @@ impl App {
             },
             "reject" => match self.first_pending() {
                 Some(p) => {
-                    self.overlay = Overlay::Reject { agent: p.agent_id, task_id: p.task_id, text: LineEdit::default() };
+                    self.overlay =
+                        Overlay::Reject { targets: vec![(p.agent_id, p.task_id)], text: LineEdit::default() };
                     Vec::new()
                 }
                 None => {
@@ -582,7 +615,7 @@ impl App {
                 }
             }
             (Focus::Main, MainView::Approvals) => {
-                if let Some(p) = self.pending.get(self.files.sel).cloned()
+                if let Some(p) = self.selected_pending().cloned()
                     && let Some(i) = self.agents.iter().position(|a| a.info.id == p.agent_id)
                 {
                     self.sel = i;

@@ -25,6 +25,7 @@ pub mod skills;
 pub mod source;
 pub mod spawn;
 pub mod theme;
+pub mod triage;
 pub mod ui;
 pub mod window;
 

@@ -92,18 +92,27 @@ impl App {
                     Vec::new()
                 }
             },
-            Overlay::Reject { agent, task_id, text } => match ev.code {
+            Overlay::Reject { targets, text } => match ev.code {
                 KeyCode::Esc => {
                     self.overlay = Overlay::None;
                     Vec::new()
                 }
                 KeyCode::Enter => {
                     let feedback = (!text.text.trim().is_empty()).then(|| text.text.trim().to_string());
-                    let cmd = Command::Deny { agent: agent.clone(), task_id: task_id.clone(), feedback };
-                    let id = task_id.clone();
+                    let actions: Vec<Action> = targets
+                        .iter()
+                        .map(|(agent, task_id)| {
+                            Action::Run(Command::Deny {
+                                agent: agent.clone(),
+                                task_id: task_id.clone(),
+                                feedback: feedback.clone(),
+                            })
+                        })
+                        .collect();
+                    let ids: Vec<String> = targets.iter().map(|(_, t)| t.clone()).collect();
                     self.overlay = Overlay::None;
-                    self.pending.retain(|p| p.task_id != id);
-                    vec![Action::Run(cmd)]
+                    self.answered(&ids);
+                    actions
                 }
                 _ => {
                     text.key(&ev);

@@ -562,35 +562,83 @@ fn draw_files(f: &mut Frame, app: &App, area: Rect) {
 }
 
 fn draw_approvals(f: &mut Frame, app: &App, area: Rect) {
-    let block = pane(app, format!("Waiting on you ({})", app.pending.len()), app.focus == Focus::Main);
+    let mut title = format!("Waiting on you ({})", app.pending.len());
+    if !app.marked.is_empty() {
+        title.push_str(&format!(" · {} marked", app.marked.len()));
+    }
+    if app.grouping != super::triage::Grouping::None {
+        title.push_str(&format!(" · {}", app.grouping.label()));
+    }
+    let block = pane(app, title, app.focus == Focus::Main);
     let inner = block.inner(area);
     f.render_widget(block, area);
     if app.pending.is_empty() {
         f.render_widget(Paragraph::new(Span::styled("Nothing waits for you.", app.theme.get("dim"))), inner);
         return;
     }
-    let w = inner.width as usize;
-    let lines: Vec<Line> = app
-        .pending
-        .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            let what = if p.ask {
-                format!("ask  {}", p.args["question"].as_str().unwrap_or(""))
-            } else {
-                format!("{}  {}", p.tool, chat::gist(&p.args))
-            };
-            let waited = ago(app.now_ms, p.since_ms);
-            let left = format!("{:<12} {what}", fit(&p.agent_name, 12));
-            let room = w.saturating_sub(waited.width() + 1);
-            let l = Line::from(vec![
-                Span::raw(format!("{:<room$}", fit(&left, room))),
-                Span::styled(format!(" {waited}"), app.theme.get("waiting")),
-            ]);
-            if i == app.files.sel { l.style(app.theme.get("selection")) } else { l }
-        })
-        .collect();
-    f.render_widget(Paragraph::new(lines), inner);
+    // The list above, the selected call in full below when there is room.
+    let (list_area, preview_area) = if inner.height >= 12 {
+        let [a, b] = Layout::vertical([Constraint::Percentage(55), Constraint::Min(5)]).areas(inner);
+        (a, Some(b))
+    } else {
+        (inner, None)
+    };
+    let w = list_area.width as usize;
+    let order = app.approvals_order();
+    let sel = app.files.sel.min(order.len().saturating_sub(1));
+    let mut lines: Vec<Line> = Vec::new();
+    let mut group: Option<String> = None;
+    let mut sel_line = 0;
+    for (pos, &i) in order.iter().enumerate() {
+        let p = &app.pending[i];
+        let key = app.grouping.key(p);
+        if !key.is_empty() && group.as_deref() != Some(key.as_str()) {
+            let n = order.iter().filter(|&&j| app.grouping.key(&app.pending[j]) == key).count();
+            lines.push(Line::styled(format!("{key} ({n})"), app.theme.get("accent")));
+            group = Some(key);
+        }
+        let what = if p.ask {
+            format!("ask  {}", p.args["question"].as_str().unwrap_or(""))
+        } else {
+            format!("{}  {}", p.tool, chat::gist(&p.args))
+        };
+        let mark = if app.marked.contains(&p.task_id) {
+            "[x] "
+        } else if p.ask {
+            "    "
+        } else {
+            "[ ] "
+        };
+        let waited = ago(app.now_ms, p.since_ms);
+        let left = format!("{mark}{:<12} {what}", fit(&p.agent_name, 12));
+        let room = w.saturating_sub(waited.width() + 1);
+        let l = Line::from(vec![
+            Span::raw(format!("{:<room$}", fit(&left, room))),
+            Span::styled(format!(" {waited}"), app.theme.get("waiting")),
+        ]);
+        if pos == sel {
+            sel_line = lines.len();
+        }
+        lines.push(if pos == sel { l.style(app.theme.get("selection")) } else { l });
+    }
+    let h = list_area.height as usize;
+    let top = (sel_line + 1).saturating_sub(h);
+    f.render_widget(Paragraph::new(lines).scroll((top as u16, 0)), list_area);
+    if let (Some(area), Some(p)) = (preview_area, app.selected_pending()) {
+        let block = Block::default().borders(Borders::TOP).title(Span::styled(
+            format!(" {} · {} ", if p.ask { "ask" } else { p.tool.as_str() }, p.agent_name),
+            app.theme.get("dim"),
+        ));
+        let inner = block.inner(area);
+        f.render_widget(block, area);
+        let mut text: Vec<Line> = Vec::new();
+        if let Some(r) = p.reason.as_deref().filter(|r| !r.is_empty()) {
+            text.push(Line::from(vec![Span::styled("why  ", app.theme.get("dim")), Span::raw(r.to_string())]));
+        }
+        let args = serde_json::to_string_pretty(&p.args).unwrap_or_default();
+        text.extend(args.lines().map(|l| Line::raw(l.to_string())));
+        f.render_widget(Paragraph::new(text).wrap(Wrap { trim: false }), inner);
+    }
 }
 
 fn draw_events(f: &mut Frame, app: &App, area: Rect) {
@@ -726,10 +774,11 @@ fn draw_overlay(f: &mut Frame, app: &App, area: Rect) {
             f.render_widget(block, r);
             f.render_widget(Paragraph::new(lines).scroll((top as u16, 0)), inner);
         }
-        Overlay::Reject { text, .. } => {
+        Overlay::Reject { text, targets } => {
             let r = centered(area, 70, 5);
             f.render_widget(Clear, r);
-            let block = pane(app, "Reject · feedback the model will see (enter sends, esc cancels)".into(), true);
+            let what = if targets.len() == 1 { "Reject".to_string() } else { format!("Reject {}", targets.len()) };
+            let block = pane(app, format!("{what} · feedback the model will see (enter sends, esc cancels)"), true);
             let inner = block.inner(r);
             f.render_widget(block, r);
             let (a, b) = text.split();

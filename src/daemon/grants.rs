@@ -1,0 +1,58 @@
+//! The control API of scoped, time-boxed grants (issue 19,
+//! `store::grants`): list, add and revoke an agent's grants. Writes go
+//! through the agent, like every other; only the owner's token may make
+//! them (an approver answers one approval at a time).
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::routing::{delete, get};
+use axum::{Json, Router};
+use serde_json::{Value, json};
+
+use super::routes::{Q, body, field};
+use super::{ApiError, ApiResult, AppState};
+use crate::store::grants::{NewGrant, parse_duration};
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/agents/{id}/grants", get(list).post(add)).route("/agents/{id}/grants/{grant}", delete(remove))
+}
+
+async fn list(State(s): State<AppState>, Path(id): Path<String>, Query(q): Q) -> ApiResult {
+    let all = match q.get("all").map(String::as_str) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => return Err(ApiError::bad(format!("all must be true or false, got \"{other}\""))),
+    };
+    let (id, list) = s.read(&id, move |st| Ok(st.grant_list(all)?)).await?;
+    Ok(Json(json!({"agentId": id, "grants": list})))
+}
+
+async fn add(State(s): State<AppState>, Path(id): Path<String>, b: Bytes) -> ApiResult {
+    let v = body(&b)?;
+    let text = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
+    let for_ms = match v.get("for") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(d)) => Some(parse_duration(d).map_err(ApiError::bad)?),
+        Some(other) => return Err(ApiError::bad(format!("for must be a duration like \"30m\", got {other}"))),
+    };
+    let g = NewGrant {
+        tool: field(&v, "tool")?.to_string(),
+        path: text("path"),
+        host: text("host"),
+        for_ms,
+        note: text("note").unwrap_or_default(),
+    }
+    .check()
+    .map_err(ApiError::bad)?;
+    let (id, grant) = s.write(&id, move |ex| Ok(ex.store.grant_add(g)?)).await?;
+    Ok(Json(json!({"agentId": id, "grant": grant})))
+}
+
+async fn remove(State(s): State<AppState>, Path((id, grant)): Path<(String, String)>) -> ApiResult {
+    let g = grant.clone();
+    let (id, found) = s.write(&id, move |ex| Ok(ex.store.grant_remove(&g)?)).await?;
+    if !found {
+        return Err(ApiError::not_found(format!("no grant {grant}")));
+    }
+    Ok(Json(json!({"agentId": id, "removed": grant})))
+}
