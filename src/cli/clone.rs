@@ -68,6 +68,42 @@ pub fn clone(out: &Out, src: &Path, dst: &Path, opts: CloneOptions) -> anyhow::R
     out.line(format!("  source  {}", made.source_did.unwrap_or_else(|| "(no DID)".into())))
 }
 
+/// `adf fork SRC --at S<seq> DST`.
+pub fn fork(out: &Out, src: &Path, at_row: &str, dst: &Path) -> anyhow::Result<()> {
+    let seq = crate::store::fork::parse_seq(at_row).map_err(anyhow::Error::msg)?;
+    let inst = install()?;
+    let made = crate::store::fork::fork_file(src, dst, seq, Some(&inst)).map_err(|e| at(&[src, dst], e))?;
+    crate::review::mark_reviewed(&made.id).map_err(anyhow::Error::msg)?;
+    if out.json {
+        return out.json(&json!({
+            "path": made.path, "source": made.source, "at": seq, "id": made.id, "name": made.name,
+            "did": made.did, "source_did": made.source_did,
+        }));
+    }
+    out.line(format!("forked {} at S{seq} into {}: its loop ends there", src.display(), dst.display()))?;
+    out.line(format!("  did     {}", made.did.unwrap_or_default()))?;
+    out.line(format!("  go on   adf chat {} \"…\"", dst.display()))
+}
+
+/// `adf diff A B`.
+pub fn diff(out: &Out, a: &Path, b: &Path) -> anyhow::Result<u8> {
+    let sa = super::output::open_for_read(a)?;
+    let sb = super::output::open_for_read(b)?;
+    let d = crate::store::compare::diff(&sa, &sb).map_err(|e| at(&[a, b], e))?;
+    super::output::close(sa)?;
+    super::output::close(sb)?;
+    if out.json {
+        out.json(&d)?;
+    } else if d.is_empty() {
+        out.line("no differences (config, files, meta, tables, loop)")?;
+    } else {
+        let text = crate::store::compare::render(&d, &a.display().to_string(), &b.display().to_string());
+        out.line(text.trim_end())?;
+    }
+    // As diff(1): 0 alike, 1 different.
+    Ok(u8::from(!d.is_empty()))
+}
+
 /// `adf template save SRC TEMPLATE`.
 pub fn template(out: &Out, cmd: TemplateCmd) -> anyhow::Result<()> {
     let TemplateCmd::Save { src, template, lock } = cmd;

@@ -117,6 +117,18 @@ pub enum Command {
         #[arg(long)]
         tables: bool,
     },
+    /// A copy of an agent whose loop ends at a row (S<seq>), with a fresh
+    /// identity: to retry from a point in the past.
+    Fork {
+        src: PathBuf,
+        /// The last loop row to keep: S<seq>.
+        #[arg(long = "at", value_name = "S<seq>")]
+        at_row: String,
+        dst: PathBuf,
+    },
+    /// What differs between two agent files: config, files, meta, tables
+    /// and loop rows, like git diff (exit 1 when they differ).
+    Diff { a: PathBuf, b: PathBuf },
     /// Templates: `save` an agent as one (`adf new --template` uses it).
     #[command(subcommand)]
     Template(clone::TemplateCmd),
@@ -689,6 +701,12 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         Some(Command::Budget { cmd }) => return usage::budget(&out, cmd.as_ref()).map(|()| 0),
         Some(Command::Token(cmd)) => return token::run(&out, cmd).map(|()| 0),
+        Some(Command::Fork { src, at_row, dst }) => return clone::fork(&out, src, at_row, dst).map(|()| 0),
+        Some(Command::Diff { a, b }) => {
+            missing(a)?;
+            missing(b)?;
+            return clone::diff(&out, a, b);
+        }
         Some(Command::Grants(cmd)) => return grants::run(&out, url, cmd).map(|()| 0),
         Some(Command::Agents) if crate::client::Client::configured(url) => {
             return remote::run(&out, url, remote::Remote::Agents);

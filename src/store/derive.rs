@@ -470,6 +470,18 @@ fn strip_identity(tx: &Transaction<'_>, tmp: &Path) -> Result<()> {
 /// local tables only when asked for; no secrets (the source's credentials
 /// are sealed to its own identity).
 pub fn clone_file(src: &Path, dst: &Path, opts: CloneOptions, inst: Option<&Install>) -> Result<Derived> {
+    clone_with(src, dst, opts, inst, |_, _| Ok(()))
+}
+
+/// `clone_file`, with a last change to the copy in the same transaction
+/// (a fork's cut): it fails, no file is left.
+pub(crate) fn clone_with(
+    src: &Path,
+    dst: &Path,
+    opts: CloneOptions,
+    inst: Option<&Install>,
+    last: impl FnOnce(&Transaction<'_>, &Path) -> Result<()>,
+) -> Result<Derived> {
     let keys = AgentKeys::generate().map_err(StoreError::Invalid)?;
     let (out, deks) = copy_then(src, dst, |tx, tmp| {
         let now = now_iso();
@@ -529,6 +541,7 @@ pub fn clone_file(src: &Path, dst: &Path, opts: CloneOptions, inst: Option<&Inst
             },
         );
         keyring::insert_attestation(tx, &att).at(tmp)?;
+        last(tx, tmp)?;
         let name = cfg["name"].as_str().unwrap_or_default().to_string();
         Ok((
             Derived {

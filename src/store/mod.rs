@@ -8,6 +8,7 @@
 pub mod access;
 pub mod audit;
 pub mod cite;
+pub mod compare;
 pub mod config;
 mod conn;
 pub mod create;
@@ -15,6 +16,7 @@ pub mod defaults;
 pub mod derive;
 mod error;
 pub mod files;
+pub mod fork;
 pub mod grants;
 pub mod identity;
 pub mod keyring;
