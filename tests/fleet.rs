@@ -86,3 +86,75 @@ async fn load_route_stop_and_close() {
         assert_eq!(n, 1, "{f} closed cleanly");
     }
 }
+
+/// Identity hygiene (issue 19): a copied file is named as a copy with the
+/// fix, a file with another's DID is flagged, and `adf claim` gives the
+/// copy an identity of its own so both load.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_copy_is_named_a_copy_with_the_fix_and_loads_once_claimed() {
+    let dir = tmp();
+    let d = dir.path();
+    ok(&adf(d, &["new", "a.adf"], None));
+    std::fs::copy(d.join("a.adf"), d.join("b.adf")).unwrap();
+    std::fs::copy(d.join("a.adf"), d.join("c.adf")).unwrap();
+    // c: the same DID under another config id (edited by hand).
+    let raw = rusqlite::Connection::open(d.join("c.adf")).unwrap();
+    raw.execute("UPDATE adf_config SET config_json = json_set(config_json, '$.id', 'other-id-123')", []).unwrap();
+    drop(raw);
+    let mut fleet = Fleet::new(Bus::new(), scripted());
+    fleet.load(&d.join("a.adf")).unwrap();
+    let e = fleet.load(&d.join("b.adf")).unwrap_err();
+    assert!(e.contains("a copy of") && e.contains("same id and DID") && e.contains("adf claim"), "{e}");
+    fleet.load(&d.join("c.adf")).unwrap();
+    let flagged: Vec<_> =
+        fleet.summaries().iter().filter_map(|s| s.duplicate_of.map(|p| (s.file_path.to_path_buf(), p.to_path_buf()))).collect();
+    assert_eq!(flagged, [(d.join("c.adf"), d.join("a.adf"))]);
+    let listed = serde_json::to_value(fleet.summaries()).unwrap();
+    assert!(listed.to_string().contains("duplicateOf"), "{listed}");
+    fleet.shutdown().await;
+    // The fix the message names.
+    let v = json(&adf(d, &["claim", "b.adf", "--yes", "--json"], None));
+    let did = |p: &str| {
+        let s = adf::store::Store::open_read_only(d.join(p)).unwrap();
+        (s.meta_get("adf_did").unwrap().unwrap().value, s.config_value().unwrap()["id"].clone())
+    };
+    assert_eq!(v["did"].as_str().unwrap(), did("b.adf").0);
+    assert_ne!(did("a.adf"), did("b.adf"), "its own DID and id");
+    let mut fleet = Fleet::new(Bus::new(), scripted());
+    fleet.load(&d.join("a.adf")).unwrap();
+    fleet.load(&d.join("b.adf")).unwrap();
+    fleet.shutdown().await;
+}
+
+/// The effective runtime snapshot: what the runtime applied (provider,
+/// model, prompt, MCP), keys by source only, written on start and again
+/// when a config change changes it; the agent cannot rewrite it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_runtime_snapshot_is_recorded_on_start_and_on_a_config_change() {
+    use adf::runtime::executor::{Absent, Executor};
+    use adf::store::{Caller, Store};
+    let dir = tmp();
+    let path = dir.path().join("a.adf");
+    create_file(&path, &NewAgent { provider: Some("scripted"), model: Some("m1"), ..Default::default() }).unwrap();
+    let mut fleet = Fleet::new(Bus::new(), scripted());
+    fleet.load(&path).unwrap();
+    fleet.shutdown().await;
+    let snap = |s: &Store| -> serde_json::Value {
+        serde_json::from_str(&s.meta_get("adfrs_runtime_snapshot").unwrap().expect("recorded").value).unwrap()
+    };
+    let s = Store::open(&path).unwrap();
+    let v = snap(&s);
+    assert_eq!((v["provider"].as_str(), v["model"].as_str()), (Some("scripted"), Some("m1")), "{v}");
+    assert!(v["prompt"]["instructions_sha256"].is_string() && v["recorded_at"].is_string(), "{v}");
+    let first = v["recorded_at"].clone();
+    let provider = Arc::new(Scripted::new([]).with_fallback(|_| Reply::Text("ok".into())));
+    let mut ex = Executor::new(s, provider, Bus::new(), Arc::new(Absent)).unwrap();
+    ex.chat("one").await.unwrap();
+    assert_eq!(snap(&ex.store)["recorded_at"], first, "unchanged: not written again");
+    let mut cfg = ex.store.config_value().unwrap();
+    cfg["model"]["model_id"] = serde_json::json!("m2");
+    ex.store.config_replace(cfg).unwrap();
+    ex.chat("two").await.unwrap();
+    assert_eq!(snap(&ex.store)["model"], "m2", "the config change is in the snapshot");
+    assert!(ex.store.meta_set(Caller::AGENT, "adfrs_runtime_snapshot", "{}", None).is_err(), "read-only to the agent");
+}

@@ -5,7 +5,7 @@
 //! is a pipe) and never printed, except the owner's phrase on request.
 
 use std::io::{BufRead, IsTerminal, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, anyhow, bail};
 use clap::Subcommand;
@@ -305,19 +305,55 @@ pub fn credentials(out: &Out, cmd: CredentialsCmd) -> anyhow::Result<()> {
     }
 }
 
+/// Other agent files with this DID: in the file's folder and the fleet's
+/// (the original a copy was made from).
+pub fn same_did(path: &Path, did: &str) -> Vec<PathBuf> {
+    if did.is_empty() {
+        return Vec::new();
+    }
+    let me = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut dirs = vec![crate::paths::fleet_dir()];
+    if let Some(d) = path.parent() {
+        dirs.push(if d.as_os_str().is_empty() { PathBuf::from(".") } else { d.to_path_buf() });
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    for dir in dirs {
+        for p in super::fleet::scan(&dir) {
+            let canon = std::fs::canonicalize(&p).unwrap_or_else(|_| p.clone());
+            if canon == me || !seen.insert(canon) {
+                continue;
+            }
+            let theirs = crate::store::Store::open_read_only(&p)
+                .ok()
+                .and_then(|s| s.meta_get("adf_did").ok().flatten().map(|m| m.value));
+            if theirs.as_deref() == Some(did) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
 pub fn claim(out: &Out, path: &Path, yes: bool) -> anyhow::Result<()> {
     let inst = current()?;
     let mut store = open(path)?;
     let old = store.meta_get("adf_did").map_err(|e| at(path, e))?.map(|m| m.value).unwrap_or_default();
-    if !yes
-        && !confirm(&format!(
-            "Give {} a new identity owned by you (the old DID is kept in its history)?",
-            path.display()
-        ))?
-    {
+    // A copy of an agent (another file here or in the fleet has its DID)
+    // gets an identity of its own even though it opens for you.
+    let twins = same_did(path, &old);
+    let question = match twins.first() {
+        Some(t) => format!(
+            "{} is a copy of {} (one DID for two files): give the copy its own identity (a new DID and id)?",
+            path.display(),
+            t.display()
+        ),
+        None => format!("Give {} a new identity owned by you (the old DID is kept in its history)?", path.display()),
+    };
+    if !yes && !confirm(&question)? {
         bail!("not claimed");
     }
-    let did = store.claim(&inst).map_err(|e| at(path, e))?;
+    let did = if twins.is_empty() { store.claim(&inst) } else { store.claim_copy(&inst) }.map_err(|e| at(path, e))?;
     let st = states(&store)?;
     close(store)?;
     if out.json {

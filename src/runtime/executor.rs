@@ -18,6 +18,7 @@ mod owner;
 mod park;
 pub mod side;
 mod skills;
+pub mod snapshot;
 
 use super::bus::Bus;
 use super::inject::{self, InjectError, InjectQueue, Injection};
@@ -1409,8 +1410,13 @@ impl Executor {
         }
         let typed = AgentConfig::from_value(&value).unwrap_or_default();
         let tools = advertised_tools(&value, &typed);
+        let changed = self.cfg.is_some();
         let c = Arc::new(CachedConfig::new(rev, value, typed, tools));
         self.cfg = Some(c.clone());
+        // A config change may change what the runtime applies.
+        if changed && let Err(e) = self.record_runtime_snapshot() {
+            self.log("warn", "executor", "runtime_snapshot", &e.to_string())?;
+        }
         Ok(c)
     }
 

@@ -27,6 +27,10 @@ struct Loaded {
     task: tokio::task::JoinHandle<Executor>,
     /// Started (timers running), or only loaded.
     started: Arc<std::sync::atomic::AtomicBool>,
+    /// Its DID (empty: none yet).
+    did: String,
+    /// Another loaded file with the same DID: one of them is a copy.
+    duplicate_of: Option<PathBuf>,
 }
 
 /// One row of the fleet's listing.
@@ -39,6 +43,9 @@ pub struct AgentSummary<'a> {
     pub handle: &'a str,
     pub state: String,
     pub started: bool,
+    /// Another loaded file has this agent's DID (`adf claim` the copy).
+    #[serde(rename = "duplicateOf", skip_serializing_if = "Option::is_none")]
+    pub duplicate_of: Option<&'a Path>,
 }
 
 /// What the fleet says about an agent.
@@ -268,12 +275,35 @@ impl Fleet {
         let runner_provider = provider.clone();
         let mut ex = Executor::new(store, provider, self.bus.clone(), owner.clone()).map_err(|e| e.to_string())?;
         ex.recover().map_err(|e| e.to_string())?;
+        // What this runtime applies to the agent, in the file (on start).
+        if let Err(e) = ex.record_runtime_snapshot() {
+            let _ = ex.log("warn", "fleet", "runtime_snapshot", &e.to_string());
+        }
         // Loaded agents mostly wait: keep only what the next turn needs.
         ex.store.release_memory();
         ex.stream_deltas(self.stream_deltas);
         let id = ex.agent_id().to_string();
-        if self.agents.contains_key(&id) {
-            return Err(format!("{}: an agent with id {id} is already loaded", path.display()));
+        let did = ex.store.meta_get("adf_did").ok().flatten().map(|m| m.value).unwrap_or_default();
+        if let Some(other) = self.agents.get(&id) {
+            let same = if !did.is_empty() && other.did == did { " and DID" } else { "" };
+            return Err(format!(
+                "{}: a copy of {} (same id{same}), not loaded; give the copy its own identity: adf claim {}",
+                path.display(),
+                other.path.display(),
+                path.display()
+            ));
+        }
+        // One DID in two files: both run, but messages to that DID could
+        // reach either; flag the newcomer with the fix.
+        let duplicate_of = self.agents.values().find(|l| !did.is_empty() && l.did == did).map(|l| l.path.clone());
+        if let Some(other) = &duplicate_of {
+            ex.emit(
+                crate::protocol::kind::AGENT_ERROR,
+                "system:fleet",
+                serde_json::json!({"error": format!(
+                    "{} has the DID of {} ({did}): one of them is a copy; give it its own identity: adf claim {}",
+                    path.display(), other.display(), path.display()), "duplicateOf": other.display().to_string()}),
+            );
         }
         ex.emit(
             crate::protocol::kind::AGENT_LOADED,
@@ -286,7 +316,6 @@ impl Fleet {
             None => self.unconfigured.remove(&id),
         };
         let started = Arc::new(std::sync::atomic::AtomicBool::new(started));
-        let did = ex.store.meta_get("adf_did").ok().flatten().map(|m| m.value).unwrap_or_default();
         ex.set_mesh(self.mesh.clone());
         let (agent, task) = super::agent::spawn_with(ex, owner, super::agent::TIMER_TICK, started.clone());
         let runner: super::mesh::Runner = {
@@ -302,7 +331,10 @@ impl Fleet {
         }
         let info = AgentInfo { id: id.clone(), name: name.clone(), handle: handle.clone(), path: path.to_path_buf() };
         self.files.insert(canon.clone());
-        self.agents.insert(id, Loaded { path: path.to_path_buf(), canon, name, handle, agent, task, started });
+        self.agents.insert(
+            id,
+            Loaded { path: path.to_path_buf(), canon, name, handle, agent, task, started, did, duplicate_of },
+        );
         Ok((info, cfg))
     }
 
@@ -349,6 +381,7 @@ impl Fleet {
                     states.as_ref().and_then(|m| m.get(id).cloned()).unwrap_or_else(|| "idle".into())
                 },
                 started: l.started.load(std::sync::atomic::Ordering::Relaxed),
+                duplicate_of: l.duplicate_of.as_deref(),
             })
             .collect()
     }

@@ -100,9 +100,21 @@ impl Store {
     /// DID (the old one goes to `adf_did_history`), a `clone` attestation,
     /// credentials kept only when a password can still open them.
     pub fn claim(&mut self, inst: &Install) -> Result<String> {
+        self.rekey(inst, false)
+    }
+
+    /// Give a copy of an agent (a second file with its DID and id) its own
+    /// identity: a new DID and a new config id, so both can run side by
+    /// side; the copy keeps what opens for this install.
+    pub fn claim_copy(&mut self, inst: &Install) -> Result<String> {
+        self.rekey(inst, true)
+    }
+
+    fn rekey(&mut self, inst: &Install, copy: bool) -> Result<String> {
         self.unlock(inst)?;
         let id = self.envelope(IDENTITY)?;
-        if id.state == EnvState::Unlocked || (id.state == EnvState::Absent && self.signing_key()?.is_some()) {
+        let opens = id.state == EnvState::Unlocked || (id.state == EnvState::Absent && self.signing_key()?.is_some());
+        if opens && !copy {
             return Err(StoreError::Invalid(format!(
                 "{}: this file's identity already opens for you; nothing to claim",
                 self.path().display()
@@ -134,6 +146,16 @@ impl Store {
                 push_history(tx, &old)
             };
             run().at(&path)?;
+            if copy {
+                // The copy's config id too: two files with one id do not
+                // load side by side.
+                let text: String =
+                    tx.query_row("SELECT config_json FROM adf_config WHERE id = 1", [], |r| r.get(0)).at(&path)?;
+                let mut cfg: serde_json::Value = serde_json::from_str(&text)
+                    .map_err(|e| StoreError::Invalid(format!("{}: config is not JSON: {e}", path.display())))?;
+                cfg["id"] = serde_json::json!(crate::store::create::nanoid(12));
+                crate::store::config::write_config(tx, &cfg, &now).at(&path)?;
+            }
             let deks = provision(tx, &path, inst, &keys, &now, !keep_credentials)?;
             if let Some(owner) = &inst.owner {
                 let clone = attest::issue(
