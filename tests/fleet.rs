@@ -106,8 +106,11 @@ async fn a_copy_is_named_a_copy_with_the_fix_and_loads_once_claimed() {
     let e = fleet.load(&d.join("b.adf")).unwrap_err();
     assert!(e.contains("a copy of") && e.contains("same id and DID") && e.contains("adf claim"), "{e}");
     fleet.load(&d.join("c.adf")).unwrap();
-    let flagged: Vec<_> =
-        fleet.summaries().iter().filter_map(|s| s.duplicate_of.map(|p| (s.file_path.to_path_buf(), p.to_path_buf()))).collect();
+    let flagged: Vec<_> = fleet
+        .summaries()
+        .iter()
+        .filter_map(|s| s.duplicate_of.map(|p| (s.file_path.to_path_buf(), p.to_path_buf())))
+        .collect();
     assert_eq!(flagged, [(d.join("c.adf"), d.join("a.adf"))]);
     let listed = serde_json::to_value(fleet.summaries()).unwrap();
     assert!(listed.to_string().contains("duplicateOf"), "{listed}");

@@ -59,6 +59,87 @@ pub enum CredentialsCmd {
     Rm { path: std::path::PathBuf, purpose: String },
 }
 
+/// `adf trust …`: headless trust (`store::keyring::trust`).
+#[derive(Debug, Clone, Subcommand)]
+pub enum TrustCmd {
+    /// This machine's trust key: paste it into `adf trust grant` where the
+    /// owner's agents' credentials open.
+    Key,
+    /// Let the runtime with this trust key open these agents' credentials.
+    Grant {
+        #[arg(long)]
+        key: String,
+        #[arg(required = true)]
+        paths: Vec<std::path::PathBuf>,
+    },
+    /// Take that access away again (by the runtime's DID).
+    Revoke {
+        #[arg(long)]
+        runtime: String,
+        #[arg(required = true)]
+        paths: Vec<std::path::PathBuf>,
+    },
+    /// The runtimes an agent's credentials open for.
+    Ls { path: std::path::PathBuf },
+}
+
+pub fn trust(out: &Out, cmd: TrustCmd) -> anyhow::Result<()> {
+    let inst = current()?;
+    match cmd {
+        TrustCmd::Key => {
+            let key = crate::store::keyring::trust::trust_key(&inst);
+            if out.json {
+                return out.json(&json!({"runtime_did": inst.runtime_did, "key": key}));
+            }
+            out.line(key)
+        }
+        TrustCmd::Grant { key, paths } => {
+            // The key first: a bad one changes no file.
+            crate::store::keyring::trust::parse_trust_key(&key).map_err(anyhow::Error::msg)?;
+            for path in &paths {
+                let mut store = open(path)?;
+                store.unlock(&inst).map_err(|e| at(path, e))?;
+                let added = store.trust_runtime(&key).map_err(|e| at(path, e))?;
+                close(store)?;
+                out.line(format!(
+                    "{}: credentials {} for that runtime",
+                    path.display(),
+                    if added { "now open" } else { "still open (slot refreshed)" }
+                ))?;
+            }
+            Ok(())
+        }
+        TrustCmd::Revoke { runtime, paths } => {
+            for path in &paths {
+                let mut store = open(path)?;
+                let removed = store.untrust_runtime(&runtime, &inst).map_err(|e| at(path, e))?;
+                close(store)?;
+                if !removed {
+                    bail!("{}: runtime {runtime} had no access", path.display());
+                }
+                out.line(format!(
+                    "{}: revoked; {runtime} can no longer open its credentials (rotate a key it may have read)",
+                    path.display()
+                ))?;
+            }
+            Ok(())
+        }
+        TrustCmd::Ls { path } => {
+            let store = open(&path)?;
+            let list = store.trusted_runtimes().map_err(|e| at(&path, e))?;
+            close(store)?;
+            if out.json {
+                return out.json(&json!({"runtimes": list, "this_runtime": inst.runtime_did}));
+            }
+            for did in list {
+                let mark = if did == inst.runtime_did { "  (this machine)" } else { "" };
+                out.line(format!("{did}{mark}"))?;
+            }
+            Ok(())
+        }
+    }
+}
+
 #[derive(Debug, Clone, Subcommand)]
 pub enum AttestCmd {
     /// The file's attestations, oldest first.

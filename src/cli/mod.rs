@@ -273,6 +273,10 @@ pub enum Command {
         #[arg(long)]
         yes: bool,
     },
+    /// Headless trust: let a daemon on another machine open chosen agents'
+    /// credentials (key on that machine; grant, revoke, ls where they open).
+    #[command(subcommand)]
+    Trust(identity::TrustCmd),
     /// Attestations: `ls`, `issue`, `add`, `verify` (exit 1 when invalid).
     #[command(subcommand)]
     Attest(identity::AttestCmd),
@@ -845,6 +849,7 @@ fn run_simple(command: Option<Command>, out: &Out) -> anyhow::Result<()> {
         Some(Command::Password(cmd)) => identity::password(out, cmd),
         Some(Command::Credentials(cmd)) => identity::credentials(out, cmd),
         Some(Command::Claim { path, yes }) => identity::claim(out, &path, yes),
+        Some(Command::Trust(cmd)) => identity::trust(out, cmd),
         Some(Command::Files(cmd)) => files::run(out, cmd),
         Some(Command::Meta(cmd)) => meta::run(out, cmd),
         Some(Command::Cite { path, citation }) => loops::cite(out, &path, &citation),

@@ -73,6 +73,7 @@ struct Deks {
 }
 
 mod lifecycle;
+pub mod trust;
 
 pub(crate) use lifecycle::{insert_attestation, provision};
 
