@@ -1293,3 +1293,68 @@ async fn batch_triage_marks_groups_previews_and_grants() {
     assert!(a.command_line("grant forever").is_empty());
     assert_eq!(a.pending.len(), 1, "nothing answered");
 }
+
+/// Live burn, why and logs in the app: the leaderboard of the hottest
+/// agents with a ten-minute sparkline each (in the tree too), the why
+/// panel, and the logs panel whose rows open to their payload.
+#[tokio::test]
+async fn burn_leaderboard_sparklines_why_and_logs_with_payloads() {
+    let dir = tmp();
+    let mut a = loaded(dir.path()).await;
+    // A fixed clock: the events pane prints times.
+    let now = 1_764_547_200_000;
+    a.now_ms = now;
+    // research burns hard now and a little before; scribe a bit, a while ago.
+    for (agent, mins_ago, tokens) in
+        [("research", 0, 900), ("research", 0, 300), ("research", 4, 200), ("scribe", 6, 150)]
+    {
+        let e = event(
+            &a,
+            "llm.completed",
+            agent,
+            now - mins_ago * 60_000,
+            json!({"input_tokens": tokens, "output_tokens": 0}),
+        );
+        a.on_event(&e);
+    }
+    a.tick(now);
+    let board: Vec<&str> = a.leaderboard().iter().map(|(i, _, _)| a.agents[*i].info.name.as_str()).collect();
+    assert_eq!(&board[..2], ["research", "scribe"], "hottest first");
+    let id = a.agents.iter().find(|x| x.info.name == "research").unwrap().info.id.clone();
+    let spark = a.spark(&id);
+    assert_eq!((spark[9], spark[5]), (1200, 200), "{spark:?}");
+    assert_eq!(adf::tui::control::sparkline(&[0, 1, 4, 8]), " ▁▄█");
+    a.run("burn");
+    both("burn_leaderboard", &a);
+    // Enter on a row goes to that agent.
+    a.logs_sel = 1;
+    key(&mut a, KeyCode::Enter);
+    assert_eq!(a.agents[a.sel].info.name, "scribe");
+    assert_eq!(a.main, MainView::Chat);
+    a.sel = a.agents.iter().position(|x| x.info.name == "research").unwrap();
+    a.run("why");
+    assert_eq!(a.why["waiting_on"][0]["what"], "approval", "{}", a.why);
+    let text = render(&a, 120, 40);
+    assert!(text.contains("waiting on") || text.contains("waits on") || text.contains("approval"), "{text}");
+    {
+        let path = a.agents[a.sel].info.path.clone();
+        let mut s = Store::open(&path).unwrap();
+        s.log("warn", "executor", "budget_exceeded", "[Budget] limits.budget.usd_day of $1.00 reached").unwrap();
+        s.close().unwrap();
+    }
+    a.run("logs");
+    assert_eq!(a.main, MainView::Logs);
+    let rows = a.logs.len();
+    assert!(rows > 0, "the fleet fixture wrote logs");
+    a.logs_sel = rows - 1;
+    key(&mut a, KeyCode::Enter);
+    assert_eq!(a.logs_open, Some(rows - 1));
+    let open = render(&a, 120, 40);
+    assert!(open.contains("message:") && open.contains("data:"), "{open}");
+    key(&mut a, KeyCode::Char('t'));
+    assert!(a.show_tasks);
+    assert!(!a.tasks.is_empty(), "the approval's task");
+    a.logs_sel = 0;
+    key(&mut a, KeyCode::Enter);
+    assert!(render(&a, 120, 40).contains("args:"));
+}

@@ -103,6 +103,12 @@ pub enum MainView {
     Skills,
     /// The selected loop's context gauge and what takes the space.
     Context,
+    /// The hottest agents by tokens a minute.
+    Burn,
+    /// Why the selected agent is awake or stuck.
+    Why,
+    /// The selected agent's logs (or tasks) with their payloads.
+    Logs,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -322,6 +328,14 @@ pub struct App {
     /// The context view's gauge (`adf context --json`'s shape) and the
     /// first part it shows (j/k scroll).
     pub context: Value,
+    /// The why panel, the logs and tasks panel: what was read, the row
+    /// under the cursor (also the leaderboard's), the row opened.
+    pub why: Value,
+    pub logs: Vec<Value>,
+    pub tasks: Vec<Value>,
+    pub logs_sel: usize,
+    pub logs_open: Option<usize>,
+    pub show_tasks: bool,
     pub context_top: usize,
     /// Answers of background work (MCP changes) for the status line.
     pub notices: tokio::sync::mpsc::UnboundedSender<String>,
@@ -390,6 +404,12 @@ impl App {
             skills: Default::default(),
             loop_sel: HashMap::new(),
             context: Value::Null,
+            why: Value::Null,
+            logs: Vec::new(),
+            tasks: Vec::new(),
+            logs_sel: 0,
+            logs_open: None,
+            show_tasks: false,
             context_top: 0,
             notices,
             notices_rx: Some(notices_rx),
@@ -841,8 +861,13 @@ impl App {
     /// another app).
     pub fn tick(&mut self, now_ms: i64) {
         self.now_ms = now_ms;
-        while self.burn.front().is_some_and(|(t, _, _)| *t < now_ms - 60_000) {
+        // Ten minutes, for the sparklines (the rate reads the last one).
+        let keep = super::control::SPARK_MINUTES as i64 * 60_000;
+        while self.burn.front().is_some_and(|(t, _, _)| *t < now_ms - keep) {
             self.burn.pop_front();
+        }
+        if self.main == MainView::Why {
+            self.refresh_why();
         }
         let before: Vec<String> = self.pending.iter().map(|p| p.task_id.clone()).collect();
         self.refresh_pending();

@@ -106,6 +106,14 @@ pub const ALL: &[CommandDef] = &[
     c("connect", &["provider", "key"], "Connect a model provider: type its key (saved 0600)"),
     c("skills", &[], "The selected agent's skills: the fleet's and its own, muted, invalid with the reason"),
     c("skill_toggle_mute", &["mute"], "Mute or unmute the selected skill (its files stay)"),
+    c(
+        "burn",
+        &["hot", "leaderboard"],
+        "The hottest agents: tokens a minute, ten minutes as a sparkline, their budgets",
+    ),
+    c("why", &["stuck"], "Why the selected agent is awake or stuck: what woke it, what it waits on, its next wake"),
+    c("logs", &["tasks"], "The selected agent's logs (t: its tasks); enter opens a row's payload"),
+    c("toggle_tasks", &[], "In the logs panel: switch between logs and tasks"),
     c("context", &["ctx", "gauge"], "How full the selected loop's context window is, and what takes the space"),
     c(
         "side_loop",

@@ -50,6 +50,7 @@ impl App {
             Focus::Main if self.main == MainView::Mcp => vec!["mcp", "list", "agent", "global"],
             Focus::Main if self.main == MainView::Skills => vec!["skills", "list", "agent", "global"],
             Focus::Main if self.main == MainView::Approvals => vec!["approvals", "list", "agent", "global"],
+            Focus::Main if self.main == MainView::Logs => vec!["logs", "list", "agent", "global"],
             Focus::Main => vec!["list", "agent", "global"],
             Focus::Events => vec!["events", "list", "agent", "global"],
         }
@@ -229,6 +230,30 @@ impl App {
                 self.focus = Focus::Main;
                 self.mcp.sel = 0;
                 self.refresh_mcp();
+                Vec::new()
+            }
+            "burn" => {
+                self.main = MainView::Burn;
+                self.focus = Focus::Main;
+                self.logs_sel = 0;
+                Vec::new()
+            }
+            "why" => {
+                self.main = MainView::Why;
+                self.focus = Focus::Main;
+                self.refresh_why();
+                Vec::new()
+            }
+            "logs" => {
+                self.main = MainView::Logs;
+                self.focus = Focus::Main;
+                (self.logs_sel, self.logs_open) = (0, None);
+                self.refresh_logs();
+                Vec::new()
+            }
+            "toggle_tasks" => {
+                self.show_tasks = !self.show_tasks;
+                (self.logs_sel, self.logs_open) = (0, None);
                 Vec::new()
             }
             "context" => {
@@ -586,6 +611,12 @@ impl App {
                 let n = self.context["parts"].as_array().map_or(0, Vec::len);
                 self.context_top = step(self.context_top, n);
             }
+            (Focus::Main, MainView::Burn) => self.logs_sel = step(self.logs_sel, self.agents.len()),
+            (Focus::Main, MainView::Logs) => {
+                self.logs_sel = step(self.logs_sel, self.control_rows().len());
+                self.logs_open = None;
+            }
+            (Focus::Main, MainView::Why) => {}
             (Focus::Composer, _) => {}
         }
     }
@@ -612,6 +643,13 @@ impl App {
                 let i = if self.events_follow { events.len().saturating_sub(1) } else { self.events_sel };
                 if let Some(e) = events.get(i).map(|e| Box::new((*e).clone())) {
                     self.overlay = Overlay::Event(e);
+                }
+            }
+            (Focus::Main, MainView::Logs) => self.toggle_payload(),
+            (Focus::Main, MainView::Burn) => {
+                if let Some(&(i, _, _)) = self.leaderboard().get(self.logs_sel) {
+                    self.sel = i;
+                    self.main = MainView::Chat;
                 }
             }
             (Focus::Main, MainView::Approvals) => {

@@ -181,7 +181,8 @@ impl fmt::Display for Key {
 }
 
 /// Where a binding applies; looked up from the most specific outwards.
-pub const CONTEXTS: &[&str] = &["global", "list", "agent", "composer", "files", "events", "mcp", "skills", "approvals"];
+pub const CONTEXTS: &[&str] =
+    &["global", "list", "agent", "composer", "files", "events", "mcp", "skills", "approvals", "logs"];
 
 /// Bindings per context.
 #[derive(Debug, Clone, Default)]

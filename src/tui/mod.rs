@@ -12,6 +12,7 @@ pub mod bench;
 pub mod chat;
 pub mod commands;
 pub mod context;
+pub mod control;
 pub mod forms;
 pub mod highlight;
 pub mod inbox;

@@ -53,6 +53,18 @@ pub trait Source: Send {
     fn budgets(&self, _id: &str) -> Vec<crate::runtime::budget::BudgetUse> {
         Vec::new()
     }
+    /// Why an agent is awake or stuck (`adf why --json`).
+    fn why(&self, _id: &str) -> Value {
+        Value::Null
+    }
+    /// An agent's newest log rows, oldest first.
+    fn logs(&self, _id: &str) -> Vec<Value> {
+        Vec::new()
+    }
+    /// An agent's tasks, newest first (every status).
+    fn task_rows(&self, _id: &str) -> Vec<Value> {
+        Vec::new()
+    }
     /// What this app's token may do (in-process: everything).
     fn role(&self) -> crate::daemon::roles::Role {
         crate::daemon::roles::Role::Owner
@@ -136,6 +148,24 @@ impl Source for Local {
     }
     fn budgets(&self, id: &str) -> Vec<crate::runtime::budget::BudgetUse> {
         self.readers.get(id).and_then(|s| crate::runtime::budget::in_use(s).ok()).unwrap_or_default()
+    }
+    fn why(&self, id: &str) -> Value {
+        // The app's own API knows the live state; the file, the rest.
+        if let Some(v) = self.api.as_ref().and_then(|a| a.get(&["agents", id, "why"], &[])) {
+            return v;
+        }
+        self.readers.get(id).and_then(|s| crate::runtime::why::explain(s, None).ok()).unwrap_or(Value::Null)
+    }
+    fn logs(&self, id: &str) -> Vec<Value> {
+        let q = crate::store::logs::LogQuery { level: None, origin: None, after: 0, limit: 200 };
+        let rows = self.readers.get(id).and_then(|s| s.log_list(&q).ok()).unwrap_or_default();
+        rows.into_iter().filter_map(|r| serde_json::to_value(r).ok()).collect()
+    }
+    fn task_rows(&self, id: &str) -> Vec<Value> {
+        let mut list = self.readers.get(id).and_then(|s| s.task_list(None).ok()).unwrap_or_default();
+        list.sort_by_key(|t| std::cmp::Reverse(t.created_at));
+        list.truncate(200);
+        list.into_iter().filter_map(|t| serde_json::to_value(t).ok()).collect()
     }
     fn skills(&self, id: &str) -> Value {
         let Some(s) = self.readers.get(id) else { return Value::Null };
@@ -231,6 +261,19 @@ impl Source for Remote {
     fn budgets(&self, id: &str) -> Vec<crate::runtime::budget::BudgetUse> {
         self.get(&["agents", id, "budgets"], &[])
             .and_then(|v| serde_json::from_value(v["budgets"].clone()).ok())
+            .unwrap_or_default()
+    }
+    fn why(&self, id: &str) -> Value {
+        self.get(&["agents", id, "why"], &[]).unwrap_or(Value::Null)
+    }
+    fn logs(&self, id: &str) -> Vec<Value> {
+        self.get(&["agents", id, "logs"], &[("limit", "200")])
+            .and_then(|v| v["logs"].as_array().cloned())
+            .unwrap_or_default()
+    }
+    fn task_rows(&self, id: &str) -> Vec<Value> {
+        self.get(&["agents", id, "tasks"], &[("limit", "200")])
+            .and_then(|v| v["tasks"].as_array().cloned())
             .unwrap_or_default()
     }
     fn role(&self) -> crate::daemon::roles::Role {

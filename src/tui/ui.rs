@@ -71,6 +71,9 @@ pub fn draw(f: &mut Frame, app: &App) {
             MainView::Mcp => super::mcp::draw(f, app, main),
             MainView::Skills => super::skills::draw(f, app, main),
             MainView::Context => super::context::draw(f, app, main),
+            MainView::Burn => super::control::draw_burn(f, app, main),
+            MainView::Why => super::control::draw_why(f, app, main),
+            MainView::Logs => super::control::draw_logs(f, app, main),
         }
     }
     if events_h > 0 {
@@ -176,7 +179,7 @@ fn draw_header(f: &mut Frame, app: &App, area: Rect) {
 }
 
 /// 950, 1.2k, 34.5k.
-fn short_count(n: u64) -> String {
+pub(super) fn short_count(n: u64) -> String {
     if n >= 1000 { format!("{:.1}k", n as f64 / 1000.0) } else { n.to_string() }
 }
 
@@ -233,11 +236,20 @@ fn draw_tree(f: &mut Frame, app: &App, area: Rect) {
         };
         // A budget shows as its tightest part's share: `37%$`.
         let spend = a.budget.map(|(_, f)| format!(" {:.0}%$", (f * 100.0).min(999.0))).unwrap_or_default();
-        let name_w = w.saturating_sub(indent.width() + 3 + badge.width() + spend.width());
+        // Ten minutes of burn in five bars, where the name still fits.
+        let spark = {
+            let m = app.spark(&a.info.id);
+            let pairs: Vec<u64> = m.chunks(2).map(|c| c.iter().sum()).collect();
+            let s = super::control::sparkline(&pairs);
+            let room = w.saturating_sub(indent.width() + 3 + badge.width() + spend.width() + a.info.name.width());
+            if s.is_empty() || room < s.width() + 1 { String::new() } else { format!(" {s}") }
+        };
+        let name_w = w.saturating_sub(indent.width() + 3 + badge.width() + spend.width() + spark.width());
         let mut line = Line::from(vec![
             Span::raw(indent.clone()),
             Span::styled(format!("{g} "), gs),
             Span::raw(format!("{:<name_w$}", fit(&a.info.name, name_w))),
+            Span::styled(spark, app.theme.get("accent")),
             Span::styled(
                 format!(" {badge}"),
                 if waiting > 0 {
