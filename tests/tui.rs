@@ -1358,3 +1358,31 @@ async fn burn_leaderboard_sparklines_why_and_logs_with_payloads() {
     key(&mut a, KeyCode::Enter);
     assert!(render(&a, 120, 40).contains("args:"));
 }
+
+/// The grants view lists the selected agent's grants; D revokes one.
+#[tokio::test]
+async fn the_grants_view_lists_and_revokes() {
+    let dir = tmp();
+    let mut a = loaded(dir.path()).await;
+    let path = a.agents[a.sel].info.path.clone();
+    let mut s = Store::open(&path).unwrap();
+    let g = s
+        .grant_add(adf::store::grants::NewGrant {
+            tool: "fs_write".into(),
+            path: Some("notes".into()),
+            for_ms: Some(30 * 60_000),
+            ..Default::default()
+        })
+        .unwrap();
+    s.close().unwrap();
+    a.run("grants");
+    assert_eq!(a.grants.len(), 1);
+    let frame = render(&a, 120, 40);
+    assert!(frame.contains("fs_write") && frame.contains("notes") && frame.contains(" min "), "{frame}");
+    let act = keys(&mut a, "D");
+    match &act[..] {
+        [Action::Mcp(r)] => assert_eq!((r.method, r.segments.clone()), ("DELETE", vec!["grants".to_string(), g.id])),
+        other => panic!("{other:?}"),
+    }
+    assert!(a.grants.is_empty());
+}

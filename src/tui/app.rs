@@ -109,6 +109,8 @@ pub enum MainView {
     Why,
     /// The selected agent's logs (or tasks) with their payloads.
     Logs,
+    /// The selected agent's scoped, time-boxed grants.
+    Grants,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -336,6 +338,7 @@ pub struct App {
     pub logs_sel: usize,
     pub logs_open: Option<usize>,
     pub show_tasks: bool,
+    pub grants: Vec<Value>,
     pub context_top: usize,
     /// Answers of background work (MCP changes) for the status line.
     pub notices: tokio::sync::mpsc::UnboundedSender<String>,
@@ -410,6 +413,7 @@ impl App {
             logs_sel: 0,
             logs_open: None,
             show_tasks: false,
+            grants: Vec::new(),
             context_top: 0,
             notices,
             notices_rx: Some(notices_rx),

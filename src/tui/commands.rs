@@ -37,6 +37,7 @@ const OWNER_ONLY: &[&str] = &[
     "emergency_stop",
     "approve_always",
     "grant",
+    "grant_revoke",
     "edit_file",
     "edit_mind",
     "connect",
@@ -113,6 +114,12 @@ pub const ALL: &[CommandDef] = &[
     ),
     c("why", &["stuck"], "Why the selected agent is awake or stuck: what woke it, what it waits on, its next wake"),
     c("logs", &["tasks"], "The selected agent's logs (t: its tasks); enter opens a row's payload"),
+    c(
+        "grants",
+        &[],
+        "The selected agent's grants: restricted tools approved ahead of time, until when, how often used",
+    ),
+    c("grant_revoke", &[], "In the grants view: revoke the selected grant"),
     c("toggle_tasks", &[], "In the logs panel: switch between logs and tasks"),
     c("context", &["ctx", "gauge"], "How full the selected loop's context window is, and what takes the space"),
     c(

@@ -82,6 +82,32 @@ impl App {
         if self.show_tasks { &self.tasks } else { &self.logs }
     }
 
+    /// Read the selected agent's grants again.
+    pub fn refresh_grants(&mut self) {
+        let Some(id) = self.selected_id() else { return };
+        self.grants = self.source.grants(&id);
+        self.logs_sel = self.logs_sel.min(self.grants.len().saturating_sub(1));
+    }
+
+    /// Revoke the grant under the cursor.
+    pub(super) fn revoke_grant(&mut self) -> Vec<super::app::Action> {
+        let (Some(agent), Some(g)) = (self.selected_id(), self.grants.get(self.logs_sel)) else {
+            self.status = Some("no grant selected".into());
+            return Vec::new();
+        };
+        let gid = g["id"].as_str().unwrap_or("").to_string();
+        let label = format!("revoke grant {gid} ({})", g["tool"].as_str().unwrap_or(""));
+        self.grants.remove(self.logs_sel);
+        self.logs_sel = self.logs_sel.min(self.grants.len().saturating_sub(1));
+        vec![super::app::Action::Mcp(super::mcp::McpRequest {
+            agent,
+            method: "DELETE",
+            segments: vec!["grants".into(), gid],
+            body: None,
+            label,
+        })]
+    }
+
     /// Enter on a row: open its payload, or close it.
     pub(super) fn toggle_payload(&mut self) {
         self.logs_open = if self.logs_open == Some(self.logs_sel) { None } else { Some(self.logs_sel) };
@@ -187,6 +213,48 @@ fn payload(v: &Value, tasks: bool) -> Vec<String> {
         out.extend(pretty(&v["data"]).into_iter().map(|l| format!("  {l}")));
     }
     out
+}
+
+pub fn draw_grants(f: &mut Frame, app: &App, area: Rect) {
+    let name = app.selected().map(|a| a.info.name.clone()).unwrap_or_default();
+    let block = pane(
+        app,
+        format!("{name} · grants ({}) · D revokes · :grant in the approvals queue makes one", app.grants.len()),
+        app.focus == Focus::Main,
+    );
+    let inner = block.inner(area);
+    f.render_widget(block, area);
+    if app.grants.is_empty() {
+        let hint =
+            "No grants: every restricted call asks. Answer one with :grant 30m (or path DIR, host H) to make one.";
+        f.render_widget(Paragraph::new(Span::styled(hint, app.theme.get("dim"))).wrap(Wrap { trim: false }), inner);
+        return;
+    }
+    let w = inner.width as usize;
+    let mut lines = vec![Line::styled(
+        format!("{:<12} {:<18} {:<16} {:<20} {:>10} {:>5}", "ID", "TOOL", "PATH", "HOST", "LEFT", "USES"),
+        app.theme.get("dim"),
+    )];
+    for (i, g) in app.grants.iter().enumerate() {
+        let s = |k: &str| g[k].as_str().unwrap_or("-").to_string();
+        let left = match g["expires_at"].as_i64() {
+            Some(e) if e <= app.now_ms => "expired".to_string(),
+            Some(e) => format!("{} min", (e - app.now_ms + 59_999) / 60_000),
+            None => "until revoked".into(),
+        };
+        let text = format!(
+            "{:<12} {:<18} {:<16} {:<20} {:>10} {:>5}",
+            s("id"),
+            fit(&s("tool"), 18),
+            fit(&s("path"), 16),
+            fit(&s("host"), 20),
+            left,
+            g["uses"]
+        );
+        let l = Line::raw(fit(&text, w));
+        lines.push(if i == app.logs_sel { l.style(app.theme.get("selection")) } else { l });
+    }
+    f.render_widget(Paragraph::new(lines), inner);
 }
 
 pub fn draw_logs(f: &mut Frame, app: &App, area: Rect) {

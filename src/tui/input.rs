@@ -51,6 +51,7 @@ impl App {
             Focus::Main if self.main == MainView::Skills => vec!["skills", "list", "agent", "global"],
             Focus::Main if self.main == MainView::Approvals => vec!["approvals", "list", "agent", "global"],
             Focus::Main if self.main == MainView::Logs => vec!["logs", "list", "agent", "global"],
+            Focus::Main if self.main == MainView::Grants => vec!["grants", "list", "agent", "global"],
             Focus::Main => vec!["list", "agent", "global"],
             Focus::Events => vec!["events", "list", "agent", "global"],
         }
@@ -251,6 +252,14 @@ impl App {
                 self.refresh_logs();
                 Vec::new()
             }
+            "grants" => {
+                self.main = MainView::Grants;
+                self.focus = Focus::Main;
+                self.logs_sel = 0;
+                self.refresh_grants();
+                Vec::new()
+            }
+            "grant_revoke" if self.main == MainView::Grants => self.revoke_grant(),
             "toggle_tasks" => {
                 self.show_tasks = !self.show_tasks;
                 (self.logs_sel, self.logs_open) = (0, None);
@@ -617,6 +626,7 @@ impl App {
                 self.logs_open = None;
             }
             (Focus::Main, MainView::Why) => {}
+            (Focus::Main, MainView::Grants) => self.logs_sel = step(self.logs_sel, self.grants.len()),
             (Focus::Composer, _) => {}
         }
     }

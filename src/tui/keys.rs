@@ -182,7 +182,7 @@ impl fmt::Display for Key {
 
 /// Where a binding applies; looked up from the most specific outwards.
 pub const CONTEXTS: &[&str] =
-    &["global", "list", "agent", "composer", "files", "events", "mcp", "skills", "approvals", "logs"];
+    &["global", "list", "agent", "composer", "files", "events", "mcp", "skills", "approvals", "logs", "grants"];
 
 /// Bindings per context.
 #[derive(Debug, Clone, Default)]

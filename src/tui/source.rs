@@ -65,6 +65,10 @@ pub trait Source: Send {
     fn task_rows(&self, _id: &str) -> Vec<Value> {
         Vec::new()
     }
+    /// An agent's live grants.
+    fn grants(&self, _id: &str) -> Vec<Value> {
+        Vec::new()
+    }
     /// What this app's token may do (in-process: everything).
     fn role(&self) -> crate::daemon::roles::Role {
         crate::daemon::roles::Role::Owner
@@ -160,6 +164,10 @@ impl Source for Local {
         let q = crate::store::logs::LogQuery { level: None, origin: None, after: 0, limit: 200 };
         let rows = self.readers.get(id).and_then(|s| s.log_list(&q).ok()).unwrap_or_default();
         rows.into_iter().filter_map(|r| serde_json::to_value(r).ok()).collect()
+    }
+    fn grants(&self, id: &str) -> Vec<Value> {
+        let list = self.readers.get(id).and_then(|s| s.grant_list(false).ok()).unwrap_or_default();
+        list.into_iter().filter_map(|g| serde_json::to_value(g).ok()).collect()
     }
     fn task_rows(&self, id: &str) -> Vec<Value> {
         let mut list = self.readers.get(id).and_then(|s| s.task_list(None).ok()).unwrap_or_default();
@@ -270,6 +278,9 @@ impl Source for Remote {
         self.get(&["agents", id, "logs"], &[("limit", "200")])
             .and_then(|v| v["logs"].as_array().cloned())
             .unwrap_or_default()
+    }
+    fn grants(&self, id: &str) -> Vec<Value> {
+        self.get(&["agents", id, "grants"], &[]).and_then(|v| v["grants"].as_array().cloned()).unwrap_or_default()
     }
     fn task_rows(&self, id: &str) -> Vec<Value> {
         self.get(&["agents", id, "tasks"], &[("limit", "200")])

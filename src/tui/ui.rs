@@ -74,6 +74,7 @@ pub fn draw(f: &mut Frame, app: &App) {
             MainView::Burn => super::control::draw_burn(f, app, main),
             MainView::Why => super::control::draw_why(f, app, main),
             MainView::Logs => super::control::draw_logs(f, app, main),
+            MainView::Grants => super::control::draw_grants(f, app, main),
         }
     }
     if events_h > 0 {
