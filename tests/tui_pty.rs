@@ -1188,3 +1188,115 @@ async fn side_loops_in_the_app() {
         c.query_row("SELECT count(*) FROM adf_audit WHERE source = 'loop:crit'", [], |r| r.get(0)).unwrap();
     assert_eq!(archived, 1, "the deleted loop's stream is in the archive");
 }
+
+/// Staying in control in the real app (issue 19): the burn leaderboard,
+/// why, logs, the approvals queue answered with a grant that then covers
+/// the next call, and the grants view.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn burn_why_logs_triage_and_grants_in_the_app() {
+    let dir = tmp();
+    let home = home_with_agent(dir.path());
+    let call = |id: &str, v: &str| {
+        Scripted::sse(anthropic_tool(id, "sys_update_config", &format!(r#"{{"path":"description","value":"{v}"}}"#)))
+    };
+    let fake = Arc::new(
+        FakeProvider::start(vec![
+            Scripted::sse(anthropic_text(&["Warm ", "reply.\n"], 1200, 300)),
+            call("toolu_1", "one"),
+            Scripted::sse(anthropic_text(&["First change made.\n"], 5, 2)),
+            call("toolu_2", "two"),
+            Scripted::sse(anthropic_text(&["Second change made.\n"], 5, 2)),
+        ])
+        .await,
+    );
+    let base = fake.base_url.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut t = Tui::start(&home, &base, None, 120, 40);
+        t.wait_for("adf › a › main");
+        t.send("i");
+        t.send("hello");
+        t.send("\r");
+        t.wait_for("Warm reply.");
+        t.send("\x1b");
+        t.send(":burn\r");
+        let s = t.wait_for("Burn · ");
+        assert!(s.contains("TOK/MIN") && s.contains("1.5k"), "{s}");
+        t.send(":why\r");
+        t.wait_for("a · why");
+        t.send(":logs\r");
+        t.wait_for("a · logs (");
+        t.send("t");
+        t.wait_for("a · tasks (");
+        // An approval, answered from the queue with a grant.
+        t.send("i");
+        t.send("change it");
+        t.send("\r");
+        t.wait_for("approval · sys_update_config");
+        t.send("\x1b");
+        t.send(":approvals\r");
+        t.wait_for("Waiting on you (1)");
+        t.send(" ");
+        t.wait_for("1 marked");
+        t.send(":grant 30m\r");
+        t.send(":chat\r");
+        t.wait_for("First change made.");
+        // The next call of that tool runs without asking: the grant covers it.
+        t.send("i");
+        t.send("change it again");
+        t.send("\r");
+        t.wait_for("Second change made.");
+        assert!(!t.screen().contains("approval · sys_update_config"), "{}", t.screen());
+        t.send("\x1b");
+        t.send(":grants\r");
+        let s = t.wait_for("a · grants (1)");
+        assert!(s.contains("sys_update_config") && s.contains(" min "), "{s}");
+        t.quit();
+        let file = home.join("data/agents/a.adf");
+        assert_eq!(sql(&file, "SELECT CAST(uses AS TEXT) FROM adfrs_grants"), "1");
+        assert_eq!(sql(&file, "SELECT json_extract(config_json, '$.description') FROM adf_config"), "two");
+    })
+    .await
+    .unwrap();
+}
+
+/// Attached with an observer's token, the app says so and hides what it
+/// may not do; the daemon refuses the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attached_with_an_observer_token_the_app_reads_only() {
+    let dir = tmp();
+    let home = home_with_agent(dir.path());
+    let agents = home.join("data/agents");
+    let minted = json(&adf_home(&home, &agents, &["token", "new", "--role", "observer", "--json"]));
+    let token = minted["token"].as_str().unwrap().to_string();
+    let mut daemon = std::process::Command::new(env!("CARGO_BIN_EXE_adf"))
+        .args(["daemon", "--port", "0"])
+        .env("ADF_HOME", &home)
+        .env_remove("ADF_DAEMON_TOKEN")
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let info = home.join("data/agents/.daemon.json");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !info.exists() {
+        assert!(Instant::now() < deadline, "the daemon did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let h = home.clone();
+    let result = tokio::task::spawn_blocking(move || {
+        let mut t = Tui::start_with(&h, &[("ADF_DAEMON_TOKEN", token.as_str())], &[], 120, 40);
+        t.wait_for("with an observer token");
+        t.wait_for("read only: this app's token is an observer's");
+        t.send("x");
+        t.wait_for("stop needs the owner's");
+        t.send("\x10");
+        t.send("stop");
+        let s = t.wait_for("> stop");
+        assert!(!s.contains("Turn the selected agent off"), "hidden from the palette: {s}");
+        t.send("\x1b");
+        t.quit();
+    })
+    .await;
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    result.unwrap();
+}
