@@ -658,7 +658,17 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
                         let store = output::open_for_read(path)?;
                         let v = crate::runtime::why::explain(&store, None).map_err(|e| output::at(path, e));
                         output::close(store)?;
-                        v?
+                        let mut v = v?;
+                        // Held by a process that serves no API: say who.
+                        if let Some(h) = crate::store::current_holder(path)
+                            && let Some(list) = v["waiting_on"].as_array_mut()
+                        {
+                            list.insert(
+                                0,
+                                serde_json::json!({"what": "held", "holder": format!("pid {} on {} since {}", h.pid, h.host, h.since)}),
+                            );
+                        }
+                        v
                     }
                 }
             } else {

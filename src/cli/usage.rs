@@ -300,7 +300,8 @@ mod tests {
         assert_eq!(since_day("today").unwrap(), today);
         assert_eq!(since_day("0d").unwrap(), today);
         assert!(since_day("7d").unwrap() < today);
-        for bad in ["yesterday", "2026-13-01", "2026-1-1", "-3d", "", "2026-03-04x"] {
+        assert_eq!(since_day("2026-1-1").unwrap(), "2026-01-01", "written out");
+        for bad in ["yesterday", "2026-13-01", "-3d", "", "2026-03-04x"] {
             let e = since_day(bad).unwrap_err().to_string();
             assert!(e.contains("is not a day"), "{bad}: {e}");
         }

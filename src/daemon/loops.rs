@@ -178,9 +178,21 @@ async fn logs(State(s): State<AppState>, Path(id): Path<String>, Query(q): Q) ->
 /// `GET /agents/{id}/why`: `adf why` with the live state.
 async fn why(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult {
     let (id, _) = s.agent(&id).await?;
-    let live = s.fleet.lock().await.state(&id);
+    let (live, activity) = {
+        let f = s.fleet.lock().await;
+        (f.state(&id), f.activity(&id))
+    };
     let (id, mut v) = s.read(&id, |st| Ok(crate::runtime::why::explain(st, None)?)).await?;
     v["state"] = json!(live);
+    // What the runtime is doing now comes first: the file cannot say.
+    if let Some(a) = activity
+        && let Some(list) = v["waiting_on"].as_array_mut()
+    {
+        let now = crate::store::now_ms();
+        for (i, w) in a.waiting(now).into_iter().enumerate() {
+            list.insert(i, w);
+        }
+    }
     v["agentId"] = json!(id);
     Ok(Json(v))
 }

@@ -57,6 +57,81 @@ pub struct AgentInfo {
     pub path: PathBuf,
 }
 
+/// What an agent is doing, followed from its events.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Activity {
+    pub state: String,
+    pub state_since: i64,
+    /// In a model call (or between calls of a turn) since.
+    pub calling_since: Option<i64>,
+    /// Running this tool since.
+    pub tool: Option<(String, i64)>,
+    /// The provider failed; the next try is at.
+    pub retry_at: Option<i64>,
+}
+
+impl Activity {
+    const TYPES: &'static [&'static str] = &[
+        "agent.state.changed",
+        "tool.started",
+        "tool.completed",
+        "tool.failed",
+        "llm.completed",
+        "llm.failed",
+        "provider.retry_scheduled",
+        "provider.retry_started",
+    ];
+
+    fn on(&mut self, ty: &str, at: i64, p: &serde_json::Value) {
+        match ty {
+            "agent.state.changed" => {
+                self.state = p["state"].as_str().unwrap_or("").to_string();
+                self.state_since = at;
+                let active = self.state == "active";
+                self.calling_since = active.then_some(at);
+                if !active {
+                    self.tool = None;
+                    self.retry_at = None;
+                }
+            }
+            "tool.started" => {
+                self.tool = Some((p["name"].as_str().unwrap_or("").to_string(), at));
+                self.calling_since = None;
+            }
+            "tool.completed" | "tool.failed" => {
+                self.tool = None;
+                self.calling_since = (self.state == "active").then_some(at);
+            }
+            "llm.completed" | "llm.failed" => self.calling_since = None,
+            "provider.retry_scheduled" => {
+                self.retry_at = p["next_retry_at"].as_i64();
+                self.calling_since = None;
+            }
+            "provider.retry_started" => {
+                self.retry_at = None;
+                self.calling_since = Some(at);
+            }
+            _ => {}
+        }
+    }
+
+    /// What it waits on, as `adf why` lists it.
+    pub fn waiting(&self, now: i64) -> Vec<serde_json::Value> {
+        let mut out = Vec::new();
+        let secs = |t: i64| (now - t).max(0) / 1000;
+        if let Some(t) = self.calling_since {
+            out.push(serde_json::json!({"what": "model", "since_ms": t, "seconds": secs(t)}));
+        }
+        if let Some((name, t)) = &self.tool {
+            out.push(serde_json::json!({"what": "tool", "tool": name, "since_ms": t, "seconds": secs(*t)}));
+        }
+        if let Some(at) = self.retry_at {
+            out.push(serde_json::json!({"what": "provider_backoff", "retry_at_ms": at, "in_seconds": (at - now).max(0) / 1000}));
+        }
+        out
+    }
+}
+
 /// Picks the provider for an agent's config (the accounts and environment
 /// by default; a scripted one in tests and benchmarks).
 pub type ProviderFactory = Arc<dyn Fn(&serde_json::Value) -> Result<Arc<dyn Provider>, String> + Send + Sync>;
@@ -102,6 +177,7 @@ pub struct Fleet {
     /// The live state of each agent, as its `agent.state.changed` events
     /// say (kept by a task following the bus).
     states: Arc<std::sync::Mutex<BTreeMap<String, String>>>,
+    activity: Arc<std::sync::Mutex<BTreeMap<String, Activity>>>,
     /// Mailboxes of the loaded agents, for messaging and the mesh server.
     pub mesh: Arc<super::mesh::Mesh>,
     /// Agents whose identity is sealed to another owner (claimable).
@@ -113,18 +189,25 @@ pub struct Fleet {
 impl Fleet {
     pub fn new(bus: Arc<Bus>, factory: ProviderFactory) -> Self {
         let states: Arc<std::sync::Mutex<BTreeMap<String, String>>> = Default::default();
+        let activity: Arc<std::sync::Mutex<BTreeMap<String, Activity>>> = Default::default();
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            let filter = super::bus::Filter { types: vec!["agent.state.changed".into()], agent_id: None };
+            let filter =
+                super::bus::Filter { types: Activity::TYPES.iter().map(|t| t.to_string()).collect(), agent_id: None };
             let mut sub = bus.subscribe(None, filter);
-            let st = Arc::downgrade(&states);
+            let (st, act) = (Arc::downgrade(&states), Arc::downgrade(&activity));
             rt.spawn(async move {
                 while let Some(item) = sub.next().await {
-                    let Some(states) = st.upgrade() else { break };
-                    if let super::bus::Item::Event(e) = item
-                        && let (Some(id), Some(state)) = (&e.event.agent_id, e.event.payload["state"].as_str())
+                    let (Some(states), Some(activity)) = (st.upgrade(), act.upgrade()) else { break };
+                    let super::bus::Item::Event(e) = item else { continue };
+                    let Some(id) = &e.event.agent_id else { continue };
+                    if e.event.event_type == "agent.state.changed"
+                        && let Some(state) = e.event.payload["state"].as_str()
                         && let Ok(mut m) = states.lock()
                     {
                         m.insert(id.clone(), state.to_string());
+                    }
+                    if let Ok(mut m) = activity.lock() {
+                        m.entry(id.clone()).or_default().on(&e.event.event_type, e.event.timestamp, &e.event.payload);
                     }
                 }
             });
@@ -144,7 +227,14 @@ impl Fleet {
             lenient: false,
             unconfigured: BTreeMap::new(),
             states,
+            activity,
         }
+    }
+
+    /// What a running agent is doing now, for `adf why`: a model call, a
+    /// tool, a provider back-off, with since when.
+    pub fn activity(&self, id: &str) -> Option<Activity> {
+        self.activity.lock().ok()?.get(id).cloned()
     }
 
     /// An agent's live state (`idle` until it says otherwise; `off` once
@@ -518,5 +608,29 @@ impl Fleet {
             }
         }
         errors
+    }
+}
+
+#[cfg(test)]
+mod activity_tests {
+    use super::Activity;
+    use serde_json::json;
+
+    #[test]
+    fn events_say_what_a_running_agent_waits_on() {
+        let mut a = Activity::default();
+        a.on("agent.state.changed", 1_000, &json!({"state": "active"}));
+        assert_eq!(a.waiting(4_000), [json!({"what": "model", "since_ms": 1_000, "seconds": 3})]);
+        a.on("tool.started", 5_000, &json!({"name": "fs_write"}));
+        assert_eq!(a.waiting(7_000)[0]["what"], "tool");
+        assert_eq!(a.waiting(7_000)[0]["tool"], "fs_write");
+        a.on("tool.completed", 8_000, &json!({}));
+        a.on("provider.retry_scheduled", 9_000, &json!({"next_retry_at": 19_000}));
+        assert_eq!(a.waiting(10_000), [json!({"what": "provider_backoff", "retry_at_ms": 19_000, "in_seconds": 9})]);
+        a.on("provider.retry_started", 19_000, &json!({}));
+        assert_eq!(a.waiting(20_000)[0]["what"], "model");
+        a.on("llm.completed", 21_000, &json!({}));
+        a.on("agent.state.changed", 21_000, &json!({"state": "idle"}));
+        assert!(a.waiting(30_000).is_empty(), "idle: nothing in flight");
     }
 }

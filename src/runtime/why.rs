@@ -102,6 +102,12 @@ pub fn text(v: &Value) -> Vec<String> {
             ),
             "ask" => format!("waiting on: your answer to \"{}\" (task {})", s(&w["question"]), s(&w["task"])),
             "budget" => format!("waiting on: a budget: {} {} is spent", s(&w["scope"]), s(&w["budget"])),
+            "model" => format!("waiting on: a model call, for {} s", w["seconds"]),
+            "tool" => format!("waiting on: the tool {}, for {} s", s(&w["tool"]), w["seconds"]),
+            "provider_backoff" => {
+                format!("waiting on: the provider, after an error; next try in {} s", w["in_seconds"])
+            }
+            "held" => format!("waiting on: its file, held by {}", s(&w["holder"])),
             _ => format!("waiting on: {}", s(&w["detail"])),
         });
     }
