@@ -1268,19 +1268,7 @@ async fn attached_with_an_observer_token_the_app_reads_only() {
     let agents = home.join("data/agents");
     let minted = json(&adf_home(&home, &agents, &["token", "new", "--role", "observer", "--json"]));
     let token = minted["token"].as_str().unwrap().to_string();
-    let mut daemon = std::process::Command::new(env!("CARGO_BIN_EXE_adf"))
-        .args(["daemon", "--port", "0"])
-        .env("ADF_HOME", &home)
-        .env_remove("ADF_DAEMON_TOKEN")
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let info = home.join("data/agents/.daemon.json");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !info.exists() {
-        assert!(Instant::now() < deadline, "the daemon did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (mut daemon, _, _) = spawn_daemon(&home, &[], &[]);
     let h = home.clone();
     let result = tokio::task::spawn_blocking(move || {
         let mut t = Tui::start_with(&h, &[("ADF_DAEMON_TOKEN", token.as_str())], &[], 120, 40);

@@ -185,6 +185,13 @@ async fn why(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult {
     let (id, mut v) = s.read(&id, |st| Ok(crate::runtime::why::explain(st, None)?)).await?;
     v["state"] = json!(live);
     // What the runtime is doing now comes first: the file cannot say.
+    if let Some(a) = &activity
+        && a.state_since > 0
+    {
+        v["state_since"] = json!(
+            chrono::DateTime::from_timestamp_millis(a.state_since).map(|d| d.format("%Y-%m-%dT%H:%M:%SZ").to_string())
+        );
+    }
     if let Some(a) = activity
         && let Some(list) = v["waiting_on"].as_array_mut()
     {

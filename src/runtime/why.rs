@@ -75,7 +75,10 @@ pub fn text(v: &Value) -> Vec<String> {
     let s = |v: &Value| v.as_str().unwrap_or("").to_string();
     let mut out = Vec::new();
     out.push(match v["state"].as_str() {
-        Some(st) => format!("state: {st}"),
+        Some(st) => match v["state_since"].as_str() {
+            Some(since) => format!("state: {st} since {since}"),
+            None => format!("state: {st}"),
+        },
         None => "state: not running here (the file alone)".into(),
     });
     match &v["last_turn"] {
