@@ -91,6 +91,10 @@ async fn p29_lanes_run_one_or_four_hold_64_and_drop_the_rest() {
     }
     assert_eq!(d.lane("on_tool_call:slow.js"), (1, 64), "high-frequency: one at a time, 64 waiting");
     assert_eq!(d.lane("on_task_create:slow.js"), (4, 64), "work-shaped: four at a time");
+    // What `adf why` lists: each lane with a queue, running and waiting.
+    let waits = d.waiting();
+    assert!(waits.contains(&("on_tool_call:slow.js".to_string(), 1, 64)), "{waits:?}");
+    assert!(waits.contains(&("on_task_create:slow.js".to_string(), 4, 64)), "{waits:?}");
     let dropped = kinds(&bus).iter().filter(|(k, p)| k == "trigger.dropped" && p["reason"] == "lane_full").count();
     assert_eq!(dropped, 5 + 2);
     // A timer fire dropped from a full lane is rewound, not lost.

@@ -178,9 +178,9 @@ async fn logs(State(s): State<AppState>, Path(id): Path<String>, Query(q): Q) ->
 /// `GET /agents/{id}/why`: `adf why` with the live state.
 async fn why(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult {
     let (id, _) = s.agent(&id).await?;
-    let (live, activity) = {
+    let (live, activity, lanes) = {
         let f = s.fleet.lock().await;
-        (f.state(&id), f.activity(&id))
+        (f.state(&id), f.activity(&id), f.lane_waits(&id))
     };
     let (id, mut v) = s.read(&id, |st| Ok(crate::runtime::why::explain(st, None)?)).await?;
     v["state"] = json!(live);
@@ -192,11 +192,13 @@ async fn why(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult {
             chrono::DateTime::from_timestamp_millis(a.state_since).map(|d| d.format("%Y-%m-%dT%H:%M:%SZ").to_string())
         );
     }
-    if let Some(a) = activity
-        && let Some(list) = v["waiting_on"].as_array_mut()
-    {
+    if let Some(list) = v["waiting_on"].as_array_mut() {
         let now = crate::store::now_ms();
-        for (i, w) in a.waiting(now).into_iter().enumerate() {
+        let live = activity.map(|a| a.waiting(now)).unwrap_or_default();
+        let lanes = lanes
+            .into_iter()
+            .map(|(lane, running, queued)| json!({"what": "lane", "lane": lane, "running": running, "queued": queued}));
+        for (i, w) in live.into_iter().chain(lanes).enumerate() {
             list.insert(i, w);
         }
     }

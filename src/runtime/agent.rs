@@ -133,9 +133,16 @@ impl Waiting {
 pub struct AgentHandle {
     pub agent_id: String,
     tx: mpsc::UnboundedSender<AgentCommand>,
+    /// The agent's system dispatch lanes, to say what waits in them.
+    lanes: Option<std::sync::Weak<super::triggers::Dispatcher>>,
 }
 
 impl AgentHandle {
+    /// Lanes with work waiting: (lane, running, queued).
+    pub fn lane_waits(&self) -> Vec<(String, usize, usize)> {
+        self.lanes.as_ref().and_then(std::sync::Weak::upgrade).map(|d| d.waiting()).unwrap_or_default()
+    }
+
     /// A sender that does not keep the actor alive.
     pub fn weak(&self) -> mpsc::WeakUnboundedSender<AgentCommand> {
         self.tx.downgrade()
@@ -188,7 +195,8 @@ pub fn spawn_with(
 ) -> (AgentHandle, tokio::task::JoinHandle<Executor>) {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let dispatcher = triggers_for(&mut ex, tx.downgrade());
-    let handle = AgentHandle { agent_id: ex.agent_id().to_string(), tx };
+    let handle =
+        AgentHandle { agent_id: ex.agent_id().to_string(), tx, lanes: dispatcher.as_ref().map(Arc::downgrade) };
     let task = tokio::spawn(async move {
         let mut announced = false;
         let mut next: Option<String> = None;

@@ -231,6 +231,11 @@ impl Fleet {
         }
     }
 
+    /// System lambdas waiting in an agent's dispatch lanes.
+    pub fn lane_waits(&self, id: &str) -> Vec<(String, usize, usize)> {
+        self.agents.get(id).map(|l| l.agent.lane_waits()).unwrap_or_default()
+    }
+
     /// What a running agent is doing now, for `adf why`: a model call, a
     /// tool, a provider back-off, with since when.
     pub fn activity(&self, id: &str) -> Option<Activity> {

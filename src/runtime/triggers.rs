@@ -343,6 +343,18 @@ pub struct Dispatcher {
 }
 
 impl Dispatcher {
+    /// Lanes with a queue: (lane, running, queued), longest queue first.
+    pub fn waiting(&self) -> Vec<(String, usize, usize)> {
+        let Ok(lanes) = self.lanes.lock() else { return Vec::new() };
+        let mut out: Vec<(String, usize, usize)> = lanes
+            .iter()
+            .filter(|(_, l)| !l.queue.is_empty())
+            .map(|(k, l)| (k.clone(), l.running, l.queue.len()))
+            .collect();
+        out.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.0.cmp(&b.0)));
+        out
+    }
+
     pub fn new(
         agent_id: String,
         bus: Arc<super::bus::Bus>,

@@ -111,6 +111,12 @@ pub fn text(v: &Value) -> Vec<String> {
                 format!("waiting on: the provider, after an error; next try in {} s", w["in_seconds"])
             }
             "held" => format!("waiting on: its file, held by {}", s(&w["holder"])),
+            "lane" => format!(
+                "waiting on: the {} lane: {} running, {} queued (64 at most, then dropped)",
+                s(&w["lane"]),
+                w["running"],
+                w["queued"]
+            ),
             _ => format!("waiting on: {}", s(&w["detail"])),
         });
     }
