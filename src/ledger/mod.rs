@@ -72,6 +72,24 @@ struct FleetSpend {
     /// Calls recorded by this process (a refresh that raced one keeps the
     /// in-memory figure).
     recorded: u64,
+    /// Worst cases reserved by calls in flight: (usd, tokens).
+    reserved: (f64, u64),
+}
+
+/// A call's worst case held against the fleet budget until the call is
+/// settled (or given up): dropped, it is released.
+pub struct Reservation {
+    ledger: Arc<Ledger>,
+    usd: f64,
+    tokens: u64,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        let mut f = lock(&self.ledger.fleet);
+        f.reserved.0 = (f.reserved.0 - self.usd).max(0.0);
+        f.reserved.1 = f.reserved.1.saturating_sub(self.tokens);
+    }
 }
 
 /// The settings the ledger prices calls and checks the fleet budget with,
@@ -206,6 +224,35 @@ impl Ledger {
             self.refresh();
         }
         lock(&self.fleet).spent
+    }
+
+    /// Check a call's worst case (`usd`: `None` when the model has no
+    /// price) against the fleet's budget with what the fleet spent and
+    /// what calls in flight reserved, and hold it until the call settles.
+    /// One lock for the check and the hold: two agents calling at once
+    /// cannot both pass on the same headroom.
+    pub fn reserve(
+        self: &Arc<Self>,
+        budget: &Budget,
+        usd: Option<f64>,
+        tokens: u64,
+    ) -> Result<Reservation, crate::runtime::budget::Exceeded> {
+        let stale = lock(&self.fleet).at.is_none_or(|t| t.elapsed() > REFRESH);
+        if stale {
+            self.refresh();
+        }
+        let mut f = lock(&self.fleet);
+        let mut seen = f.spent;
+        seen.usd_day += f.reserved.0;
+        seen.usd_total += f.reserved.0;
+        seen.tokens_day += f.reserved.1;
+        seen.tokens_total += f.reserved.1;
+        crate::runtime::budget::check(crate::runtime::budget::FLEET, budget, &seen, usd, tokens)?;
+        let usd = usd.unwrap_or(0.0);
+        f.reserved.0 += usd;
+        f.reserved.1 += tokens;
+        drop(f);
+        Ok(Reservation { ledger: self.clone(), usd, tokens })
     }
 
     /// Read the fleet's spend from the file again.
@@ -410,6 +457,18 @@ mod tests {
         // Another process starting later sees it in the file.
         let b = Ledger::new(path, None);
         assert_eq!(b.fleet_spent().usd_total, 1.5);
+    }
+
+    #[test]
+    fn reservations_hold_headroom_until_released() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = Arc::new(Ledger::new(dir.path().join("usage.db"), None));
+        let b = Budget { tokens_day: Some(1_000), ..Default::default() };
+        let first = l.reserve(&b, None, 600).unwrap();
+        let e = l.reserve(&b, None, 600).map(|_| ()).unwrap_err();
+        assert_eq!((e.which, e.spent), ("tokens_day", 600.0), "the first call's worst case is held");
+        drop(first);
+        assert!(l.reserve(&b, None, 600).is_ok(), "released");
     }
 
     #[test]

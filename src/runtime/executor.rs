@@ -132,6 +132,8 @@ pub struct Executor {
     /// The app-wide usage ledger and the fleet budget, when this process
     /// keeps one.
     ledger: Option<Arc<crate::ledger::Ledger>>,
+    /// The running call's worst case, held against the fleet budget.
+    fleet_hold: Option<crate::ledger::Reservation>,
     /// A decision given before its approval is asked again (resuming a
     /// paused turn): (origin, task id, decision).
     preset: Option<(String, String, Decision)>,
@@ -238,6 +240,7 @@ impl Executor {
             loops: Default::default(),
             prices: Default::default(),
             ledger: crate::ledger::global(),
+            fleet_hold: None,
             context_hash: None,
             preset: None,
             last_dynamic: None,

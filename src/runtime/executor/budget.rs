@@ -58,13 +58,24 @@ impl Executor {
     ) -> Result<Option<Exceeded>, StoreError> {
         let worst = Usage { input, output: max_out, ..Default::default() };
         let usd = crate::providers::prices::cost(&self.price_list(), model, &worst);
+        // A hold from a call that never settled (it failed) goes first.
+        self.fleet_hold = None;
+        let mut fleet = None;
         for (scope, b) in &budgets {
-            let spent = match &self.ledger {
-                Some(l) if scope == budget::FLEET => l.fleet_spent(),
-                _ => self.store.spent(scope)?,
-            };
+            if scope == budget::FLEET {
+                fleet = Some(*b);
+                continue;
+            }
+            let spent = self.store.spent(scope)?;
             if let Err(e) = budget::check(scope, b, &spent, usd, input + worst.output) {
                 return Ok(Some(e));
+            }
+        }
+        // The fleet's last: its worst case is held until the call settles.
+        if let (Some(b), Some(l)) = (fleet, &self.ledger) {
+            match l.reserve(&b, usd, input + worst.output) {
+                Ok(hold) => self.fleet_hold = Some(hold),
+                Err(e) => return Ok(Some(e)),
             }
         }
         Ok(None)
@@ -113,6 +124,8 @@ impl Executor {
                 cost,
             });
         }
+        // Settled: the real figure (recorded above) replaces the worst case.
+        self.fleet_hold = None;
         Ok(())
     }
 
