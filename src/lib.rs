@@ -6,6 +6,7 @@
 //! code in boa workers), `tools`, `providers`, `daemon`, `client`, `tui`,
 //! `cli` (argument parsing and printing).
 
+pub mod channels;
 pub mod cli;
 pub mod client;
 pub mod daemon;

@@ -2,6 +2,7 @@
 //! prints for people by default and JSON with `--json`; errors come back to
 //! `main` as one line naming the file and the cause.
 
+mod adapters;
 mod bench;
 mod bench_check;
 pub mod bench_spawn;
@@ -371,6 +372,9 @@ pub enum Command {
         #[command(subcommand)]
         cmd: Option<usage::BudgetCmd>,
     },
+    /// Channel adapters: add (Telegram), ls, rm; status through the daemon.
+    #[command(subcommand)]
+    Adapters(adapters::AdaptersCmd),
     /// Daemon tokens with a role (owner, approver, observer): new, ls, rm.
     #[command(subcommand)]
     Token(token::TokenCmd),
@@ -722,6 +726,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
             return clone::diff(&out, a, b);
         }
         Some(Command::Grants(cmd)) => return grants::run(&out, url, cmd).map(|()| 0),
+        Some(Command::Adapters(cmd)) => return adapters::run(&out, url, cmd).map(|()| 0),
         Some(Command::Agents) if crate::client::Client::configured(url) => {
             return remote::run(&out, url, remote::Remote::Agents);
         }

@@ -14,7 +14,25 @@ use super::{ApiError, ApiResult, AppState};
 use crate::store::grants::{NewGrant, parse_duration};
 
 pub fn router() -> Router<AppState> {
-    Router::new().route("/agents/{id}/grants", get(list).post(add)).route("/agents/{id}/grants/{grant}", delete(remove))
+    Router::new()
+        .route("/agents/{id}/grants", get(list).post(add))
+        .route("/agents/{id}/grants/{grant}", delete(remove))
+        .route("/agents/{id}/adapters", get(adapters))
+}
+
+/// How each channel of a running agent is doing.
+async fn adapters(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult {
+    let (id, _) = s.agent(&id).await?;
+    let list = s.fleet.lock().await.channel_status(&id);
+    let v: Vec<Value> = list
+        .into_iter()
+        .map(|(kind, st)| {
+            let mut v = serde_json::to_value(st).unwrap_or_default();
+            v["kind"] = json!(kind);
+            v
+        })
+        .collect();
+    Ok(Json(json!({"agentId": id, "adapters": v})))
 }
 
 async fn list(State(s): State<AppState>, Path(id): Path<String>, Query(q): Q) -> ApiResult {

@@ -167,6 +167,7 @@ pub const ROUTES: &[Route] = &[
         &["tool:text!", "for:duration", "path:grantpath", "host:granthost", "note:string"],
     ),
     r("delete", "/agents/{id}/grants/{grant}", "Revoke a grant"),
+    r("get", "/agents/{id}/adapters", "The agent's channel adapters: state, account, counts, last error"),
     r("get", "/agents/{id}/why", "Why the agent is awake or stuck: last turn, what it waits on, next wake"),
     r("get", "/agents/{id}/budgets", "Budgets of the agent and its loops, with what they spent"),
     q(r("get", "/agents/{id}/context", "The context gauge: window, fill and what takes the space"), &["loop:string"]),

@@ -231,6 +231,11 @@ impl Fleet {
         }
     }
 
+    /// How each channel adapter of an agent is doing.
+    pub fn channel_status(&self, id: &str) -> Vec<(String, crate::channels::Status)> {
+        self.mesh.channels.status(id)
+    }
+
     /// System lambdas waiting in an agent's dispatch lanes.
     pub fn lane_waits(&self, id: &str) -> Vec<(String, usize, usize)> {
         self.agents.get(id).map(|l| l.agent.lane_waits()).unwrap_or_default()
@@ -421,6 +426,12 @@ impl Fleet {
             })
         };
         self.mesh.register(&id, &handle, &did, path, agent.weak(), runner);
+        // Its channels, once it runs (a loaded-only agent answers no one).
+        if started.load(std::sync::atomic::Ordering::Relaxed)
+            && let Some(mb) = self.mesh.find(&id)
+        {
+            self.mesh.channels.start(&mb, &cfg);
+        }
         if foreign {
             self.foreign.insert(id.clone());
         }
@@ -587,7 +598,16 @@ impl Fleet {
         if self.is_stopped(agent) {
             return self.reload(agent).await.map(|_| ());
         }
-        self.command(Command::Start { agent: agent.to_string() })
+        self.command(Command::Start { agent: agent.to_string() })?;
+        // Started now: its channels too, if they were not running.
+        if let Ok(id) = self.resolve(agent)
+            && self.mesh.channels.status(&id).is_empty()
+            && let Some(mb) = self.mesh.find(&id)
+            && let Ok(Ok(cfg)) = mb.with_store(|s| s.config_value())
+        {
+            self.mesh.channels.start(&mb, &cfg);
+        }
+        Ok(())
     }
 
     /// Turn every agent off at once: running turns end now.

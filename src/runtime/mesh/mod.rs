@@ -151,6 +151,8 @@ pub struct Mesh {
     /// Files agents created and asked to start (`sys_create_adf` with
     /// autostart); the fleet that owns this mesh loads them.
     loads: Mutex<Option<mpsc::UnboundedSender<PathBuf>>>,
+    /// Channel adapters of the loaded agents (Telegram, …).
+    pub channels: crate::channels::Registry,
 }
 
 impl Mesh {
@@ -203,6 +205,7 @@ impl Mesh {
             started: std::time::Instant::now(),
             states,
             loads: Mutex::new(None),
+            channels: Default::default(),
         })
     }
 
@@ -250,6 +253,7 @@ impl Mesh {
 
     /// Forget an agent (its ingress connection closes).
     pub fn unregister(&self, id: &str) {
+        self.channels.stop_agent(id);
         let gone = self.boxes.write().ok().and_then(|mut b| b.remove(id));
         if let Some(mb) = gone
             && let Ok(mut s) = mb.store.lock()

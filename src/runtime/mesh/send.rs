@@ -108,6 +108,60 @@ impl Executor {
         }
     }
 
+    /// Send on a connected channel adapter and record it in the outbox.
+    #[allow(clippy::too_many_arguments)]
+    async fn send_on_channel(
+        &mut self,
+        mesh: &Arc<super::Mesh>,
+        kind: &str,
+        chat: &str,
+        content: &str,
+        reply_to: Option<String>,
+        parent: Option<String>,
+        thread: Option<String>,
+    ) -> Result<String, String> {
+        let me = self.agent_id().to_string();
+        let out = mesh.channels.outbound(&me, kind).ok_or_else(|| {
+            format!(
+                "no {kind} channel adapter is connected for {kind}:{chat} (the owner adds one: adf adapters add FILE {kind})"
+            )
+        })?;
+        let (handle, did) = self.handle_and_did();
+        let mut row = Map::new();
+        for (k, v) in [
+            ("from", json!(did)),
+            ("to", json!(format!("{kind}:{chat}"))),
+            ("network", json!(kind)),
+            ("thread_id", json!(thread)),
+            ("parent_id", json!(parent)),
+            ("content", json!(content)),
+            ("content_type", json!("text/plain")),
+            ("sender_alias", json!(handle)),
+            ("created_at", json!(crate::store::now_ms())),
+            ("status", json!("pending")),
+        ] {
+            row.insert(k.into(), v);
+        }
+        let out_id = self.store.outbox_insert(&row).map_err(|e| e.to_string())?;
+        match out.send(chat, content, reply_to.as_deref()).await {
+            Ok(sent) => {
+                mesh.channels.sent(&me, kind);
+                self.store.outbox_finish(&out_id, "delivered", None).map_err(|e| e.to_string())?;
+                self.emit(
+                    crate::protocol::kind::MESSAGE_SENT,
+                    "system:mesh",
+                    json!({"outbox_id": out_id, "to": format!("{kind}:{chat}"), "channel": kind, "platform_id": sent, "from": handle}),
+                );
+                Ok(format!("Message sent to {kind}:{chat} (platform message {sent})."))
+            }
+            Err(e) => {
+                self.store.outbox_finish(&out_id, "failed", None).map_err(|e| e.to_string())?;
+                let _ = self.log("warn", "adapter", "delivery_failed", &format!("{kind}:{chat}: {e}"));
+                Err(format!("Delivery to {kind}:{chat} failed: {e}"))
+            }
+        }
+    }
+
     async fn send_inner(&mut self, input: &Value) -> Result<String, String> {
         let mesh =
             self.mesh.clone().ok_or("messaging needs the runtime's mesh (this agent is not loaded in a fleet)")?;
@@ -136,6 +190,22 @@ impl Executor {
             thread = thread.or_else(|| s(&row["thread_id"])).or_else(|| Some(pid.clone()));
         } else if mode == "respond_only" {
             return Err("messaging.mode is respond_only: reply to an inbox message with parent_id".into());
+        }
+        // A channel address (`telegram:<chat>`), given or replied to: the
+        // agent's adapter sends it, threaded under the message replied to.
+        if let Some((kind, chat)) = recipient.as_deref().and_then(crate::channels::address) {
+            let reply_to: Option<String> = match &parent {
+                Some(pid) => self
+                    .store
+                    .inbox_get(pid)
+                    .ok()
+                    .flatten()
+                    .and_then(|r| r.get("source_context").and_then(Value::as_str).map(str::to_string))
+                    .and_then(|c| serde_json::from_str::<Value>(&c).ok())
+                    .and_then(|c| c["message_id"].as_str().map(str::to_string)),
+                None => None,
+            };
+            return self.send_on_channel(&mesh, kind, chat, &content, reply_to, parent, thread).await;
         }
         let (handle, did) = self.handle_and_did();
         let my_dir = std::fs::canonicalize(self.store.path())

@@ -1,0 +1,344 @@
+//! Channel adapters (issue 20, messaging.md §14): agents reachable on
+//! other platforms. One contract for every channel: an adapter runs as a
+//! task per (agent, channel), turns what arrives into inbox rows with the
+//! channel's address (`telegram:<chat>`), and sends what the agent writes to
+//! such an address. This module is the framework: the registry the fleet
+//! starts adapters in and `msg_send` finds them through, who may talk to
+//! an agent (`adapters.<type>.policy`), delivery with de-duplication, and
+//! each channel's status. The platforms are beside it (`telegram.rs`).
+//!
+//! Credentials live only in the agent's sealed credentials
+//! (`adapter:<type>:<KEY>`); config says which channels are on and where
+//! their server is (`config.api_url`, for a self-hosted server or a test
+//! double).
+
+pub mod telegram;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+
+use futures_util::future::BoxFuture;
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+use crate::runtime::agent::{AgentCommand, OwnerWork};
+use crate::runtime::mesh::Mailbox;
+
+/// The channels this build has.
+pub const KINDS: &[&str] = &["telegram"];
+
+/// Sending on a connected channel.
+pub trait Outbound: Send + Sync {
+    /// Send `text` to `chat`, as a reply to a platform message when given;
+    /// the platform's id of what was sent.
+    fn send<'a>(
+        &'a self,
+        chat: &'a str,
+        text: &'a str,
+        reply_to: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<String, String>>;
+}
+
+/// How a channel is doing.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Status {
+    /// `connecting`, `connected`, `backing_off`, `stopped`.
+    pub state: String,
+    pub since: i64,
+    pub last_error: Option<String>,
+    pub received: u64,
+    pub sent: u64,
+    pub refused: u64,
+    /// Who the channel is on the platform (a bot's @name).
+    pub account: Option<String>,
+}
+
+/// A channel's shared status.
+pub type StatusCell = Arc<Mutex<Status>>;
+
+pub fn set_state(s: &StatusCell, state: &str, error: Option<String>) {
+    if let Ok(mut st) = s.lock() {
+        if st.state != state {
+            st.since = crate::store::now_ms();
+        }
+        st.state = state.to_string();
+        if error.is_some() || state == "connected" {
+            st.last_error = error;
+        }
+    }
+}
+
+struct Running {
+    out: Arc<dyn Outbound>,
+    status: StatusCell,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Every running adapter of this runtime, by (agent id, channel).
+#[derive(Default)]
+pub struct Registry {
+    running: RwLock<HashMap<(String, String), Running>>,
+}
+
+impl Registry {
+    /// Start the channels an agent's config switches on (`adapters.<type>
+    /// .enabled`); a channel it does not know is logged and skipped.
+    pub fn start(&self, mb: &Arc<Mailbox>, cfg: &Value) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+        let Some(adapters) = cfg.get("adapters").and_then(Value::as_object) else { return };
+        for (kind, a) in adapters {
+            if !a["enabled"].as_bool().unwrap_or(false) {
+                continue;
+            }
+            let status: StatusCell = Arc::new(Mutex::new(Status { state: "connecting".into(), ..Default::default() }));
+            let policy = Policy::of(a);
+            let started = match kind.as_str() {
+                "telegram" => telegram::start(&rt, mb.clone(), a, policy, status.clone()),
+                other => {
+                    let _ = mb.with_store(|s| {
+                        s.log("warn", "adapter", "adapter_unknown", &format!("no \"{other}\" channel in this build"))
+                    });
+                    continue;
+                }
+            };
+            match started {
+                Ok((out, task)) => {
+                    if let Ok(mut r) = self.running.write()
+                        && let Some(old) = r.insert((mb.id.clone(), kind.clone()), Running { out, status, task })
+                    {
+                        old.task.abort();
+                    }
+                }
+                Err(e) => {
+                    let _ =
+                        mb.with_store(|s| s.log("error", "adapter", "adapter_start_failed", &format!("{kind}: {e}")));
+                }
+            }
+        }
+    }
+
+    /// Stop every channel of an agent (unloaded, stopped).
+    pub fn stop_agent(&self, agent: &str) {
+        if let Ok(mut r) = self.running.write() {
+            r.retain(|(a, _), run| {
+                if a == agent {
+                    run.task.abort();
+                    false
+                } else {
+                    true
+                }
+            });
+        }
+    }
+
+    /// The sender of a connected channel.
+    pub fn outbound(&self, agent: &str, kind: &str) -> Option<Arc<dyn Outbound>> {
+        let r = self.running.read().ok()?;
+        let run = r.get(&(agent.to_string(), kind.to_string()))?;
+        Some(run.out.clone())
+    }
+
+    /// Count a message sent on a channel.
+    pub fn sent(&self, agent: &str, kind: &str) {
+        if let Ok(r) = self.running.read()
+            && let Some(run) = r.get(&(agent.to_string(), kind.to_string()))
+            && let Ok(mut s) = run.status.lock()
+        {
+            s.sent += 1;
+        }
+    }
+
+    /// An agent's channels and how each is doing.
+    pub fn status(&self, agent: &str) -> Vec<(String, Status)> {
+        let Ok(r) = self.running.read() else { return Vec::new() };
+        let mut out: Vec<(String, Status)> = r
+            .iter()
+            .filter(|((a, _), _)| a == agent)
+            .map(|((_, k), run)| (k.clone(), run.status.lock().map(|s| s.clone()).unwrap_or_default()))
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+}
+
+/// Who may talk to an agent on a channel (`adapters.<type>.policy`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    /// Direct messages: `all`, `allowlist` or `none`.
+    pub dm: String,
+    /// Groups: `all`, `mention` or `none`.
+    pub groups: String,
+    /// Senders a DM allowlist admits: platform ids or @usernames.
+    pub allow_from: Vec<String>,
+}
+
+impl Policy {
+    pub fn of(adapter: &Value) -> Policy {
+        let p = &adapter["policy"];
+        Policy {
+            dm: p["dm"].as_str().unwrap_or("all").to_string(),
+            groups: p["groups"].as_str().unwrap_or("mention").to_string(),
+            allow_from: p["allow_from"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(|s| s.trim_start_matches('@').to_lowercase())
+                .collect(),
+        }
+    }
+
+    /// Admit a message, or say why not (logged, never answered).
+    pub fn admit(&self, m: &Inbound) -> Result<(), String> {
+        if m.group {
+            return match self.groups.as_str() {
+                "all" => Ok(()),
+                "mention" if m.mentioned => Ok(()),
+                "mention" => Err("a group message that does not mention the agent".into()),
+                _ => Err("group messages are off for this channel".into()),
+            };
+        }
+        match self.dm.as_str() {
+            "all" => Ok(()),
+            "allowlist" => {
+                let ids = [m.sender_id.to_lowercase(), m.sender_name.trim_start_matches('@').to_lowercase()];
+                if ids.iter().any(|i| !i.is_empty() && self.allow_from.contains(i)) {
+                    Ok(())
+                } else {
+                    Err(format!("{} is not on the allowlist", m.sender_label()))
+                }
+            }
+            _ => Err("direct messages are off for this channel".into()),
+        }
+    }
+}
+
+/// A message a channel received, in the channel's terms.
+#[derive(Debug, Clone, Default)]
+pub struct Inbound {
+    pub kind: &'static str,
+    pub chat_id: String,
+    pub chat_type: String,
+    pub group: bool,
+    pub mentioned: bool,
+    pub message_id: String,
+    pub sender_id: String,
+    pub sender_name: String,
+    pub text: String,
+    pub reply_to_message_id: Option<String>,
+    pub sent_at_ms: Option<i64>,
+    pub raw: Value,
+}
+
+impl Inbound {
+    fn sender_label(&self) -> String {
+        if self.sender_name.is_empty() { self.sender_id.clone() } else { format!("@{}", self.sender_name) }
+    }
+
+    /// The inbox row (messaging.md §14): `from` is the chat's address, so
+    /// a reply goes back where the message came from.
+    fn row(&self) -> Map<String, Value> {
+        let mut row = Map::new();
+        row.insert("message_id".into(), format!("{}:{}", self.chat_id, self.message_id).into());
+        row.insert("from".into(), format!("{}:{}", self.kind, self.chat_id).into());
+        row.insert("network".into(), self.kind.into());
+        row.insert("content".into(), self.text.clone().into());
+        row.insert("content_type".into(), "text/plain".into());
+        row.insert("sender_alias".into(), Value::String(self.sender_label().chars().take(64).collect()));
+        row.insert("source".into(), self.kind.into());
+        row.insert(
+            "source_context".into(),
+            json!({"chat_id": self.chat_id, "message_id": self.message_id, "chat_type": self.chat_type,
+                   "reply_to_message_id": self.reply_to_message_id, "sender_id": self.sender_id,
+                   "username": self.sender_name})
+            .to_string()
+            .into(),
+        );
+        row.insert("meta".into(), json!({"channel": self.kind}).to_string().into());
+        row.insert("sent_at".into(), self.sent_at_ms.map(Value::from).unwrap_or(Value::Null));
+        row.insert("received_at".into(), crate::store::now_ms().into());
+        row.insert("status".into(), "unread".into());
+        row.insert("original_message".into(), self.raw.to_string().into());
+        row
+    }
+}
+
+/// What became of an inbound message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivered {
+    New,
+    /// Already in the inbox (a platform redelivered it).
+    Duplicate,
+    /// The policy refused it (logged).
+    Refused,
+}
+
+/// Put an inbound message in the agent's inbox (policy first, then
+/// de-duplication) and tell the agent. Blocking: run off the async workers.
+pub fn deliver(mb: &Mailbox, policy: &Policy, m: &Inbound, status: &StatusCell) -> Result<Delivered, String> {
+    if let Err(why) = policy.admit(m) {
+        mb.with_store(|s| s.log("info", "adapter", "message_refused", &format!("{}:{}: {why}", m.kind, m.chat_id)))?
+            .map_err(|e| e.to_string())?;
+        if let Ok(mut st) = status.lock() {
+            st.refused += 1;
+        }
+        return Ok(Delivered::Refused);
+    }
+    let row = m.row();
+    let stored = mb.with_store(|s| -> Result<Option<Map<String, Value>>, String> {
+        let (id, from) = (row["message_id"].as_str().unwrap_or(""), row["from"].as_str().unwrap_or(""));
+        if s.inbox_has(id, from).map_err(|e| e.to_string())? {
+            return Ok(None);
+        }
+        let mut row = row.clone();
+        let inbox_id = s.inbox_insert(&row).map_err(|e| e.to_string())?;
+        row.insert("id".into(), inbox_id.into());
+        Ok(Some(row))
+    })??;
+    let Some(row) = stored else { return Ok(Delivered::Duplicate) };
+    if let Ok(mut st) = status.lock() {
+        st.received += 1;
+    }
+    mb.notify(AgentCommand::With(OwnerWork(Box::new(move |ex| ex.inbox_arrived(row)))));
+    Ok(Delivered::New)
+}
+
+/// A channel address `type:id` split, when `type` is a channel this build has.
+pub fn address(to: &str) -> Option<(&str, &str)> {
+    let (kind, id) = to.split_once(':')?;
+    (KINDS.contains(&kind) && !id.is_empty()).then_some((kind, id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(group: bool, mentioned: bool, id: &str, name: &str) -> Inbound {
+        Inbound {
+            kind: "telegram",
+            group,
+            mentioned,
+            sender_id: id.into(),
+            sender_name: name.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_policy_admits_by_dm_and_group_rules() {
+        let p = Policy::of(&json!({"policy": {"dm": "allowlist", "groups": "mention", "allow_from": ["@Ann", "42"]}}));
+        assert!(p.admit(&m(false, false, "7", "ann")).is_ok(), "by username, any case");
+        assert!(p.admit(&m(false, false, "42", "")).is_ok(), "by id");
+        assert!(p.admit(&m(false, false, "8", "bob")).unwrap_err().contains("@bob is not on the allowlist"));
+        assert!(p.admit(&m(true, true, "8", "bob")).is_ok(), "mentioned in a group");
+        assert!(p.admit(&m(true, false, "8", "bob")).is_err());
+        let closed = Policy::of(&json!({"policy": {"dm": "none", "groups": "none"}}));
+        assert!(closed.admit(&m(false, false, "42", "")).is_err());
+        assert!(closed.admit(&m(true, true, "42", "")).is_err());
+        let open = Policy::of(&json!({}));
+        assert_eq!((open.dm.as_str(), open.groups.as_str()), ("all", "mention"), "the defaults");
+        assert_eq!(address("telegram:123"), Some(("telegram", "123")));
+        assert_eq!(address("did:key:z6Mk"), None);
+        assert_eq!(address("telegram:"), None);
+    }
+}

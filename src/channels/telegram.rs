@@ -1,0 +1,293 @@
+//! Telegram (issue 20) through the Bot API: long polling with
+//! `getUpdates` (no public URL needed), `sendMessage` for replies. The bot
+//! token is the agent's sealed credential `adapter:telegram:BOT_TOKEN`;
+//! `adapters.telegram.config.api_url` points at a self-hosted Bot API
+//! server (or a test double) instead of api.telegram.org.
+//!
+//! Catch-up is the platform's: updates wait on Telegram's side until a
+//! later `getUpdates` confirms them (its `offset`), so what arrived while
+//! the agent was off comes in the first poll, as one batch, and the agent
+//! wakes once for it. A batch redelivered after a crash is de-duplicated
+//! by its chat and message id. A failing poll backs off (1 s doubling to
+//! 60 s, or what a 429's `retry_after` says) and the channel's status says
+//! why; nothing received is lost.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use serde_json::{Value, json};
+
+use super::{Delivered, Inbound, Outbound, Policy, StatusCell, deliver, set_state};
+use crate::runtime::mesh::Mailbox;
+
+const DEFAULT_API: &str = "https://api.telegram.org";
+/// The credential holding the bot token.
+pub const TOKEN: &str = "adapter:telegram:BOT_TOKEN";
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// A Telegram API failure: its description, and how long to wait when the
+/// server said (429).
+#[derive(Debug)]
+struct ApiError {
+    message: String,
+    retry_after: Option<u64>,
+}
+
+struct Bot {
+    http: reqwest::Client,
+    /// `<api>/bot<token>`: never logged (the token is in it).
+    base: String,
+    api: String,
+}
+
+impl Bot {
+    async fn call(&self, method: &str, body: &Value, timeout: Duration) -> Result<Value, ApiError> {
+        let resp = self.http.post(format!("{}/{method}", self.base)).json(body).timeout(timeout).send().await.map_err(
+            |e| ApiError { message: format!("{} unreachable: {}", self.api, without_url(&e)), retry_after: None },
+        )?;
+        let status = resp.status();
+        let v: Value = resp.json().await.map_err(|_| ApiError {
+            message: format!("{method}: HTTP {status}, not a Bot API answer"),
+            retry_after: None,
+        })?;
+        if v["ok"].as_bool() == Some(true) {
+            return Ok(v["result"].clone());
+        }
+        Err(ApiError {
+            message: format!(
+                "{method}: {} ({})",
+                v["description"].as_str().unwrap_or("refused"),
+                v["error_code"].as_i64().unwrap_or(status.as_u16() as i64)
+            ),
+            retry_after: v.pointer("/parameters/retry_after").and_then(Value::as_u64),
+        })
+    }
+}
+
+/// A reqwest error without its URL (which carries the token).
+fn without_url(e: &reqwest::Error) -> String {
+    let mut e = e.to_string();
+    if let Some(i) = e.find(" for url") {
+        e.truncate(i);
+    }
+    e
+}
+
+struct Sender {
+    bot: Arc<Bot>,
+}
+
+impl Outbound for Sender {
+    fn send<'a>(
+        &'a self,
+        chat: &'a str,
+        text: &'a str,
+        reply_to: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<String, String>> {
+        Box::pin(async move {
+            let mut body = json!({"chat_id": chat, "text": text});
+            if let Some(r) = reply_to.and_then(|r| r.parse::<i64>().ok()) {
+                body["reply_parameters"] = json!({"message_id": r, "allow_sending_without_reply": true});
+            }
+            // A 429 says when to try again; three tries at most.
+            for attempt in 0..3 {
+                match self.bot.call("sendMessage", &body, Duration::from_secs(30)).await {
+                    Ok(m) => return Ok(m["message_id"].to_string()),
+                    Err(ApiError { retry_after: Some(s), .. }) if attempt < 2 && s <= 60 => {
+                        tokio::time::sleep(Duration::from_secs(s)).await;
+                    }
+                    Err(e) => return Err(e.message),
+                }
+            }
+            Err("sendMessage: rate-limited three times".into())
+        })
+    }
+}
+
+/// The UTF-16 range `[offset, offset + length)` of `text` (how Telegram
+/// counts entity offsets).
+fn utf16_slice(text: &str, offset: usize, length: usize) -> Option<String> {
+    let units: Vec<u16> = text.encode_utf16().collect();
+    units.get(offset..offset.checked_add(length)?).map(String::from_utf16_lossy)
+}
+
+/// Does this message mention the bot (an @mention entity naming it, or a
+/// reply to one of its messages)?
+fn mentions(msg: &Value, bot: &str) -> bool {
+    let bot = bot.trim_start_matches('@').to_lowercase();
+    if bot.is_empty() {
+        return false;
+    }
+    let text = msg["text"].as_str().or(msg["caption"].as_str()).unwrap_or("");
+    let entities = msg["entities"].as_array().or(msg["caption_entities"].as_array());
+    let named = entities.into_iter().flatten().any(|e| {
+        e["type"] == "mention"
+            && e["offset"]
+                .as_u64()
+                .zip(e["length"].as_u64())
+                .and_then(|(o, l)| utf16_slice(text, o as usize, l as usize))
+                .is_some_and(|m| m.trim_start_matches('@').to_lowercase() == bot)
+    });
+    named
+        || msg
+            .pointer("/reply_to_message/from/username")
+            .and_then(Value::as_str)
+            .is_some_and(|u| u.to_lowercase() == bot)
+}
+
+/// An update's message in the framework's terms (`None`: not a message).
+fn inbound(update: &Value, bot: &str) -> Option<Inbound> {
+    let msg = update.get("message").or(update.get("edited_message"))?;
+    let chat = &msg["chat"];
+    let chat_type = chat["type"].as_str().unwrap_or("private").to_string();
+    let text = msg["text"].as_str().or(msg["caption"].as_str()).map(str::to_string).unwrap_or_else(|| {
+        let kind = ["photo", "document", "voice", "audio", "video", "sticker", "location", "contact"]
+            .into_iter()
+            .find(|k| msg.get(*k).is_some())
+            .unwrap_or("message");
+        format!("[{kind}]")
+    });
+    Some(Inbound {
+        kind: "telegram",
+        chat_id: chat["id"].to_string(),
+        group: chat_type != "private",
+        mentioned: mentions(msg, bot),
+        chat_type,
+        message_id: msg["message_id"].to_string(),
+        sender_id: msg["from"]["id"].to_string(),
+        sender_name: msg["from"]["username"].as_str().unwrap_or("").to_string(),
+        text,
+        reply_to_message_id: msg.pointer("/reply_to_message/message_id").map(Value::to_string),
+        sent_at_ms: msg["date"].as_i64().map(|d| d * 1000),
+        raw: msg.clone(),
+    })
+}
+
+/// Start the channel: the sender, and the polling task.
+pub fn start(
+    rt: &tokio::runtime::Handle,
+    mb: Arc<Mailbox>,
+    adapter: &Value,
+    policy: Policy,
+    status: StatusCell,
+) -> Result<(Arc<dyn Outbound>, tokio::task::JoinHandle<()>), String> {
+    let token = mb
+        .with_store(|s| s.secret_get(TOKEN))?
+        .map_err(|e| e.to_string())?
+        .and_then(|b| String::from_utf8(b).ok())
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| {
+            format!("no bot token ({TOKEN} is not in the agent's credentials, or they are locked): adf adapters add FILE telegram")
+        })?;
+    let api = adapter.pointer("/config/api_url").and_then(Value::as_str).unwrap_or(DEFAULT_API).trim_end_matches('/');
+    let poll = adapter.pointer("/config/poll_timeout_s").and_then(Value::as_u64).unwrap_or(25).min(50);
+    let bot = Arc::new(Bot {
+        http: crate::providers::http_client(),
+        base: format!("{api}/bot{token}"),
+        api: api.to_string(),
+    });
+    let sender: Arc<dyn Outbound> = Arc::new(Sender { bot: bot.clone() });
+    let task = rt.spawn(run(bot, mb, policy, status, poll));
+    Ok((sender, task))
+}
+
+async fn run(bot: Arc<Bot>, mb: Arc<Mailbox>, policy: Policy, status: StatusCell, poll: u64) {
+    let mut backoff = Duration::from_secs(1);
+    let mut name = String::new();
+    let mut offset: Option<i64> = None;
+    loop {
+        if name.is_empty() {
+            match bot.call("getMe", &json!({}), Duration::from_secs(30)).await {
+                Ok(me) => {
+                    name = me["username"].as_str().unwrap_or("").to_string();
+                    if let Ok(mut s) = status.lock() {
+                        s.account = Some(format!("@{name}"));
+                    }
+                }
+                Err(e) => {
+                    backoff = fail(&mb, &status, &e, backoff).await;
+                    continue;
+                }
+            }
+        }
+        let mut body = json!({"timeout": poll, "allowed_updates": ["message", "edited_message"]});
+        if let Some(o) = offset {
+            body["offset"] = json!(o);
+        }
+        match bot.call("getUpdates", &body, Duration::from_secs(poll + 15)).await {
+            Ok(updates) => {
+                set_state(&status, "connected", None);
+                backoff = Duration::from_secs(1);
+                for u in updates.as_array().into_iter().flatten() {
+                    let id = u["update_id"].as_i64().unwrap_or(0);
+                    offset = Some(offset.map_or(id + 1, |o| o.max(id + 1)));
+                    let Some(m) = inbound(u, &name) else { continue };
+                    let (mb2, p2, s2) = (mb.clone(), policy.clone(), status.clone());
+                    let done = tokio::task::spawn_blocking(move || deliver(&mb2, &p2, &m, &s2)).await;
+                    let err = match done {
+                        Ok(Ok(Delivered::New | Delivered::Duplicate | Delivered::Refused)) => None,
+                        Ok(Err(e)) => Some(e),
+                        Err(e) => Some(e.to_string()),
+                    };
+                    if let Some(e) = err {
+                        // Not confirmed: the next poll brings it again.
+                        offset = Some(id);
+                        set_state(&status, "backing_off", Some(format!("inbox: {e}")));
+                        tokio::time::sleep(backoff).await;
+                        break;
+                    }
+                }
+            }
+            Err(e) => backoff = fail(&mb, &status, &e, backoff).await,
+        }
+    }
+}
+
+/// Say why the channel is down, log it once per change, and wait.
+async fn fail(mb: &Arc<Mailbox>, status: &StatusCell, e: &ApiError, backoff: Duration) -> Duration {
+    let changed = status.lock().map(|s| s.last_error.as_deref() != Some(e.message.as_str())).unwrap_or(true);
+    set_state(status, "backing_off", Some(e.message.clone()));
+    if changed {
+        let (mb, msg) = (mb.clone(), e.message.clone());
+        let _ =
+            tokio::task::spawn_blocking(move || mb.with_store(|s| s.log("warn", "adapter", "telegram_error", &msg)))
+                .await;
+    }
+    let wait = e.retry_after.map(Duration::from_secs).unwrap_or(backoff).min(MAX_BACKOFF);
+    tokio::time::sleep(wait).await;
+    (backoff * 2).min(MAX_BACKOFF)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mentions_are_read_from_entities_in_utf16_and_replies_to_the_bot() {
+        let m = json!({"text": "👋 hi @Scout_bot, look", "entities": [{"type": "mention", "offset": 6, "length": 10}]});
+        assert!(mentions(&m, "scout_bot"));
+        assert!(!mentions(&m, "other_bot"));
+        let spoofed = json!({"text": "hi @scout_bot", "entities": []});
+        assert!(!mentions(&spoofed, "scout_bot"), "text alone is not a mention");
+        let reply = json!({"text": "yes", "reply_to_message": {"from": {"username": "Scout_bot"}}});
+        assert!(mentions(&reply, "scout_bot"));
+    }
+
+    #[test]
+    fn updates_become_inbound_messages() {
+        let u = json!({"update_id": 7, "message": {"message_id": 12, "date": 1_700_000_000,
+            "from": {"id": 42, "username": "ann"}, "chat": {"id": -100, "type": "supergroup", "title": "Ops"},
+            "photo": [{"file_id": "x"}], "caption": "look", "reply_to_message": {"message_id": 11}}});
+        let m = inbound(&u, "scout_bot").unwrap();
+        assert_eq!((m.chat_id.as_str(), m.message_id.as_str(), m.text.as_str()), ("-100", "12", "look"));
+        assert!(m.group && !m.mentioned);
+        assert_eq!(m.reply_to_message_id.as_deref(), Some("11"));
+        assert_eq!(m.sent_at_ms, Some(1_700_000_000_000));
+        let sticker =
+            json!({"update_id": 8, "message": {"message_id": 1, "chat": {"id": 5, "type": "private"}, "sticker": {}}});
+        assert_eq!(inbound(&sticker, "b").unwrap().text, "[sticker]");
+        assert!(inbound(&json!({"update_id": 9, "callback_query": {}}), "b").is_none());
+    }
+}

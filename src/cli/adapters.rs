@@ -1,0 +1,184 @@
+//! `adf adapters add|ls|rm FILE …` and `adf adapters status AGENT`: an
+//! agent's channel adapters (`crate::channels`). A token or password is
+//! read from stdin or the environment, never from the command line, and
+//! kept in the agent's sealed credentials; config says which channels are
+//! on, where their server is, and who may talk to the agent.
+
+use std::io::{BufRead, IsTerminal};
+use std::path::PathBuf;
+
+use anyhow::Context;
+use serde_json::{Value, json};
+
+use super::output::{Out, at, close, open_for_read};
+use crate::store::{Caller, Store};
+
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum AdaptersCmd {
+    /// Connect a channel: the token from stdin (or TELEGRAM_BOT_TOKEN),
+    /// never from the command line.
+    Add {
+        path: PathBuf,
+        /// telegram
+        #[arg(value_parser = ["telegram"])]
+        kind: String,
+        /// A self-hosted server (a local Bot API server, a test double).
+        #[arg(long)]
+        api_url: Option<String>,
+        /// Direct messages from everyone, an allowlist, or nobody.
+        #[arg(long, default_value = "all", value_parser = ["all", "everyone", "allowlist", "none", "nobody"])]
+        dm: String,
+        /// Groups: every message, only when the agent is mentioned, or none.
+        #[arg(long, default_value = "mention", value_parser = ["all", "everyone", "mention", "none", "nobody"])]
+        group: String,
+        /// Who the DM allowlist admits (platform id or @username; repeatable).
+        #[arg(long = "allow", value_name = "ID")]
+        allow: Vec<String>,
+    },
+    /// The agent's channels: on or off, server, policy (never credentials).
+    Ls { path: PathBuf },
+    /// Disconnect a channel: its config and its credentials go.
+    Rm { path: PathBuf, kind: String },
+    /// How each channel of a running agent is doing (through the daemon).
+    Status { agent: String },
+}
+
+fn word(w: &str) -> &str {
+    match w {
+        "everyone" => "all",
+        "nobody" => "none",
+        other => other,
+    }
+}
+
+/// The token: the environment's, else one line of stdin (not a terminal:
+/// it would echo; piping it in keeps it out of the shell's history).
+fn read_token(kind: &str) -> anyhow::Result<String> {
+    let env = match kind {
+        "telegram" => "TELEGRAM_BOT_TOKEN",
+        _ => "ADF_ADAPTER_TOKEN",
+    };
+    if let Ok(t) = std::env::var(env)
+        && !t.trim().is_empty()
+    {
+        return Ok(t.trim().to_string());
+    }
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        anyhow::bail!("the {kind} token comes from stdin or {env}: echo \"$TOKEN\" | adf adapters add FILE {kind}");
+    }
+    let mut line = String::new();
+    stdin.lock().read_line(&mut line).context("reading the token from stdin")?;
+    let t = line.trim().to_string();
+    if t.is_empty() {
+        anyhow::bail!("no {kind} token on stdin (nothing changed)");
+    }
+    Ok(t)
+}
+
+fn open_owned(path: &PathBuf) -> anyhow::Result<Store> {
+    let mut store = Store::open(path).map_err(|e| at(path, e))?;
+    let inst = crate::identity::install::current().map_err(anyhow::Error::msg)?;
+    store.unlock(&inst).map_err(|e| at(path, e))?;
+    Ok(store)
+}
+
+pub fn run(out: &Out, url: Option<&str>, cmd: &AdaptersCmd) -> anyhow::Result<()> {
+    match cmd {
+        AdaptersCmd::Add { path, kind, api_url, dm, group, allow } => {
+            if let Some(u) = api_url {
+                let parsed = url::Url::parse(u).map_err(|e| anyhow::anyhow!("--api-url {u:?}: {e}"))?;
+                if !matches!(parsed.scheme(), "http" | "https") {
+                    anyhow::bail!("--api-url {u:?}: use an http or https URL");
+                }
+            }
+            if word(dm) == "allowlist" && allow.is_empty() {
+                anyhow::bail!("--dm allowlist needs --allow ID (a platform id or @username; repeatable)");
+            }
+            let token = read_token(kind)?;
+            let mut store = open_owned(path)?;
+            let mut adapter =
+                json!({"enabled": true, "policy": {"dm": word(dm), "groups": word(group), "allow_from": allow}});
+            if let Some(u) = api_url {
+                adapter["config"] = json!({"api_url": u});
+            }
+            // The secret first: a config that names a channel whose token
+            // could not be stored would start and fail.
+            store.secret_set(crate::channels::telegram::TOKEN, token.as_bytes(), false).map_err(|e| at(path, e))?;
+            store.config_set(Caller::Owner, &format!("adapters.{kind}"), adapter.clone()).map_err(|e| at(path, e))?;
+            close(store)?;
+            if out.json {
+                return out.json(&json!({"kind": kind, "adapter": adapter}));
+            }
+            out.line(format!(
+                "{}: {kind} connected (starts with the agent; `adf adapters status` once it runs)",
+                path.display()
+            ))
+        }
+        AdaptersCmd::Ls { path } => {
+            let store = open_for_read(path)?;
+            let cfg = store.config_value().map_err(|e| at(path, e))?;
+            close(store)?;
+            let list = cfg["adapters"].as_object().cloned().unwrap_or_default();
+            if out.json {
+                return out.json(&Value::Object(list));
+            }
+            if list.is_empty() {
+                return out.line("no channels (adf adapters add FILE telegram)");
+            }
+            let rows: Vec<Vec<String>> = list
+                .iter()
+                .map(|(k, a)| {
+                    vec![
+                        k.clone(),
+                        if a["enabled"].as_bool().unwrap_or(false) { "on".into() } else { "off".into() },
+                        a["policy"]["dm"].as_str().unwrap_or("all").into(),
+                        a["policy"]["groups"].as_str().unwrap_or("mention").into(),
+                        a.pointer("/config/api_url").and_then(Value::as_str).unwrap_or("-").into(),
+                    ]
+                })
+                .collect();
+            out.table(&["CHANNEL", "STATE", "DM", "GROUPS", "SERVER"], &rows)
+        }
+        AdaptersCmd::Rm { path, kind } => {
+            let mut store = open_owned(path)?;
+            let mut cfg = store.config_value().map_err(|e| at(path, e))?;
+            let had = cfg["adapters"].as_object_mut().and_then(|a| a.remove(kind)).is_some();
+            if !had {
+                anyhow::bail!("{}: no {kind} channel (adf adapters ls lists them)", path.display());
+            }
+            store.config_replace(cfg).map_err(|e| at(path, e))?;
+            let _ = store.secret_rm(&format!("adapter:{kind}:BOT_TOKEN"));
+            close(store)?;
+            out.line(format!("{}: {kind} disconnected and its credentials removed", path.display()))
+        }
+        AdaptersCmd::Status { agent } => {
+            let client = crate::client::Client::find(url);
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            let v = rt.block_on(client.get(&["agents", agent, "adapters"]))?;
+            if out.json {
+                return out.json(&v);
+            }
+            let rows: Vec<Vec<String>> = v["adapters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|a| {
+                    let s = |k: &str| a[k].as_str().unwrap_or("-").to_string();
+                    vec![
+                        s("kind"),
+                        s("state"),
+                        s("account"),
+                        a["received"].to_string(),
+                        a["sent"].to_string(),
+                        s("last_error"),
+                    ]
+                })
+                .collect();
+            if rows.is_empty() {
+                return out.line(format!("{agent}: no channel running"));
+            }
+            out.table(&["CHANNEL", "STATE", "ACCOUNT", "IN", "OUT", "LAST ERROR"], &rows)
+        }
+    }
+}
