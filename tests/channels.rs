@@ -1,0 +1,250 @@
+//! Channel adapters (issue 20) against a wire-level fake of Telegram's Bot
+//! API on loopback: `getMe`, long-polling `getUpdates` that keeps updates
+//! until a later call confirms them (its `offset`), `sendMessage` that
+//! answers 429 with `retry_after` once. The agent runs in a real fleet with
+//! a scripted model; its token is in its sealed credentials.
+
+mod common;
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use adf::providers::scripted::{Reply, Scripted};
+use adf::runtime::bus::Bus;
+use adf::runtime::fleet::{Fleet, ProviderFactory};
+use axum::Json;
+use axum::extract::{Path, State};
+use common::*;
+use serde_json::{Value, json};
+
+#[derive(Default)]
+struct Fake {
+    /// Updates not yet confirmed.
+    pending: VecDeque<Value>,
+    sent: Vec<Value>,
+    polls: usize,
+    /// Answer the next sendMessage with 429 (retry after 1 s).
+    throttle_once: bool,
+    tokens: Vec<String>,
+}
+
+type Shared = Arc<Mutex<Fake>>;
+
+/// The fleet reads the install from `ADF_HOME`: one test at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+async fn bot(State(f): State<Shared>, Path((token, method)): Path<(String, String)>, body: Json<Value>) -> Json<Value> {
+    let token = token.trim_start_matches("bot").to_string();
+    if token != "123:SECRET" {
+        return Json(json!({"ok": false, "error_code": 401, "description": "Unauthorized"}));
+    }
+    match method.as_str() {
+        "getMe" => Json(json!({"ok": true, "result": {"id": 123, "is_bot": true, "username": "scout_bot"}})),
+        "getUpdates" => {
+            // Confirm what came before the offset, as Telegram does.
+            if let Some(o) = body["offset"].as_i64() {
+                f.lock().unwrap().pending.retain(|u| u["update_id"].as_i64().unwrap() >= o);
+            }
+            let wait = body["timeout"].as_u64().unwrap_or(0).min(1);
+            let deadline = Instant::now() + Duration::from_secs(wait);
+            loop {
+                {
+                    let mut g = f.lock().unwrap();
+                    g.polls += 1;
+                    g.tokens.push(token.clone());
+                    if !g.pending.is_empty() || Instant::now() >= deadline {
+                        let batch: Vec<Value> = g.pending.iter().cloned().collect();
+                        return Json(json!({"ok": true, "result": batch}));
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        "sendMessage" => {
+            let mut g = f.lock().unwrap();
+            if g.throttle_once {
+                g.throttle_once = false;
+                return Json(json!({"ok": false, "error_code": 429, "description": "Too Many Requests: retry after 1",
+                    "parameters": {"retry_after": 1}}));
+            }
+            g.sent.push(body.0.clone());
+            let id = 1000 + g.sent.len();
+            Json(json!({"ok": true, "result": {"message_id": id, "chat": {"id": body["chat_id"]}}}))
+        }
+        _ => Json(json!({"ok": false, "error_code": 404, "description": "Not Found"})),
+    }
+}
+
+async fn serve(f: Shared) -> String {
+    let app = axum::Router::new().route("/{token}/{method}", axum::routing::post(bot)).with_state(f);
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(l, app).await;
+    });
+    format!("http://{addr}")
+}
+
+fn dm(update: i64, message: i64, from: (i64, &str), text: &str) -> Value {
+    json!({"update_id": update, "message": {"message_id": message, "date": 1_764_547_200,
+        "from": {"id": from.0, "username": from.1}, "chat": {"id": from.0, "type": "private"}, "text": text}})
+}
+
+fn group(update: i64, message: i64, text: &str, mention: bool) -> Value {
+    let entities = if mention { json!([{"type": "mention", "offset": 0, "length": 10}]) } else { json!([]) };
+    json!({"update_id": update, "message": {"message_id": message, "date": 1_764_547_200,
+        "from": {"id": 77, "username": "carol"}, "chat": {"id": -100, "type": "supergroup", "title": "Ops"},
+        "text": text, "entities": entities}})
+}
+
+fn inbox(path: &std::path::Path) -> Vec<(String, String, String)> {
+    let c = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    let mut st = c.prepare("SELECT \"from\", content, source FROM adf_inbox ORDER BY received_at, id").unwrap();
+    st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).unwrap().collect::<Result<_, _>>().unwrap()
+}
+
+async fn wait(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telegram_catches_up_admits_by_policy_replies_threaded_and_survives_a_429() {
+    let _one = SERIAL.lock().await;
+    let dir = tmp();
+    let d = dir.path();
+    let fake: Shared = Arc::new(Mutex::new(Fake { throttle_once: true, ..Default::default() }));
+    let api = serve(fake.clone()).await;
+    // What arrived while the agent was off: waiting on Telegram's side.
+    {
+        let mut f = fake.lock().unwrap();
+        f.pending.push_back(dm(1, 10, (42, "ann"), "are you there?"));
+        f.pending.push_back(dm(2, 11, (43, "bob"), "let me in"));
+        f.pending.push_back(group(3, 12, "no mention here", false));
+        f.pending.push_back(group(4, 13, "@scout_bot status please", true));
+    }
+    ok(&adf(d, &["new", "a.adf", "--provider", "anthropic", "--model", "m"], None));
+    // Bad input first: nothing changes.
+    let before = snapshot(&d.join("a.adf"));
+    fails(&adf(d, &["adapters", "add", "a.adf", "telegram", "--api-url", "ftp://x"], Some(b"t\n")), &["http or https"]);
+    fails(&adf(d, &["adapters", "add", "a.adf", "telegram", "--dm", "allowlist"], Some(b"t\n")), &["--allow"]);
+    fails(&adf(d, &["adapters", "add", "a.adf", "telegram"], Some(b"\n")), &["no telegram token"]);
+    assert_eq!(snapshot(&d.join("a.adf")), before);
+    ok(&adf(
+        d,
+        &[
+            "adapters",
+            "add",
+            "a.adf",
+            "telegram",
+            "--api-url",
+            &api,
+            "--dm",
+            "allowlist",
+            "--allow",
+            "@ann",
+            "--group",
+            "mention",
+        ],
+        Some(b"123:SECRET\n"),
+    ));
+    let ls = ok(&adf(d, &["adapters", "ls", "a.adf"], None));
+    assert!(ls.contains("telegram") && ls.contains("allowlist") && !ls.contains("SECRET"), "{ls}");
+    let raw = std::fs::read(d.join("a.adf")).unwrap();
+    assert!(!raw.windows(6).any(|w| w == b"SECRET"), "the token is sealed, never in clear in the file");
+    // Short polls for the test.
+    ok(&adf(d, &["config", "set", "a.adf", "adapters.telegram.config.poll_timeout_s", "1"], None));
+
+    // The model answers the batch by replying on the channel, threaded.
+    let replied = Arc::new(Mutex::new(0usize));
+    let r2 = replied.clone();
+    let factory: ProviderFactory = Arc::new(move |_| {
+        let r = r2.clone();
+        Ok(Arc::new(Scripted::new([]).with_fallback(move |req| {
+            let seen = serde_json::to_string(&*req.messages).unwrap_or_default();
+            let mut n = r.lock().unwrap();
+            if *n == 0 && seen.contains("unread") {
+                *n += 1;
+                // Reply to Ann by address; the model saw one wake.
+                return Reply::Tools(vec![(
+                    "msg_send".into(),
+                    json!({"recipient": "telegram:42", "content": "Here, Ann."}),
+                )]);
+            }
+            Reply::Text("done".into())
+        })) as Arc<dyn adf::providers::Provider>)
+    });
+    let mut fleet = Fleet::new(Bus::new(), factory);
+    let cfg_path = d.join("a.adf");
+    // The fleet's process needs this test's install to open the token.
+    unsafe { std::env::set_var("ADF_HOME", d.join(".adf-home")) };
+    fleet.load(&cfg_path).unwrap();
+    let id = fleet.list()[0].id.clone();
+    let path = cfg_path.clone();
+    wait("the batch in the inbox", || inbox(&path).len() >= 2).await;
+    let rows = inbox(&path);
+    let from: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
+    assert_eq!(
+        from,
+        ["telegram:42", "telegram:-100"],
+        "Ann's DM and the mention; Bob and the unmentioned group refused"
+    );
+    assert!(rows.iter().all(|r| r.2 == "telegram"));
+    wait("the reply sent", || !fake.lock().unwrap().sent.is_empty()).await;
+    let sent = fake.lock().unwrap().sent.clone();
+    assert_eq!((sent[0]["chat_id"].as_str(), sent[0]["text"].as_str()), (Some("42"), Some("Here, Ann.")), "{sent:?}");
+    let status = fleet.channel_status(&id);
+    assert_eq!(status[0].0, "telegram");
+    assert_eq!((status[0].1.received, status[0].1.sent, status[0].1.refused), (2, 1, 2), "{status:?}");
+    assert_eq!(status[0].1.account.as_deref(), Some("@scout_bot"));
+    // Redelivery: the same update again is not a second inbox row.
+    fake.lock().unwrap().pending.push_back(dm(1, 10, (42, "ann"), "are you there?"));
+    fake.lock().unwrap().pending.push_back(dm(5, 14, (42, "ann"), "thanks"));
+    wait("the new message", || inbox(&path).len() == 3).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(inbox(&path).len(), 3, "a redelivered update is not delivered twice");
+    // Refusals are logged, never answered.
+    let c = rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    let refused: i64 =
+        c.query_row("SELECT count(*) FROM adf_logs WHERE event = 'message_refused'", [], |r| r.get(0)).unwrap();
+    assert_eq!(refused, 2);
+    assert!(fake.lock().unwrap().sent.iter().all(|m| m["chat_id"] != "43"), "Bob got no answer");
+    drop(c);
+    fleet.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_token_backs_off_with_the_cause_and_the_agent_keeps_running() {
+    let _one = SERIAL.lock().await;
+    let dir = tmp();
+    let d = dir.path();
+    let fake: Shared = Arc::new(Mutex::new(Fake::default()));
+    let api = serve(fake.clone()).await;
+    ok(&adf(d, &["new", "a.adf", "--provider", "anthropic", "--model", "m"], None));
+    ok(&adf(d, &["adapters", "add", "a.adf", "telegram", "--api-url", &api], Some(b"999:REVOKED\n")));
+    unsafe { std::env::set_var("ADF_HOME", d.join(".adf-home")) };
+    let factory: ProviderFactory = Arc::new(|_| {
+        Ok(Arc::new(Scripted::new([]).with_fallback(|_| Reply::Text("ok".into()))) as Arc<dyn adf::providers::Provider>)
+    });
+    let mut fleet = Fleet::new(Bus::new(), factory);
+    fleet.load(&d.join("a.adf")).unwrap();
+    let id = fleet.list()[0].id.clone();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let st = fleet.channel_status(&id);
+        if st.first().is_some_and(|(_, s)| s.state == "backing_off") {
+            let err = st[0].1.last_error.clone().unwrap_or_default();
+            assert!(err.contains("Unauthorized") && err.contains("401"), "{err}");
+            assert!(!err.contains("REVOKED"), "the token never shows: {err}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "{st:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(fleet.state(&id), "idle", "the agent keeps running");
+    fleet.shutdown().await;
+}
