@@ -1386,3 +1386,14 @@ async fn the_grants_view_lists_and_revokes() {
     }
     assert!(a.grants.is_empty());
 }
+
+/// `:channels` with none running says how to connect one.
+#[tokio::test]
+async fn the_channels_view_says_how_to_connect_one() {
+    let dir = tmp();
+    let mut a = loaded(dir.path()).await;
+    a.run("channels");
+    assert_eq!(a.main, MainView::Channels);
+    let frame = render(&a, 120, 40);
+    assert!(frame.contains("channels (0)") && frame.contains("No channel runs"), "{frame}");
+}

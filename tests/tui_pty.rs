@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use common::fake_provider::*;
 use common::*;
 use portable_pty::{CommandBuilder, PtySize, native_pty_system};
+use serde_json::{Value, json};
 
 struct Tui {
     parser: Arc<Mutex<vt100::Parser>>,
@@ -1287,4 +1288,49 @@ async fn attached_with_an_observer_token_the_app_reads_only() {
     let _ = daemon.kill();
     let _ = daemon.wait();
     result.unwrap();
+}
+
+/// A Telegram channel in the real app: the agent's adapter polls a fake
+/// Bot API on loopback, and `:channels` shows it connected as the bot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_telegram_channel_shows_connected_in_the_app() {
+    async fn bot(axum::extract::Path((_, method)): axum::extract::Path<(String, String)>) -> axum::Json<Value> {
+        match method.as_str() {
+            "getMe" => axum::Json(json!({"ok": true, "result": {"id": 1, "is_bot": true, "username": "scout_bot"}})),
+            "getUpdates" => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                axum::Json(json!({"ok": true, "result": []}))
+            }
+            _ => axum::Json(json!({"ok": false, "error_code": 404, "description": "Not Found"})),
+        }
+    }
+    let app = axum::Router::new().route("/{token}/{method}", axum::routing::post(bot));
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let api = format!("http://{}", l.local_addr().unwrap());
+    tokio::spawn(async move {
+        let _ = axum::serve(l, app).await;
+    });
+    let dir = tmp();
+    let home = home_with_agent(dir.path());
+    let agents = home.join("data/agents");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_adf"))
+        .args(["adapters", "add", "a.adf", "telegram", "--api-url", &api])
+        .current_dir(&agents)
+        .env("ADF_HOME", &home)
+        .env("TELEGRAM_BOT_TOKEN", "1:TOKEN")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    ok(&adf_home(&home, &agents, &["config", "set", "a.adf", "adapters.telegram.config.poll_timeout_s", "1"]));
+    let h = home.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut t = Tui::start_with(&h, &[], &[], 120, 40);
+        t.wait_for("adf › a › main");
+        t.send(":channels\r");
+        let s = t.wait_for("@scout_bot");
+        assert!(s.contains("telegram") && s.contains("connected"), "{s}");
+        t.quit();
+    })
+    .await
+    .unwrap();
 }

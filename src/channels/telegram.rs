@@ -205,6 +205,8 @@ async fn run(bot: Arc<Bot>, mb: Arc<Mailbox>, policy: Policy, status: StatusCell
                     if let Ok(mut s) = status.lock() {
                         s.account = Some(format!("@{name}"));
                     }
+                    // The token works and the server answers.
+                    set_state(&status, "connected", None);
                 }
                 Err(e) => {
                     backoff = fail(&mb, &status, &e, backoff).await;

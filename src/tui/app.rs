@@ -111,6 +111,8 @@ pub enum MainView {
     Logs,
     /// The selected agent's scoped, time-boxed grants.
     Grants,
+    /// The selected agent's channel adapters and how each is doing.
+    Channels,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -339,6 +341,7 @@ pub struct App {
     pub logs_open: Option<usize>,
     pub show_tasks: bool,
     pub grants: Vec<Value>,
+    pub channels: Vec<Value>,
     pub context_top: usize,
     /// Answers of background work (MCP changes) for the status line.
     pub notices: tokio::sync::mpsc::UnboundedSender<String>,
@@ -414,6 +417,7 @@ impl App {
             logs_open: None,
             show_tasks: false,
             grants: Vec::new(),
+            channels: Vec::new(),
             context_top: 0,
             notices,
             notices_rx: Some(notices_rx),
@@ -872,6 +876,9 @@ impl App {
         }
         if self.main == MainView::Why {
             self.refresh_why();
+        }
+        if self.main == MainView::Channels {
+            self.refresh_channels();
         }
         let before: Vec<String> = self.pending.iter().map(|p| p.task_id.clone()).collect();
         self.refresh_pending();

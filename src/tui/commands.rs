@@ -119,6 +119,11 @@ pub const ALL: &[CommandDef] = &[
         &[],
         "The selected agent's grants: restricted tools approved ahead of time, until when, how often used",
     ),
+    c(
+        "channels",
+        &["adapters"],
+        "The selected agent's channels (Telegram, …): state, account, messages in and out, last error",
+    ),
     c("grant_revoke", &[], "In the grants view: revoke the selected grant"),
     c("toggle_tasks", &[], "In the logs panel: switch between logs and tasks"),
     c("context", &["ctx", "gauge"], "How full the selected loop's context window is, and what takes the space"),

@@ -89,6 +89,12 @@ impl App {
         self.logs_sel = self.logs_sel.min(self.grants.len().saturating_sub(1));
     }
 
+    /// Read the selected agent's channels again.
+    pub fn refresh_channels(&mut self) {
+        let Some(id) = self.selected_id() else { return };
+        self.channels = self.source.channels(&id);
+    }
+
     /// Revoke the grant under the cursor.
     pub(super) fn revoke_grant(&mut self) -> Vec<super::app::Action> {
         let (Some(agent), Some(g)) = (self.selected_id(), self.grants.get(self.logs_sel)) else {
@@ -253,6 +259,43 @@ pub fn draw_grants(f: &mut Frame, app: &App, area: Rect) {
         );
         let l = Line::raw(fit(&text, w));
         lines.push(if i == app.logs_sel { l.style(app.theme.get("selection")) } else { l });
+    }
+    f.render_widget(Paragraph::new(lines), inner);
+}
+
+pub fn draw_channels(f: &mut Frame, app: &App, area: Rect) {
+    let name = app.selected().map(|a| a.info.name.clone()).unwrap_or_default();
+    let block = pane(app, format!("{name} · channels ({})", app.channels.len()), app.focus == Focus::Main);
+    let inner = block.inner(area);
+    f.render_widget(block, area);
+    if app.channels.is_empty() {
+        let hint = "No channel runs for this agent. Connect one from the shell: \
+                    echo \"$TOKEN\" | adf adapters add FILE telegram [--dm allowlist --allow @you]";
+        f.render_widget(Paragraph::new(Span::styled(hint, app.theme.get("dim"))).wrap(Wrap { trim: false }), inner);
+        return;
+    }
+    let w = inner.width as usize;
+    let mut lines = vec![Line::styled(
+        format!(
+            "{:<10} {:<12} {:<16} {:>6} {:>6} {:>8}  {}",
+            "CHANNEL", "STATE", "ACCOUNT", "IN", "OUT", "REFUSED", "LAST ERROR"
+        ),
+        app.theme.get("dim"),
+    )];
+    for c in &app.channels {
+        let s = |k: &str| c[k].as_str().unwrap_or("-").to_string();
+        let text = format!(
+            "{:<10} {:<12} {:<16} {:>6} {:>6} {:>8}  {}",
+            s("kind"),
+            s("state"),
+            fit(&s("account"), 16),
+            c["received"].to_string(),
+            c["sent"].to_string(),
+            c["refused"].to_string(),
+            s("last_error")
+        );
+        let style = if c["state"] == "connected" { app.theme.get("dim") } else { app.theme.get("waiting") };
+        lines.push(Line::styled(fit(&text, w), style));
     }
     f.render_widget(Paragraph::new(lines), inner);
 }

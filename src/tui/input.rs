@@ -260,6 +260,12 @@ impl App {
                 Vec::new()
             }
             "grant_revoke" if self.main == MainView::Grants => self.revoke_grant(),
+            "channels" => {
+                self.main = MainView::Channels;
+                self.focus = Focus::Main;
+                self.refresh_channels();
+                Vec::new()
+            }
             "toggle_tasks" => {
                 self.show_tasks = !self.show_tasks;
                 (self.logs_sel, self.logs_open) = (0, None);
@@ -627,6 +633,7 @@ impl App {
             }
             (Focus::Main, MainView::Why) => {}
             (Focus::Main, MainView::Grants) => self.logs_sel = step(self.logs_sel, self.grants.len()),
+            (Focus::Main, MainView::Channels) => {}
             (Focus::Composer, _) => {}
         }
     }

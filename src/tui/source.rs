@@ -69,6 +69,10 @@ pub trait Source: Send {
     fn grants(&self, _id: &str) -> Vec<Value> {
         Vec::new()
     }
+    /// How the agent's channel adapters are doing.
+    fn channels(&self, _id: &str) -> Vec<Value> {
+        Vec::new()
+    }
     /// What this app's token may do (in-process: everything).
     fn role(&self) -> crate::daemon::roles::Role {
         crate::daemon::roles::Role::Owner
@@ -164,6 +168,9 @@ impl Source for Local {
         let q = crate::store::logs::LogQuery { level: None, origin: None, after: 0, limit: 200 };
         let rows = self.readers.get(id).and_then(|s| s.log_list(&q).ok()).unwrap_or_default();
         rows.into_iter().filter_map(|r| serde_json::to_value(r).ok()).collect()
+    }
+    fn channels(&self, id: &str) -> Vec<Value> {
+        self.api.as_ref().map(|a| Source::channels(a, id)).unwrap_or_default()
     }
     fn grants(&self, id: &str) -> Vec<Value> {
         let list = self.readers.get(id).and_then(|s| s.grant_list(false).ok()).unwrap_or_default();
@@ -281,6 +288,9 @@ impl Source for Remote {
     }
     fn grants(&self, id: &str) -> Vec<Value> {
         self.get(&["agents", id, "grants"], &[]).and_then(|v| v["grants"].as_array().cloned()).unwrap_or_default()
+    }
+    fn channels(&self, id: &str) -> Vec<Value> {
+        self.get(&["agents", id, "adapters"], &[]).and_then(|v| v["adapters"].as_array().cloned()).unwrap_or_default()
     }
     fn task_rows(&self, id: &str) -> Vec<Value> {
         self.get(&["agents", id, "tasks"], &[("limit", "200")])

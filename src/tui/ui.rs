@@ -75,6 +75,7 @@ pub fn draw(f: &mut Frame, app: &App) {
             MainView::Why => super::control::draw_why(f, app, main),
             MainView::Logs => super::control::draw_logs(f, app, main),
             MainView::Grants => super::control::draw_grants(f, app, main),
+            MainView::Channels => super::control::draw_channels(f, app, main),
         }
     }
     if events_h > 0 {
