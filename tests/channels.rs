@@ -61,6 +61,7 @@ async fn bot(State(f): State<Shared>, Path((token, method)): Path<(String, Strin
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
+        "getFile" => Json(json!({"ok": true, "result": {"file_id": body["file_id"], "file_path": "photos/p1.jpg"}})),
         "sendMessage" => {
             let mut g = f.lock().unwrap();
             if g.throttle_once {
@@ -76,8 +77,19 @@ async fn bot(State(f): State<Shared>, Path((token, method)): Path<(String, Strin
     }
 }
 
+/// A file download (`/file/bot<token>/<path>`).
+async fn file(Path((token, _dir, _name)): Path<(String, String, String)>) -> (axum::http::StatusCode, Vec<u8>) {
+    if token != "bot123:SECRET" {
+        return (axum::http::StatusCode::UNAUTHORIZED, Vec::new());
+    }
+    (axum::http::StatusCode::OK, b"\xff\xd8\xff fake jpeg bytes".to_vec())
+}
+
 async fn serve(f: Shared) -> String {
-    let app = axum::Router::new().route("/{token}/{method}", axum::routing::post(bot)).with_state(f);
+    let app = axum::Router::new()
+        .route("/{token}/{method}", axum::routing::post(bot))
+        .route("/file/{token}/{dir}/{name}", axum::routing::get(file))
+        .with_state(f);
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     tokio::spawn(async move {
@@ -201,12 +213,40 @@ async fn telegram_catches_up_admits_by_policy_replies_threaded_and_survives_a_42
     assert_eq!(status[0].0, "telegram");
     assert_eq!((status[0].1.received, status[0].1.sent, status[0].1.refused), (2, 1, 2), "{status:?}");
     assert_eq!(status[0].1.account.as_deref(), Some("@scout_bot"));
+    // Files: a photo is imported into the agent's files; one over the
+    // limit is recorded as skipped with why, never dropped silently.
+    fake.lock().unwrap().pending.push_back(json!({"update_id": 6, "message": {"message_id": 15, "date": 1_764_547_200,
+        "from": {"id": 42, "username": "ann"}, "chat": {"id": 42, "type": "private"}, "caption": "the whiteboard",
+        "photo": [{"file_id": "small", "file_size": 10}, {"file_id": "big", "file_size": 22}]}}));
+    fake.lock().unwrap().pending.push_back(json!({"update_id": 7, "message": {"message_id": 16, "date": 1_764_547_200,
+        "from": {"id": 42, "username": "ann"}, "chat": {"id": 42, "type": "private"},
+        "document": {"file_id": "huge", "file_name": "dump.bin", "file_size": 50_000_000u64}}}));
+    wait("the files", || inbox(&path).len() == 4).await;
+    {
+        let c = rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        let att: Vec<String> = c
+            .prepare("SELECT attachments FROM adf_inbox WHERE attachments IS NOT NULL ORDER BY received_at")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let photo: Value = serde_json::from_str(&att[0]).unwrap();
+        assert_eq!(photo[0]["transfer"], "imported", "{photo}");
+        let p = photo[0]["path"].as_str().unwrap().to_string();
+        assert!(p.starts_with("imported/telegram-42/photo_15"), "{p}");
+        let bytes: Vec<u8> = c.query_row("SELECT content FROM adf_files WHERE path = ?1", [&p], |r| r.get(0)).unwrap();
+        assert_eq!(&bytes[3..], b" fake jpeg bytes");
+        let big: Value = serde_json::from_str(&att[1]).unwrap();
+        assert_eq!(big[0]["skipped"], true, "{big}");
+        assert!(big[0]["reason"].as_str().unwrap().contains("over the"), "{big}");
+    }
     // Redelivery: the same update again is not a second inbox row.
     fake.lock().unwrap().pending.push_back(dm(1, 10, (42, "ann"), "are you there?"));
     fake.lock().unwrap().pending.push_back(dm(5, 14, (42, "ann"), "thanks"));
-    wait("the new message", || inbox(&path).len() == 3).await;
+    wait("the new message", || inbox(&path).len() == 5).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(inbox(&path).len(), 3, "a redelivered update is not delivered twice");
+    assert_eq!(inbox(&path).len(), 5, "a redelivered update is not delivered twice");
     // Refusals are logged, never answered.
     let c = rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
     let refused: i64 =

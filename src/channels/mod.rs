@@ -228,6 +228,9 @@ pub struct Inbound {
     pub reply_to_message_id: Option<String>,
     pub sent_at_ms: Option<i64>,
     pub raw: Value,
+    /// Files that came with it, ALF-shaped: inline (`data` base64) to be
+    /// imported under `imported/<channel>-<chat>/`, or skipped with why.
+    pub attachments: Vec<Value>,
 }
 
 impl Inbound {
@@ -291,6 +294,11 @@ pub fn deliver(mb: &Mailbox, policy: &Policy, m: &Inbound, status: &StatusCell) 
             return Ok(None);
         }
         let mut row = row.clone();
+        if !m.attachments.is_empty() {
+            let mut list = m.attachments.clone();
+            crate::runtime::mesh::ingress::import_attachments(s, &format!("{}-{}", m.kind, m.chat_id), &mut list);
+            row.insert("attachments".into(), Value::Array(list).to_string().into());
+        }
         let inbox_id = s.inbox_insert(&row).map_err(|e| e.to_string())?;
         row.insert("id".into(), inbox_id.into());
         Ok(Some(row))

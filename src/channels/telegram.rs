@@ -36,9 +36,76 @@ struct ApiError {
 
 struct Bot {
     http: reqwest::Client,
-    /// `<api>/bot<token>`: never logged (the token is in it).
+    /// `<api>/bot<token>` and `<api>/file/bot<token>`: never logged (the
+    /// token is in them).
     base: String,
+    files: String,
     api: String,
+    /// The largest file taken in (bytes).
+    max_file: u64,
+}
+
+/// The file of a message, if it has one: (file id, name, MIME type, size).
+fn file_of(msg: &Value) -> Option<(String, String, String, Option<u64>)> {
+    let id = msg["message_id"].to_string();
+    let pick = |v: &Value, name: String, mime: &str| {
+        Some((
+            v["file_id"].as_str()?.to_string(),
+            v["file_name"].as_str().map(str::to_string).unwrap_or(name),
+            v["mime_type"].as_str().unwrap_or(mime).to_string(),
+            v["file_size"].as_u64(),
+        ))
+    };
+    if let Some(sizes) = msg["photo"].as_array() {
+        // The largest of the sizes Telegram offers.
+        return pick(sizes.last()?, format!("photo_{id}.jpg"), "image/jpeg");
+    }
+    for (k, name, mime) in [
+        ("document", format!("document_{id}"), "application/octet-stream"),
+        ("voice", format!("voice_{id}.ogg"), "audio/ogg"),
+        ("audio", format!("audio_{id}.mp3"), "audio/mpeg"),
+        ("video", format!("video_{id}.mp4"), "video/mp4"),
+    ] {
+        if msg.get(k).is_some() {
+            return pick(&msg[k], name, mime);
+        }
+    }
+    None
+}
+
+impl Bot {
+    /// Fetch a message's file as an ALF-shaped attachment: inline data, or
+    /// skipped with the reason (too large, gone) — never silently dropped.
+    async fn attachment(&self, msg: &Value) -> Option<Value> {
+        use base64::Engine;
+        let (file_id, name, mime, size) = file_of(msg)?;
+        let skipped =
+            |why: String| Some(json!({"filename": name, "content_type": mime, "skipped": true, "reason": why}));
+        if size.is_some_and(|s| s > self.max_file) {
+            return skipped(format!("{} bytes, over the {} byte limit", size.unwrap_or(0), self.max_file));
+        }
+        let file = match self.call("getFile", &json!({"file_id": file_id}), Duration::from_secs(30)).await {
+            Ok(f) => f,
+            Err(e) => return skipped(e.message),
+        };
+        let Some(path) = file["file_path"].as_str() else { return skipped("getFile gave no file_path".into()) };
+        let resp = match self.http.get(format!("{}/{path}", self.files)).timeout(Duration::from_secs(120)).send().await
+        {
+            Ok(r) if r.status().is_success() => r,
+            Ok(r) => return skipped(format!("download: HTTP {}", r.status())),
+            Err(e) => return skipped(format!("download: {}", without_url(&e))),
+        };
+        if resp.content_length().is_some_and(|l| l > self.max_file) {
+            return skipped(format!("over the {} byte limit", self.max_file));
+        }
+        let bytes = match resp.bytes().await {
+            Ok(b) if b.len() as u64 <= self.max_file => b,
+            Ok(_) => return skipped(format!("over the {} byte limit", self.max_file)),
+            Err(e) => return skipped(format!("download: {}", without_url(&e))),
+        };
+        Some(json!({"filename": name, "content_type": mime, "transfer": "inline",
+            "size_bytes": bytes.len(), "data": base64::engine::general_purpose::STANDARD.encode(&bytes)}))
+    }
 }
 
 impl Bot {
@@ -161,6 +228,7 @@ fn inbound(update: &Value, bot: &str) -> Option<Inbound> {
         reply_to_message_id: msg.pointer("/reply_to_message/message_id").map(Value::to_string),
         sent_at_ms: msg["date"].as_i64().map(|d| d * 1000),
         raw: msg.clone(),
+        attachments: Vec::new(),
     })
 }
 
@@ -183,10 +251,13 @@ pub fn start(
         })?;
     let api = adapter.pointer("/config/api_url").and_then(Value::as_str).unwrap_or(DEFAULT_API).trim_end_matches('/');
     let poll = adapter.pointer("/config/poll_timeout_s").and_then(Value::as_u64).unwrap_or(25).min(50);
+    let max_file = adapter.pointer("/limits/max_attachment_size").and_then(Value::as_u64).unwrap_or(20 * 1024 * 1024);
     let bot = Arc::new(Bot {
         http: crate::providers::http_client(),
         base: format!("{api}/bot{token}"),
+        files: format!("{api}/file/bot{token}"),
         api: api.to_string(),
+        max_file,
     });
     let sender: Arc<dyn Outbound> = Arc::new(Sender { bot: bot.clone() });
     let task = rt.spawn(run(bot, mb, policy, status, poll));
@@ -225,7 +296,13 @@ async fn run(bot: Arc<Bot>, mb: Arc<Mailbox>, policy: Policy, status: StatusCell
                 for u in updates.as_array().into_iter().flatten() {
                     let id = u["update_id"].as_i64().unwrap_or(0);
                     offset = Some(offset.map_or(id + 1, |o| o.max(id + 1)));
-                    let Some(m) = inbound(u, &name) else { continue };
+                    let Some(mut m) = inbound(u, &name) else { continue };
+                    // Files only for what the policy admits.
+                    if policy.admit(&m).is_ok()
+                        && let Some(a) = bot.attachment(&m.raw).await
+                    {
+                        m.attachments.push(a);
+                    }
                     let (mb2, p2, s2) = (mb.clone(), policy.clone(), status.clone());
                     let done = tokio::task::spawn_blocking(move || deliver(&mb2, &p2, &m, &s2)).await;
                     let err = match done {

@@ -117,7 +117,7 @@ fn safe_name(s: &str) -> String {
 }
 
 /// Write inline attachments under `imported/<sender>/` (unique names).
-fn import_attachments(store: &mut Store, sender: &str, list: &mut [Value]) {
+pub(crate) fn import_attachments(store: &mut Store, sender: &str, list: &mut [Value]) {
     for a in list.iter_mut() {
         if a["transfer"] != "inline" {
             continue;
