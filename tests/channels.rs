@@ -61,6 +61,10 @@ async fn bot(State(f): State<Shared>, Path((token, method)): Path<(String, Strin
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
+        "getChat" => {
+            Json(json!({"ok": true, "result": {"id": body["chat_id"], "type": "private", "first_name": "Ann"}}))
+        }
+        "getChatMemberCount" => Json(json!({"ok": true, "result": 2})),
         "getFile" => Json(json!({"ok": true, "result": {"file_id": body["file_id"], "file_path": "photos/p1.jpg"}})),
         "sendMessage" => {
             let mut g = f.lock().unwrap();
@@ -187,6 +191,10 @@ async fn telegram_catches_up_admits_by_policy_replies_threaded_and_survives_a_42
                     json!({"recipient": "telegram:42", "content": "Here, Ann."}),
                 )]);
             }
+            if *n == 1 {
+                *n += 1;
+                return Reply::Tools(vec![("chat_info".into(), json!({"adapter": "telegram", "chat_id": "42"}))]);
+            }
             Reply::Text("done".into())
         })) as Arc<dyn adf::providers::Provider>)
     });
@@ -213,6 +221,19 @@ async fn telegram_catches_up_admits_by_policy_replies_threaded_and_survives_a_42
     assert_eq!(status[0].0, "telegram");
     assert_eq!((status[0].1.received, status[0].1.sent, status[0].1.refused), (2, 1, 2), "{status:?}");
     assert_eq!(status[0].1.account.as_deref(), Some("@scout_bot"));
+    // chat_info asked the channel itself.
+    wait("chat_info", || {
+        let c = rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        let n: i64 = c
+            .query_row(
+                "SELECT count(*) FROM adf_loop WHERE content_json LIKE '%participant_count%' AND content_json LIKE '%Ann%'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        n > 0
+    })
+    .await;
     // Files: a photo is imported into the agent's files; one over the
     // limit is recorded as skipped with why, never dropped silently.
     fake.lock().unwrap().pending.push_back(json!({"update_id": 6, "message": {"message_id": 15, "date": 1_764_547_200,

@@ -37,6 +37,10 @@ pub trait Outbound: Send + Sync {
         text: &'a str,
         reply_to: Option<&'a str>,
     ) -> BoxFuture<'a, Result<String, String>>;
+
+    /// A chat's metadata (`chat_info`): title, description, counts, and
+    /// as much of its roster as the platform shows, at most `limit`.
+    fn chat_info<'a>(&'a self, chat: &'a str, limit: usize) -> BoxFuture<'a, Result<Value, String>>;
 }
 
 /// How a channel is doing.

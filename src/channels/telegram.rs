@@ -170,6 +170,39 @@ impl Outbound for Sender {
             Err("sendMessage: rate-limited three times".into())
         })
     }
+
+    fn chat_info<'a>(&'a self, chat: &'a str, limit: usize) -> BoxFuture<'a, Result<Value, String>> {
+        Box::pin(async move {
+            let t = Duration::from_secs(30);
+            let c = self.bot.call("getChat", &json!({"chat_id": chat}), t).await.map_err(|e| e.message)?;
+            let count = self.bot.call("getChatMemberCount", &json!({"chat_id": chat}), t).await.ok();
+            // Bots see the administrators of a group, not every member.
+            let admins = if c["type"] != "private" {
+                self.bot.call("getChatAdministrators", &json!({"chat_id": chat}), t).await.ok()
+            } else {
+                None
+            };
+            let roster: Vec<Value> = admins
+                .as_ref()
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .take(limit)
+                .map(|m| {
+                    json!({"id": m["user"]["id"], "username": m["user"]["username"],
+                    "name": m["user"]["first_name"], "role": m["status"]})
+                })
+                .collect();
+            let truncated = admins.as_ref().and_then(Value::as_array).is_some_and(|a| a.len() > roster.len());
+            Ok(json!({
+                "supported": true, "adapter": "telegram", "chat_id": chat, "type": c["type"],
+                "title": c["title"].as_str().or(c["username"].as_str()).or(c["first_name"].as_str()),
+                "description": c["description"], "participant_count": count,
+                "participants": roster, "participants_scope": "administrators",
+                "participants_truncated": truncated,
+            }))
+        })
+    }
 }
 
 /// The UTF-16 range `[offset, offset + length)` of `text` (how Telegram

@@ -1693,6 +1693,7 @@ impl Executor {
             }
             "sys_fetch" => self.sys_fetch(input, None).await,
             "msg_send" => self.msg_send(input).await,
+            "chat_info" => self.chat_info(input).await,
             "agent_discover" => self.agent_discover(input).await,
             "adf_shell" => self.adf_shell(input, &crate::store::create::nanoid(10), true, false).await,
             "sys_create_adf" => self.sys_create_adf(input).await,

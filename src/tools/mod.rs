@@ -206,9 +206,9 @@ pub fn unavailable(name: &str) -> Option<&'static str> {
     })
 }
 
-/// `chat_info` (tools.md §4): chat metadata from a connected channel
-/// adapter. No adapter is connected in this build, which is an answer, not
-/// an error.
+/// `chat_info` (tools.md §4) outside a fleet: no channel adapter runs
+/// here, which is an answer, not an error (in a fleet the executor asks
+/// the agent's adapter).
 fn chat_info(input: &Value) -> ToolOutput {
     let adapter = input["adapter"].as_str().unwrap_or_default();
     ToolOutput::json(&json!({

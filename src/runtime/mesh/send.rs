@@ -100,6 +100,24 @@ impl Executor {
         (get("adf_handle"), get("adf_did"))
     }
 
+    /// The `chat_info` tool: a connected channel's chat, or why not (an
+    /// answer, not an error).
+    pub(crate) async fn chat_info(&mut self, input: &Value) -> ToolOutput {
+        let adapter = input["adapter"].as_str().unwrap_or_default();
+        let chat = input["chat_id"].as_str().map(str::to_string).unwrap_or_else(|| input["chat_id"].to_string());
+        let limit = input["limit"].as_u64().unwrap_or(50).clamp(1, 100) as usize;
+        let me = self.agent_id().to_string();
+        let out = self.mesh.as_ref().and_then(|m| m.channels.outbound(&me, adapter));
+        let Some(out) = out else {
+            return ToolOutput::json(&json!({"supported": false,
+                "reason": format!("no \"{adapter}\" channel adapter is connected to this agent")}));
+        };
+        match out.chat_info(&chat, limit).await {
+            Ok(v) => ToolOutput::json(&v),
+            Err(e) => ToolOutput::err(format!("chat_info on {adapter}: {e}")),
+        }
+    }
+
     /// The `msg_send` tool.
     pub(crate) async fn msg_send(&mut self, input: &Value) -> ToolOutput {
         match self.send_inner(input).await {
