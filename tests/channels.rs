@@ -221,6 +221,22 @@ async fn telegram_catches_up_admits_by_policy_replies_threaded_and_survives_a_42
     assert_eq!(status[0].0, "telegram");
     assert_eq!((status[0].1.received, status[0].1.sent, status[0].1.refused), (2, 1, 2), "{status:?}");
     assert_eq!(status[0].1.account.as_deref(), Some("@scout_bot"));
+    // One wake for the batch that waited, not one per message.
+    wait("the turn of the wake to end", || {
+        let c = rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        c.query_row("SELECT count(*) FROM adf_loop WHERE content_json LIKE '%\"done\"%'", [], |r| r.get::<_, i64>(0))
+            .unwrap()
+            > 0
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    {
+        let c = rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        let wakes: i64 = c
+            .query_row("SELECT count(*) FROM adf_loop WHERE content_json LIKE '%Inbox notification%'", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(wakes, 1, "the catch-up batch woke the agent once");
+    }
     // chat_info asked the channel itself.
     wait("chat_info", || {
         let c = rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();

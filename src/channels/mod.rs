@@ -271,9 +271,10 @@ impl Inbound {
 }
 
 /// What became of an inbound message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Delivered {
-    New,
+    /// In the inbox now (the row, to tell the agent about).
+    New(Map<String, Value>),
     /// Already in the inbox (a platform redelivered it).
     Duplicate,
     /// The policy refused it (logged).
@@ -281,7 +282,8 @@ pub enum Delivered {
 }
 
 /// Put an inbound message in the agent's inbox (policy first, then
-/// de-duplication) and tell the agent. Blocking: run off the async workers.
+/// de-duplication); the caller tells the agent (`notify`), once for a
+/// batch. Blocking: run off the async workers.
 pub fn deliver(mb: &Mailbox, policy: &Policy, m: &Inbound, status: &StatusCell) -> Result<Delivered, String> {
     if let Err(why) = policy.admit(m) {
         mb.with_store(|s| s.log("info", "adapter", "message_refused", &format!("{}:{}: {why}", m.kind, m.chat_id)))?
@@ -311,8 +313,14 @@ pub fn deliver(mb: &Mailbox, policy: &Policy, m: &Inbound, status: &StatusCell) 
     if let Ok(mut st) = status.lock() {
         st.received += 1;
     }
-    mb.notify(AgentCommand::With(OwnerWork(Box::new(move |ex| ex.inbox_arrived(row)))));
-    Ok(Delivered::New)
+    Ok(Delivered::New(row))
+}
+
+/// Tell the agent about the rows a batch put in its inbox: one wake.
+pub fn notify(mb: &Mailbox, rows: Vec<Map<String, Value>>) {
+    if !rows.is_empty() {
+        mb.notify(AgentCommand::With(OwnerWork(Box::new(move |ex| ex.inbox_batch_arrived(rows)))));
+    }
 }
 
 /// A channel address `type:id` split, when `type` is a channel this build has.

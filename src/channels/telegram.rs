@@ -18,7 +18,7 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 
-use super::{Delivered, Inbound, Outbound, Policy, StatusCell, deliver, set_state};
+use super::{Delivered, Inbound, Outbound, Policy, StatusCell, deliver, notify, set_state};
 use crate::runtime::mesh::Mailbox;
 
 const DEFAULT_API: &str = "https://api.telegram.org";
@@ -326,6 +326,8 @@ async fn run(bot: Arc<Bot>, mb: Arc<Mailbox>, policy: Policy, status: StatusCell
             Ok(updates) => {
                 set_state(&status, "connected", None);
                 backoff = Duration::from_secs(1);
+                // A poll's messages go in together and wake the agent once.
+                let mut batch = Vec::new();
                 for u in updates.as_array().into_iter().flatten() {
                     let id = u["update_id"].as_i64().unwrap_or(0);
                     offset = Some(offset.map_or(id + 1, |o| o.max(id + 1)));
@@ -339,7 +341,11 @@ async fn run(bot: Arc<Bot>, mb: Arc<Mailbox>, policy: Policy, status: StatusCell
                     let (mb2, p2, s2) = (mb.clone(), policy.clone(), status.clone());
                     let done = tokio::task::spawn_blocking(move || deliver(&mb2, &p2, &m, &s2)).await;
                     let err = match done {
-                        Ok(Ok(Delivered::New | Delivered::Duplicate | Delivered::Refused)) => None,
+                        Ok(Ok(Delivered::New(row))) => {
+                            batch.push(row);
+                            None
+                        }
+                        Ok(Ok(Delivered::Duplicate | Delivered::Refused)) => None,
                         Ok(Err(e)) => Some(e),
                         Err(e) => Some(e.to_string()),
                     };
@@ -351,6 +357,7 @@ async fn run(bot: Arc<Bot>, mb: Arc<Mailbox>, policy: Policy, status: StatusCell
                         break;
                     }
                 }
+                notify(&mb, batch);
             }
             Err(e) => backoff = fail(&mb, &status, &e, backoff).await,
         }
