@@ -61,6 +61,10 @@ async fn bot(State(f): State<Shared>, Path((token, method)): Path<(String, Strin
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
+        "answerCallbackQuery" => {
+            f.lock().unwrap().sent.push(json!({"answered": body["callback_query_id"]}));
+            Json(json!({"ok": true, "result": true}))
+        }
         "getChat" => {
             Json(json!({"ok": true, "result": {"id": body["chat_id"], "type": "private", "first_name": "Ann"}}))
         }
@@ -323,5 +327,87 @@ async fn a_revoked_token_backs_off_with_the_cause_and_the_agent_keeps_running() 
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(fleet.state(&id), "idle", "the agent keeps running");
+    fleet.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_form_goes_out_as_buttons_and_its_answers_come_back_as_messages() {
+    let _one = SERIAL.lock().await;
+    let dir = tmp();
+    let d = dir.path();
+    let fake: Shared = Arc::new(Mutex::new(Fake::default()));
+    let api = serve(fake.clone()).await;
+    fake.lock().unwrap().pending.push_back(dm(1, 10, (42, "ann"), "plan lunch"));
+    ok(&adf(d, &["new", "a.adf", "--provider", "anthropic", "--model", "m"], None));
+    ok(&adf(d, &["adapters", "add", "a.adf", "telegram", "--api-url", &api], Some(b"123:SECRET\n")));
+    ok(&adf(d, &["config", "set", "a.adf", "adapters.telegram.config.poll_timeout_s", "1"], None));
+    unsafe { std::env::set_var("ADF_HOME", d.join(".adf-home")) };
+    let form = json!({"id": "lunch", "title": "Lunch", "render": "per_question", "questions": [
+        {"id": "q1", "text": "Where?", "type": "choice", "options": [{"id": "a", "label": "Pizza"}, {"id": "b", "label": "Sushi"}]},
+        {"id": "q2", "text": "Anything else?", "type": "text"}]});
+    let sent_form = Arc::new(Mutex::new(false));
+    let s2 = sent_form.clone();
+    let form2 = form.clone();
+    let factory: ProviderFactory = Arc::new(move |_| {
+        let (s, f) = (s2.clone(), form2.clone());
+        Ok(Arc::new(Scripted::new([]).with_fallback(move |_| {
+            let mut done = s.lock().unwrap();
+            if !*done {
+                *done = true;
+                return Reply::Tools(vec![(
+                    "msg_send".into(),
+                    json!({"recipient": "telegram:42", "content": f.to_string(), "content_type": "application/vnd.adf.form+json"}),
+                )]);
+            }
+            Reply::Text("noted".into())
+        })) as Arc<dyn adf::providers::Provider>)
+    });
+    let mut fleet = Fleet::new(Bus::new(), factory);
+    let path = d.join("a.adf");
+    fleet.load(&path).unwrap();
+    wait("the form's two messages", || fake.lock().unwrap().sent.len() >= 2).await;
+    let sent = fake.lock().unwrap().sent.clone();
+    assert!(sent[0]["text"].as_str().unwrap().starts_with("Lunch"), "{sent:?}");
+    let buttons = &sent[0]["reply_markup"]["inline_keyboard"];
+    assert_eq!(buttons[1][0], json!({"text": "Sushi", "callback_data": "f|lunch|q1|b"}), "{buttons}");
+    assert_eq!(sent[1]["reply_markup"]["force_reply"], true, "the free-text question asks for a reply");
+    // Ann presses Sushi and replies to the free-text question; a forged
+    // button for a form never sent goes nowhere.
+    {
+        let mut f = fake.lock().unwrap();
+        let chat = json!({"id": 42, "type": "private"});
+        f.pending
+            .push_back(json!({"update_id": 2, "callback_query": {"id": "cb1", "from": {"id": 42, "username": "ann"},
+            "message": {"message_id": 1001, "chat": chat}, "data": "f|lunch|q1|b"}}));
+        f.pending.push_back(
+            json!({"update_id": 3, "callback_query": {"id": "cb2", "from": {"id": 66, "username": "mallory"},
+            "message": {"message_id": 1001, "chat": chat}, "data": "f|payroll|q1|a"}}),
+        );
+        f.pending.push_back(json!({"update_id": 4, "message": {"message_id": 20, "date": 1_764_547_200,
+            "from": {"id": 42, "username": "ann"}, "chat": chat, "text": "no onions",
+            "reply_to_message": {"message_id": 1002}}}));
+    }
+    wait("both answers", || inbox(&path).len() == 3).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let c = rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    let answers: Vec<Value> = c
+        .prepare("SELECT source_context FROM adf_inbox WHERE source_context LIKE '%form_id%' ORDER BY received_at")
+        .unwrap()
+        .query_map([], |r| r.get::<_, String>(0))
+        .unwrap()
+        .map(|s| serde_json::from_str(&s.unwrap()).unwrap())
+        .collect();
+    assert_eq!(answers.len(), 2, "{answers:?}");
+    assert_eq!(
+        (answers[0]["form_id"].as_str(), answers[0]["answer_id"].as_str(), answers[0]["answer_value"].as_str()),
+        (Some("lunch"), Some("b"), Some("Sushi"))
+    );
+    assert_eq!(
+        (answers[1]["question_id"].as_str(), answers[1]["answer_value"].as_str()),
+        (Some("q2"), Some("no onions"))
+    );
+    assert_eq!(inbox(&path).len(), 3, "the forged button is not an answer");
+    assert!(fake.lock().unwrap().sent.iter().any(|m| m["answered"] == "cb1"), "the button press was acknowledged");
+    drop(c);
     fleet.shutdown().await;
 }

@@ -41,6 +41,42 @@ pub trait Outbound: Send + Sync {
     /// A chat's metadata (`chat_info`): title, description, counts, and
     /// as much of its roster as the platform shows, at most `limit`.
     fn chat_info<'a>(&'a self, chat: &'a str, limit: usize) -> BoxFuture<'a, Result<Value, String>>;
+
+    /// Send a form (messaging.md §14, already validated). Without native
+    /// forms: a numbered list answered by reply.
+    fn send_form<'a>(
+        &'a self,
+        chat: &'a str,
+        form: &'a Value,
+        reply_to: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<String, String>> {
+        Box::pin(async move {
+            let text = form_text(form);
+            self.send(chat, &text, reply_to).await
+        })
+    }
+}
+
+/// A form as plain text: its title, each question numbered, each option
+/// lettered, and how to answer by reply.
+pub fn form_text(form: &Value) -> String {
+    if let Some(t) = form["fallback_text"].as_str().filter(|t| !t.is_empty()) {
+        return t.to_string();
+    }
+    let mut out = String::new();
+    if let Some(t) = form["title"].as_str() {
+        out.push_str(t);
+        out.push('\n');
+    }
+    for (i, q) in form["questions"].as_array().into_iter().flatten().enumerate() {
+        out.push_str(&format!("{}. {}\n", i + 1, q["text"].as_str().unwrap_or("")));
+        for (j, o) in q["options"].as_array().into_iter().flatten().enumerate() {
+            let letter = (b'a' + j as u8) as char;
+            out.push_str(&format!("   {letter}) {}\n", o["label"].as_str().unwrap_or("")));
+        }
+    }
+    out.push_str("Reply with your answers, e.g. 1a, 2b, 3 free text.");
+    out
 }
 
 /// How a channel is doing.
@@ -194,6 +230,10 @@ impl Policy {
 
     /// Admit a message, or say why not (logged, never answered).
     pub fn admit(&self, m: &Inbound) -> Result<(), String> {
+        // An answer to a form the agent sent where it was asked.
+        if m.context.contains_key("form_id") {
+            return Ok(());
+        }
         if m.group {
             return match self.groups.as_str() {
                 "all" => Ok(()),
@@ -232,6 +272,8 @@ pub struct Inbound {
     pub reply_to_message_id: Option<String>,
     pub sent_at_ms: Option<i64>,
     pub raw: Value,
+    /// What more goes into `source_context` (a form answer's ids).
+    pub context: Map<String, Value>,
     /// Files that came with it, ALF-shaped: inline (`data` base64) to be
     /// imported under `imported/<channel>-<chat>/`, or skipped with why.
     pub attachments: Vec<Value>,
@@ -253,14 +295,13 @@ impl Inbound {
         row.insert("content_type".into(), "text/plain".into());
         row.insert("sender_alias".into(), Value::String(self.sender_label().chars().take(64).collect()));
         row.insert("source".into(), self.kind.into());
-        row.insert(
-            "source_context".into(),
-            json!({"chat_id": self.chat_id, "message_id": self.message_id, "chat_type": self.chat_type,
+        let mut context = json!({"chat_id": self.chat_id, "message_id": self.message_id, "chat_type": self.chat_type,
                    "reply_to_message_id": self.reply_to_message_id, "sender_id": self.sender_id,
-                   "username": self.sender_name})
-            .to_string()
-            .into(),
-        );
+                   "username": self.sender_name});
+        if let Some(o) = context.as_object_mut() {
+            o.extend(self.context.clone());
+        }
+        row.insert("source_context".into(), context.to_string().into());
         row.insert("meta".into(), json!({"channel": self.kind}).to_string().into());
         row.insert("sent_at".into(), self.sent_at_ms.map(Value::from).unwrap_or(Value::Null));
         row.insert("received_at".into(), crate::store::now_ms().into());
@@ -357,6 +398,13 @@ mod tests {
         assert!(closed.admit(&m(true, true, "42", "")).is_err());
         let open = Policy::of(&json!({}));
         assert_eq!((open.dm.as_str(), open.groups.as_str()), ("all", "mention"), "the defaults");
+        let form = json!({"title": "Lunch", "questions": [{"text": "Where?", "options": [{"label": "Pizza"}, {"label": "Sushi"}]},
+            {"text": "Notes?"}]});
+        assert_eq!(
+            form_text(&form),
+            "Lunch\n1. Where?\n   a) Pizza\n   b) Sushi\n2. Notes?\nReply with your answers, e.g. 1a, 2b, 3 free text."
+        );
+        assert_eq!(form_text(&json!({"fallback_text": "Pick one"})), "Pick one");
         assert_eq!(address("telegram:123"), Some(("telegram", "123")));
         assert_eq!(address("did:key:z6Mk"), None);
         assert_eq!(address("telegram:"), None);

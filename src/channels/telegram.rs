@@ -12,11 +12,12 @@
 //! 60 s, or what a 429's `retry_after` says) and the channel's status says
 //! why; nothing received is lost.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use super::{Delivered, Inbound, Outbound, Policy, StatusCell, deliver, notify, set_state};
 use crate::runtime::mesh::Mailbox;
@@ -43,6 +44,45 @@ struct Bot {
     api: String,
     /// The largest file taken in (bytes).
     max_file: u64,
+    /// Forms sent, by id (answers are checked against them), and the
+    /// messages asking a form's free-text question: (chat, message) →
+    /// (form, question).
+    forms: std::sync::Mutex<HashMap<String, Value>>,
+    asks: std::sync::Mutex<HashMap<(String, String), (String, String)>>,
+}
+
+/// Callback data of a form button: `f|<form>|<question>|<option>`.
+fn button(form: &str, q: &str, opt: &str) -> String {
+    format!("f|{form}|{q}|{opt}")
+}
+
+impl Bot {
+    /// A form answer (`f|…` button, or a reply to a free-text question)
+    /// checked against the form sent: the `source_context` fields and the
+    /// text the agent reads, or `None` when it answers no form of ours.
+    fn form_answer(
+        &self,
+        form_id: &str,
+        q_id: &str,
+        answer_id: &str,
+        text: Option<&str>,
+    ) -> Option<(Map<String, Value>, String)> {
+        let forms = self.forms.lock().ok()?;
+        let form = forms.get(form_id)?;
+        let q = form["questions"].as_array()?.iter().find(|q| q["id"] == q_id)?;
+        let value = match (answer_id, text) {
+            ("__text", Some(t)) => t.to_string(),
+            ("__done", _) => "(done)".to_string(),
+            (opt, _) => q["options"].as_array()?.iter().find(|o| o["id"] == opt)?["label"].as_str()?.to_string(),
+        };
+        let mut ctx = Map::new();
+        ctx.insert("form_id".into(), form_id.into());
+        ctx.insert("question_id".into(), q_id.into());
+        ctx.insert("answer_id".into(), answer_id.into());
+        ctx.insert("answer_value".into(), value.clone().into());
+        let shown = format!("[form {form_id}] {}: {value}", q["text"].as_str().unwrap_or(q_id));
+        Some((ctx, shown))
+    }
 }
 
 /// The file of a message, if it has one: (file id, name, MIME type, size).
@@ -171,6 +211,61 @@ impl Outbound for Sender {
         })
     }
 
+    fn send_form<'a>(
+        &'a self,
+        chat: &'a str,
+        form: &'a Value,
+        reply_to: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<String, String>> {
+        Box::pin(async move {
+            let id = form["id"].as_str().unwrap_or("form").to_string();
+            if let Ok(mut f) = self.bot.forms.lock() {
+                f.insert(id.clone(), form.clone());
+            }
+            let mut first = None;
+            let qs = form["questions"].as_array().cloned().unwrap_or_default();
+            for (i, q) in qs.iter().enumerate() {
+                let qid = q["id"].as_str().unwrap_or("");
+                let mut text = q["text"].as_str().unwrap_or("").to_string();
+                if i == 0
+                    && let Some(t) = form["title"].as_str()
+                {
+                    text = format!("{t}\n\n{text}");
+                }
+                let markup = if q["type"] == "text" {
+                    text.push_str("\n(reply to this message)");
+                    json!({"force_reply": true, "selective": true})
+                } else {
+                    let mut rows: Vec<Value> = q["options"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|o| {
+                            json!([{"text": o["label"], "callback_data": button(&id, qid, o["id"].as_str().unwrap_or(""))}])
+                        })
+                        .collect();
+                    if q["type"] == "multi" {
+                        rows.push(json!([{"text": "Done", "callback_data": button(&id, qid, "__done")}]));
+                    }
+                    json!({"inline_keyboard": rows})
+                };
+                let mut body = json!({"chat_id": chat, "text": text, "reply_markup": markup});
+                if let Some(r) = reply_to.filter(|_| i == 0).and_then(|r| r.parse::<i64>().ok()) {
+                    body["reply_parameters"] = json!({"message_id": r, "allow_sending_without_reply": true});
+                }
+                let m = self.bot.call("sendMessage", &body, Duration::from_secs(30)).await.map_err(|e| e.message)?;
+                let mid = m["message_id"].to_string();
+                if q["type"] == "text"
+                    && let Ok(mut a) = self.bot.asks.lock()
+                {
+                    a.insert((chat.to_string(), mid.clone()), (id.clone(), qid.to_string()));
+                }
+                first.get_or_insert(mid);
+            }
+            first.ok_or_else(|| "a form without questions".to_string())
+        })
+    }
+
     fn chat_info<'a>(&'a self, chat: &'a str, limit: usize) -> BoxFuture<'a, Result<Value, String>> {
         Box::pin(async move {
             let t = Duration::from_secs(30);
@@ -261,6 +356,38 @@ fn inbound(update: &Value, bot: &str) -> Option<Inbound> {
         reply_to_message_id: msg.pointer("/reply_to_message/message_id").map(Value::to_string),
         sent_at_ms: msg["date"].as_i64().map(|d| d * 1000),
         raw: msg.clone(),
+        context: Map::new(),
+        attachments: Vec::new(),
+    })
+}
+
+/// A button press on a form: the answer as an inbound message, or `None`
+/// (not a form button, or a form this bot did not send).
+fn callback(update: &Value, bot: &Bot) -> Option<Inbound> {
+    let cb = update.get("callback_query")?;
+    let data = cb["data"].as_str()?;
+    let mut parts = data.splitn(4, '|');
+    let (Some("f"), Some(form), Some(q), Some(opt)) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
+        return None;
+    };
+    let (context, text) = bot.form_answer(form, q, opt, None)?;
+    let msg = &cb["message"];
+    let chat_type = msg["chat"]["type"].as_str().unwrap_or("private").to_string();
+    Some(Inbound {
+        kind: "telegram",
+        chat_id: msg["chat"]["id"].to_string(),
+        group: chat_type != "private",
+        mentioned: false,
+        chat_type,
+        // One answer per press: the press's id keeps redelivery out.
+        message_id: format!("cb{}", cb["id"].as_str().unwrap_or("")),
+        sender_id: cb["from"]["id"].to_string(),
+        sender_name: cb["from"]["username"].as_str().unwrap_or("").to_string(),
+        text,
+        reply_to_message_id: Some(msg["message_id"].to_string()),
+        sent_at_ms: Some(crate::store::now_ms()),
+        raw: cb.clone(),
+        context,
         attachments: Vec::new(),
     })
 }
@@ -291,6 +418,8 @@ pub fn start(
         files: format!("{api}/file/bot{token}"),
         api: api.to_string(),
         max_file,
+        forms: Default::default(),
+        asks: Default::default(),
     });
     let sender: Arc<dyn Outbound> = Arc::new(Sender { bot: bot.clone() });
     let task = rt.spawn(run(bot, mb, policy, status, poll));
@@ -318,7 +447,7 @@ async fn run(bot: Arc<Bot>, mb: Arc<Mailbox>, policy: Policy, status: StatusCell
                 }
             }
         }
-        let mut body = json!({"timeout": poll, "allowed_updates": ["message", "edited_message"]});
+        let mut body = json!({"timeout": poll, "allowed_updates": ["message", "edited_message", "callback_query"]});
         if let Some(o) = offset {
             body["offset"] = json!(o);
         }
@@ -331,7 +460,24 @@ async fn run(bot: Arc<Bot>, mb: Arc<Mailbox>, policy: Policy, status: StatusCell
                 for u in updates.as_array().into_iter().flatten() {
                     let id = u["update_id"].as_i64().unwrap_or(0);
                     offset = Some(offset.map_or(id + 1, |o| o.max(id + 1)));
-                    let Some(mut m) = inbound(u, &name) else { continue };
+                    // A form button: acknowledge it (the spinner stops),
+                    // then its answer goes in like a message.
+                    if let Some(cb) = u.get("callback_query") {
+                        let ack = json!({"callback_query_id": cb["id"], "text": "Answer received"});
+                        let _ = bot.call("answerCallbackQuery", &ack, Duration::from_secs(10)).await;
+                    }
+                    let Some(mut m) = inbound(u, &name).or_else(|| callback(u, &bot)) else { continue };
+                    // A reply to a form's free-text question is its answer.
+                    let asked = m
+                        .reply_to_message_id
+                        .as_ref()
+                        .and_then(|r| bot.asks.lock().ok()?.get(&(m.chat_id.clone(), r.clone())).cloned());
+                    if let Some((form, q)) = asked
+                        && let Some((ctx, text)) = bot.form_answer(&form, &q, "__text", Some(&m.text))
+                    {
+                        m.context = ctx;
+                        m.text = text;
+                    }
                     // Files only for what the policy admits.
                     if policy.admit(&m).is_ok()
                         && let Some(a) = bot.attachment(&m.raw).await

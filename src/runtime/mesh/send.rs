@@ -159,6 +159,7 @@ impl Executor {
         kind: &str,
         chat: &str,
         content: &str,
+        form: bool,
         reply_to: Option<String>,
         parent: Option<String>,
         thread: Option<String>,
@@ -178,7 +179,7 @@ impl Executor {
             ("thread_id", json!(thread)),
             ("parent_id", json!(parent)),
             ("content", json!(content)),
-            ("content_type", json!("text/plain")),
+            ("content_type", json!(if form { FORM } else { "text/plain" })),
             ("sender_alias", json!(handle)),
             ("created_at", json!(crate::store::now_ms())),
             ("status", json!("pending")),
@@ -186,7 +187,13 @@ impl Executor {
             row.insert(k.into(), v);
         }
         let out_id = self.store.outbox_insert(&row).map_err(|e| e.to_string())?;
-        match out.send(chat, content, reply_to.as_deref()).await {
+        let sent = if form {
+            let v: Value = serde_json::from_str(content).map_err(|e| format!("form content is not JSON: {e}"))?;
+            out.send_form(chat, &v, reply_to.as_deref()).await
+        } else {
+            out.send(chat, content, reply_to.as_deref()).await
+        };
+        match sent {
             Ok(sent) => {
                 mesh.channels.sent(&me, kind);
                 self.store.outbox_finish(&out_id, "delivered", None).map_err(|e| e.to_string())?;
@@ -248,7 +255,8 @@ impl Executor {
                     .and_then(|c| c["message_id"].as_str().map(str::to_string)),
                 None => None,
             };
-            return self.send_on_channel(&mesh, kind, chat, &content, reply_to, parent, thread).await;
+            let form = content_type.as_deref() == Some(FORM);
+            return self.send_on_channel(&mesh, kind, chat, &content, form, reply_to, parent, thread).await;
         }
         let (handle, did) = self.handle_and_did();
         let my_dir = std::fs::canonicalize(self.store.path())
