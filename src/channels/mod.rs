@@ -12,6 +12,7 @@
 //! their server is (`config.api_url`, for a self-hosted server or a test
 //! double).
 
+pub mod bench;
 pub mod telegram;
 
 use std::collections::HashMap;

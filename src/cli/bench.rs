@@ -40,6 +40,9 @@ pub enum Suite {
     /// Staying in control: what a budget adds to a model call, `adf usage
     /// --by day` over a million ledger entries, `adf why` on 100 agents.
     Control,
+    /// Channels: an inbound message to its inbox row, a thousand waiting
+    /// messages caught up, ten idle channels' memory (fake Telegram).
+    Channels,
 }
 
 #[derive(Debug, Serialize)]
@@ -76,7 +79,33 @@ pub fn run(out: &Out, suite: Suite, iterations: usize, short: bool, check: bool)
         Suite::Mcp => mcp(out, iterations),
         Suite::Scale => super::scenario::scale(out, short),
         Suite::Control => control(out, iterations, short),
+        Suite::Channels => channels(out, short),
     }
+}
+
+fn channels(out: &Out, short: bool) -> anyhow::Result<()> {
+    let r = crate::channels::bench::run(if short { 200 } else { 1000 })?;
+    if out.json {
+        return out.json(&r);
+    }
+    let rows = vec![
+        vec![
+            "an inbound message to its inbox row (model excluded) p50 / p99".into(),
+            format!("{:.2} / {:.2} ms", r.deliver_p50_ms, r.deliver_p99_ms),
+            "< 5 ms".into(),
+        ],
+        vec![
+            format!("{} waiting messages caught up ({} wake(s))", r.catch_up_messages, r.catch_up_wakes),
+            format!("{:.2} s", r.catch_up_s),
+            "< 2 s, one wake".into(),
+        ],
+        vec![
+            format!("{} idle channels, memory added", r.idle_channels),
+            format!("{:.1} MB", r.idle_rss_added_mb),
+            "< 10 MB".into(),
+        ],
+    ];
+    out.table(&["measure", "result", "target"], &rows)
 }
 
 fn control(out: &Out, iterations: usize, short: bool) -> anyhow::Result<()> {
