@@ -63,21 +63,28 @@ impl Executor {
         self.mesh = Some(mesh);
     }
 
-    /// A row landed in the inbox (from any transport).
+    /// Say on the bus that a row landed in the inbox.
+    fn announce_received(&mut self, row: &Map<String, Value>, source: &str) {
+        let meta: Value =
+            row.get("meta").and_then(Value::as_str).and_then(|m| serde_json::from_str(m).ok()).unwrap_or_default();
+        let size = row.get("content").and_then(Value::as_str).map(str::len).unwrap_or(0);
+        self.emit(
+            crate::protocol::kind::MESSAGE_RECEIVED,
+            source,
+            json!({"message_id": row.get("message_id"), "inbox_id": row.get("id"), "from": row.get("from"),
+                "sender_alias": row.get("sender_alias"), "content_type": row.get("content_type"), "size": size,
+                "subject": row.get("subject"), "source": row.get("source"),
+                "verified": meta["message_verified"], "encrypted": meta["payload_encrypted"]}),
+        );
+    }
+
     /// Messages a channel brought in one batch (a catch-up): each is
     /// announced, and the agent is woken once for all of them.
     pub(crate) fn inbox_batch_arrived(&mut self, rows: Vec<Map<String, Value>>) {
         let n = rows.len();
         let Some(last) = rows.last().cloned() else { return };
-        for row in rows {
-            let size = row.get("content").and_then(Value::as_str).map(str::len).unwrap_or(0);
-            self.emit(
-                crate::protocol::kind::MESSAGE_RECEIVED,
-                "system:adapter",
-                json!({"message_id": row.get("message_id"), "inbox_id": row.get("id"), "from": row.get("from"),
-                    "sender_alias": row.get("sender_alias"), "content_type": row.get("content_type"), "size": size,
-                    "source": row.get("source")}),
-            );
+        for row in &rows {
+            self.announce_received(row, "system:adapter");
         }
         self.trigger(
             TriggerEvent {
@@ -89,17 +96,9 @@ impl Executor {
         );
     }
 
+    /// A row landed in the inbox (from any transport).
     pub(crate) fn inbox_arrived(&mut self, row: Map<String, Value>) {
-        let meta: Value =
-            row.get("meta").and_then(Value::as_str).and_then(|m| serde_json::from_str(m).ok()).unwrap_or_default();
-        let size = row.get("content").and_then(Value::as_str).map(str::len).unwrap_or(0);
-        self.emit(
-            crate::protocol::kind::MESSAGE_RECEIVED,
-            "system:mesh",
-            json!({"message_id": row.get("message_id"), "inbox_id": row.get("id"), "from": row.get("from"),
-                "sender_alias": row.get("sender_alias"), "content_type": row.get("content_type"), "size": size,
-                "subject": row.get("subject"), "verified": meta["message_verified"], "encrypted": meta["payload_encrypted"]}),
-        );
+        self.announce_received(&row, "system:mesh");
         self.trigger(
             TriggerEvent { ty: "inbox", source: "system:mesh".into(), data: json!({"message": Value::Object(row)}) },
             false,
