@@ -411,3 +411,73 @@ async fn a_form_goes_out_as_buttons_and_its_answers_come_back_as_messages() {
     drop(c);
     fleet.shutdown().await;
 }
+
+/// Self-service setup: the agent stores its own bot token and switches the
+/// channel on, after the owner approves it once; the token is sealed and
+/// never repeated in the task row or the event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_switches_a_channel_on_itself_after_one_approval() {
+    use adf::runtime::executor::{ApprovalRequest, Decision, Executor, Owner};
+    use futures_util::future::BoxFuture;
+    struct Approves(Mutex<Vec<Value>>);
+    impl Owner for Approves {
+        fn approve<'a>(&'a self, req: &'a ApprovalRequest) -> BoxFuture<'a, Decision> {
+            self.0.lock().unwrap().push(json!({"tool": req.tool}));
+            Box::pin(async { Decision::Approve { always: false } })
+        }
+        fn answer<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Option<String>> {
+            Box::pin(async { None })
+        }
+    }
+    let _one = SERIAL.lock().await;
+    let dir = tmp();
+    let d = dir.path();
+    let fake: Shared = Arc::new(Mutex::new(Fake::default()));
+    let api = serve(fake.clone()).await;
+    ok(&adf(d, &["new", "a.adf", "--provider", "anthropic", "--model", "m"], None));
+    // The owner lets it (declared, not even restricted: it asks anyway).
+    let raw = rusqlite::Connection::open(d.join("a.adf")).unwrap();
+    raw.execute(
+        "UPDATE adf_config SET config_json = json_insert(config_json, '$.tools[#]', json('{\"name\":\"adapter_setup\",\"enabled\":true}'))",
+        [],
+    )
+    .unwrap();
+    drop(raw);
+    unsafe { std::env::set_var("ADF_HOME", d.join(".adf-home")) };
+    let inst = adf::identity::install::current().unwrap();
+    let mut store = adf::store::Store::open(d.join("a.adf")).unwrap();
+    store.unlock(&inst).unwrap();
+    let provider = Arc::new(Scripted::new([
+        Reply::Tools(vec![(
+            "adapter_setup".into(),
+            json!({"type": "telegram", "token": "123:SECRET", "dm": "all", "api_url": api}),
+        )]),
+        Reply::Text("I am on Telegram now.".into()),
+    ]));
+    let bus = Bus::new();
+    let mut sub =
+        bus.subscribe(None, adf::runtime::bus::Filter { agent_id: None, types: vec!["hil.requested".into()] });
+    let owner = Arc::new(Approves(Mutex::new(Vec::new())));
+    let mut ex = Executor::new(store, provider, bus.clone(), owner.clone()).unwrap();
+    ex.chat("here is a bot token for you").await.unwrap();
+    assert_eq!(owner.0.lock().unwrap().len(), 1, "asked once");
+    let Some(adf::runtime::bus::Item::Event(e)) = sub.try_next() else { panic!("no hil.requested") };
+    assert_eq!(e.event.payload["input"]["token"], "[secret]", "the event does not carry the token");
+    let tasks = ex.store.task_list(None).unwrap();
+    assert_eq!(tasks[0].args["token"], "[secret]", "nor the task row");
+    let cfg = ex.store.config_value().unwrap();
+    assert_eq!(cfg["adapters"]["telegram"]["enabled"], true);
+    ex.store_into().close().unwrap();
+    let bytes = std::fs::read(d.join("a.adf")).unwrap();
+    let in_loop = bytes.windows(10).filter(|w| *w == b"123:SECRET").count();
+    assert!(in_loop <= 1, "only the model's own call in the loop holds it, never a second copy");
+    // Loaded, the channel connects with the sealed token.
+    let factory: ProviderFactory = Arc::new(|_| {
+        Ok(Arc::new(Scripted::new([]).with_fallback(|_| Reply::Text("ok".into()))) as Arc<dyn adf::providers::Provider>)
+    });
+    let mut fleet = Fleet::new(Bus::new(), factory);
+    fleet.load(&d.join("a.adf")).unwrap();
+    wait("the channel to poll with the sealed token", || fake.lock().unwrap().tokens.iter().any(|t| t == "123:SECRET"))
+        .await;
+    fleet.shutdown().await;
+}

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 
+mod adapters;
 mod budget;
 mod mcp;
 pub(crate) mod media;
@@ -1694,6 +1695,7 @@ impl Executor {
             "sys_fetch" => self.sys_fetch(input, None).await,
             "msg_send" => self.msg_send(input).await,
             "chat_info" => self.chat_info(input).await,
+            "adapter_setup" => self.adapter_setup(input).await,
             "agent_discover" => self.agent_discover(input).await,
             "adf_shell" => self.adf_shell(input, &crate::store::create::nanoid(10), true, false).await,
             "sys_create_adf" => self.sys_create_adf(input).await,
@@ -1748,9 +1750,10 @@ impl Executor {
         if let Some(d) = &denial {
             meta["protection"] = json!(d);
         }
+        let shown = adapters::redacted(name, input);
         let task_id = self.store.task_create(&NewTask {
             tool: name,
-            args: input,
+            args: &shown,
             status: "pending_approval",
             origin: &format!("hil:{name}:{id}"),
             requires_authorization: true,
@@ -1761,7 +1764,7 @@ impl Executor {
         self.emit(
             kind::HIL_REQUESTED,
             source,
-            json!({"request_id": task_id, "task_id": task_id, "tool": name, "reason": reason, "input": strip_reserved(input)}),
+            json!({"request_id": task_id, "task_id": task_id, "tool": name, "reason": reason, "input": strip_reserved(&shown)}),
         );
         let req = ApprovalRequest {
             task_id: task_id.clone(),

@@ -322,6 +322,18 @@ static CATALOG: &[ToolDef] = &[
         },
         "required": ["from", "to", "path"]
     }),
+    tool!("adapter_setup", "Switch a channel on for yourself with a bot token you were given (the owner approves it once; the token is sealed and never shown again).", {
+        "type": "object",
+        "properties": {
+            "type": {"type": "string", "enum": ["telegram"]},
+            "token": {"type": "string", "minLength": 1},
+            "dm": {"type": "string", "enum": ["all", "allowlist", "none"]},
+            "groups": {"type": "string", "enum": ["all", "mention", "none"]},
+            "allow_from": {"type": "array", "items": {"type": "string"}},
+            "api_url": {"type": "string"}
+        },
+        "required": ["type", "token"]
+    }),
     tool!("chat_info", "Describe a chat of a connected channel adapter: title, description, participants.", {
         "type": "object",
         "properties": {

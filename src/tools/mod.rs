@@ -187,7 +187,7 @@ pub fn execute(ctx: &mut Ctx<'_>, name: &str, input: &Value) -> ToolOutput {
 /// is not restricted (the file format's defaults leave them unrestricted):
 /// the agent adding, restarting or removing its own MCP servers.
 pub fn always_asks(name: &str) -> bool {
-    matches!(name, "mcp_install" | "mcp_restart" | "mcp_uninstall")
+    matches!(name, "mcp_install" | "mcp_restart" | "mcp_uninstall" | "adapter_setup")
 }
 
 /// Why a declared tool cannot run in this build: the capability it needs
