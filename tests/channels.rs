@@ -61,6 +61,12 @@ async fn bot(State(f): State<Shared>, Path((token, method)): Path<(String, Strin
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
+        "sendPoll" => {
+            let mut g = f.lock().unwrap();
+            g.sent.push(body.0.clone());
+            let id = 1000 + g.sent.len();
+            Json(json!({"ok": true, "result": {"message_id": id, "poll": {"id": format!("P{id}")}}}))
+        }
         "answerCallbackQuery" => {
             f.lock().unwrap().sent.push(json!({"answered": body["callback_query_id"]}));
             Json(json!({"ok": true, "result": true}))
@@ -479,5 +485,62 @@ async fn an_agent_switches_a_channel_on_itself_after_one_approval() {
     fleet.load(&d.join("a.adf")).unwrap();
     wait("the channel to poll with the sealed token", || fake.lock().unwrap().tokens.iter().any(|t| t == "123:SECRET"))
         .await;
+    fleet.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_form_rendered_as_a_poll_is_a_native_poll_and_votes_are_answers() {
+    let _one = SERIAL.lock().await;
+    let dir = tmp();
+    let d = dir.path();
+    let fake: Shared = Arc::new(Mutex::new(Fake::default()));
+    let api = serve(fake.clone()).await;
+    fake.lock().unwrap().pending.push_back(dm(1, 10, (42, "ann"), "vote please"));
+    ok(&adf(d, &["new", "a.adf", "--provider", "anthropic", "--model", "m"], None));
+    ok(&adf(d, &["adapters", "add", "a.adf", "telegram", "--api-url", &api], Some(b"123:SECRET\n")));
+    ok(&adf(d, &["config", "set", "a.adf", "adapters.telegram.config.poll_timeout_s", "1"], None));
+    unsafe { std::env::set_var("ADF_HOME", d.join(".adf-home")) };
+    let form = json!({"id": "day", "render": "poll", "questions": [{"id": "q1", "text": "Which day?", "type": "choice",
+        "options": [{"id": "mo", "label": "Monday"}, {"id": "tu", "label": "Tuesday"}, {"id": "we", "label": "Wednesday"}]}]});
+    let once = Arc::new(Mutex::new(false));
+    let factory: ProviderFactory = Arc::new(move |_| {
+        let (o, f) = (once.clone(), form.clone());
+        Ok(Arc::new(Scripted::new([]).with_fallback(move |_| {
+            let mut done = o.lock().unwrap();
+            if !*done {
+                *done = true;
+                return Reply::Tools(vec![(
+                    "msg_send".into(),
+                    json!({"recipient": "telegram:42", "content": f.to_string(), "content_type": "application/vnd.adf.form+json"}),
+                )]);
+            }
+            Reply::Text("noted".into())
+        })) as Arc<dyn adf::providers::Provider>)
+    });
+    let mut fleet = Fleet::new(Bus::new(), factory);
+    let path = d.join("a.adf");
+    fleet.load(&path).unwrap();
+    wait("the poll", || !fake.lock().unwrap().sent.is_empty()).await;
+    let poll = fake.lock().unwrap().sent[0].clone();
+    assert_eq!(poll["question"], "Which day?");
+    assert_eq!(poll["options"][2], json!({"text": "Wednesday"}));
+    assert_eq!(poll["is_anonymous"], false, "votes must say who voted");
+    {
+        let mut f = fake.lock().unwrap();
+        f.pending.push_back(json!({"update_id": 2, "poll_answer": {"poll_id": "P1001", "user": {"id": 42, "username": "ann"}, "option_ids": [2]}}));
+        f.pending.push_back(
+            json!({"update_id": 3, "poll_answer": {"poll_id": "P9", "user": {"id": 42}, "option_ids": [0]}}),
+        );
+    }
+    wait("the vote", || inbox(&path).len() == 2).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(inbox(&path).len(), 2, "a vote in a poll the bot did not send is nothing");
+    let c = rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    let ctx: String = c
+        .query_row("SELECT source_context FROM adf_inbox WHERE source_context LIKE '%form_id%'", [], |r| r.get(0))
+        .unwrap();
+    let ctx: Value = serde_json::from_str(&ctx).unwrap();
+    assert_eq!((ctx["answer_id"].as_str(), ctx["answer_value"].as_str()), (Some("we"), Some("Wednesday")), "{ctx}");
+    drop(c);
     fleet.shutdown().await;
 }

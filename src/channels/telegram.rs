@@ -49,6 +49,8 @@ struct Bot {
     /// (form, question).
     forms: std::sync::Mutex<HashMap<String, Value>>,
     asks: std::sync::Mutex<HashMap<(String, String), (String, String)>>,
+    /// Polls a form went out as: poll id → (chat, form, question).
+    polls: std::sync::Mutex<HashMap<String, (String, String, String)>>,
 }
 
 /// Callback data of a form button: `f|<form>|<question>|<option>`.
@@ -232,6 +234,22 @@ impl Outbound for Sender {
                 {
                     text = format!("{t}\n\n{text}");
                 }
+                let options = q["options"].as_array().cloned().unwrap_or_default();
+                // `render: poll`: a native poll (Telegram takes 2 to 10
+                // options); anything else is buttons.
+                if form["render"] == "poll" && q["type"] != "text" && (2..=10).contains(&options.len()) {
+                    let body = json!({"chat_id": chat, "question": text.chars().take(300).collect::<String>(),
+                        "options": options.iter().map(|o| json!({"text": o["label"]})).collect::<Vec<_>>(),
+                        "is_anonymous": false, "allows_multiple_answers": q["type"] == "multi"});
+                    let m = self.bot.call("sendPoll", &body, Duration::from_secs(30)).await.map_err(|e| e.message)?;
+                    if let (Some(pid), Ok(mut p)) =
+                        (m.pointer("/poll/id").and_then(Value::as_str), self.bot.polls.lock())
+                    {
+                        p.insert(pid.to_string(), (chat.to_string(), id.clone(), qid.to_string()));
+                    }
+                    first.get_or_insert(m["message_id"].to_string());
+                    continue;
+                }
                 let markup = if q["type"] == "text" {
                     text.push_str("\n(reply to this message)");
                     json!({"force_reply": true, "selective": true})
@@ -361,6 +379,54 @@ fn inbound(update: &Value, bot: &str) -> Option<Inbound> {
     })
 }
 
+/// A vote in a form's poll: the answer as an inbound message, or `None`
+/// (a poll this bot did not send, or a vote taken back).
+fn poll_answer(update: &Value, bot: &Bot) -> Option<Inbound> {
+    let pa = update.get("poll_answer")?;
+    let (chat, form, q) = bot.polls.lock().ok()?.get(pa["poll_id"].as_str()?)?.clone();
+    let picked: Vec<usize> =
+        pa["option_ids"].as_array()?.iter().filter_map(|i| i.as_u64().map(|i| i as usize)).collect();
+    if picked.is_empty() {
+        return None;
+    }
+    let ids: Vec<String> = {
+        let forms = bot.forms.lock().ok()?;
+        let opts = forms.get(&form)?["questions"].as_array()?.iter().find(|x| x["id"] == q.as_str())?["options"]
+            .as_array()?
+            .clone();
+        picked.iter().filter_map(|i| opts.get(*i)?["id"].as_str().map(str::to_string)).collect()
+    };
+    let mut context = Map::new();
+    let mut shown = Vec::new();
+    for id in &ids {
+        let (ctx, text) = bot.form_answer(&form, &q, id, None)?;
+        context = ctx;
+        shown.push(text);
+    }
+    if ids.len() > 1 {
+        context.insert("answer_id".into(), ids.join(",").into());
+        let values: Vec<String> = shown.iter().filter_map(|t| t.rsplit(": ").next().map(str::to_string)).collect();
+        context.insert("answer_value".into(), values.join(", ").into());
+    }
+    let voter = &pa["user"];
+    Some(Inbound {
+        kind: "telegram",
+        chat_id: chat,
+        chat_type: "poll".into(),
+        group: false,
+        mentioned: false,
+        message_id: format!("poll{}-{}-{}", pa["poll_id"].as_str().unwrap_or(""), voter["id"], ids.join(",")),
+        sender_id: voter["id"].to_string(),
+        sender_name: voter["username"].as_str().unwrap_or("").to_string(),
+        text: shown.join("; "),
+        reply_to_message_id: None,
+        sent_at_ms: Some(crate::store::now_ms()),
+        raw: pa.clone(),
+        context,
+        attachments: Vec::new(),
+    })
+}
+
 /// A button press on a form: the answer as an inbound message, or `None`
 /// (not a form button, or a form this bot did not send).
 fn callback(update: &Value, bot: &Bot) -> Option<Inbound> {
@@ -420,6 +486,7 @@ pub fn start(
         max_file,
         forms: Default::default(),
         asks: Default::default(),
+        polls: Default::default(),
     });
     let sender: Arc<dyn Outbound> = Arc::new(Sender { bot: bot.clone() });
     let task = rt.spawn(run(bot, mb, policy, status, poll));
@@ -447,7 +514,8 @@ async fn run(bot: Arc<Bot>, mb: Arc<Mailbox>, policy: Policy, status: StatusCell
                 }
             }
         }
-        let mut body = json!({"timeout": poll, "allowed_updates": ["message", "edited_message", "callback_query"]});
+        let mut body =
+            json!({"timeout": poll, "allowed_updates": ["message", "edited_message", "callback_query", "poll_answer"]});
         if let Some(o) = offset {
             body["offset"] = json!(o);
         }
@@ -466,7 +534,10 @@ async fn run(bot: Arc<Bot>, mb: Arc<Mailbox>, policy: Policy, status: StatusCell
                         let ack = json!({"callback_query_id": cb["id"], "text": "Answer received"});
                         let _ = bot.call("answerCallbackQuery", &ack, Duration::from_secs(10)).await;
                     }
-                    let Some(mut m) = inbound(u, &name).or_else(|| callback(u, &bot)) else { continue };
+                    let Some(mut m) = inbound(u, &name).or_else(|| callback(u, &bot)).or_else(|| poll_answer(u, &bot))
+                    else {
+                        continue;
+                    };
                     // A reply to a form's free-text question is its answer.
                     let asked = m
                         .reply_to_message_id
