@@ -544,3 +544,55 @@ async fn a_form_rendered_as_a_poll_is_a_native_poll_and_votes_are_answers() {
     drop(c);
     fleet.shutdown().await;
 }
+
+/// A file a daemon holds: `adf adapters add` connects the channel through
+/// the daemon's agent, which starts it at once; the route answers no token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adapters_add_on_a_held_file_goes_through_the_daemon() {
+    let _one = SERIAL.lock().await;
+    let dir = tmp();
+    let home = dir.path().join("home");
+    let agents = home.join("data/agents");
+    std::fs::create_dir_all(&agents).unwrap();
+    let fake: Shared = Arc::new(Mutex::new(Fake::default()));
+    let api = serve(fake.clone()).await;
+    ok(&adf_home(&home, &agents, &["new", "a.adf", "--provider", "anthropic", "--model", "m"]));
+    let (mut daemon, url, token) = spawn_daemon(&home, &[], &[]);
+    let (h, ag, a2) = (home.clone(), agents.clone(), api.clone());
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_adf"))
+            .args(["adapters", "add", "a.adf", "telegram", "--api-url", &a2])
+            .current_dir(&ag)
+            .env("ADF_HOME", &h)
+            .env("TELEGRAM_BOT_TOKEN", "123:SECRET")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let text = ok(&out);
+    assert!(text.contains("through the process that holds it"), "{text}");
+    let http = adf::providers::http_client();
+    let get = |path: String| {
+        let (http, url, token) = (http.clone(), url.clone(), token.clone());
+        async move {
+            let r = http.get(format!("{url}{path}")).bearer_auth(token).send().await.unwrap();
+            r.json::<Value>().await.unwrap()
+        }
+    };
+    wait("the daemon's channel to poll", || fake.lock().unwrap().tokens.iter().any(|t| t == "123:SECRET")).await;
+    let v = get("/agents/a/adapters".into()).await;
+    assert_eq!(v["adapters"][0]["kind"], "telegram", "{v}");
+    assert!(!v.to_string().contains("SECRET"), "{v}");
+    // Bad input: no token is a 400, and nothing changes.
+    let r = http
+        .post(format!("{url}/agents/a/adapters"))
+        .bearer_auth(&token)
+        .json(&json!({"type": "telegram"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+}

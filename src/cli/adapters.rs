@@ -96,7 +96,25 @@ pub fn run(out: &Out, url: Option<&str>, cmd: &AdaptersCmd) -> anyhow::Result<()
                 anyhow::bail!("--dm allowlist needs --allow ID (a platform id or @username; repeatable)");
             }
             let token = read_token(kind)?;
-            let mut store = open_owned(path)?;
+            let mut store = match super::held::open_for_write(path)? {
+                super::held::Target::Local(mut store) => {
+                    let inst = crate::identity::install::current().map_err(anyhow::Error::msg)?;
+                    store.unlock(&inst).map_err(|e| at(path, e))?;
+                    store
+                }
+                // Held by the app or a daemon: connected through the agent there.
+                super::held::Target::Held(via) => {
+                    let mut body = json!({"type": kind, "token": token, "dm": word(dm), "groups": word(group), "allow_from": allow});
+                    if let Some(u) = api_url {
+                        body["api_url"] = json!(u);
+                    }
+                    let v = via.call(reqwest::Method::POST, &["adapters"], &[], Some(&body))?;
+                    if out.json {
+                        return out.json(&json!({"kind": kind, "message": v["message"]}));
+                    }
+                    return out.line(format!("{}: {kind} connected through the process that holds it", path.display()));
+                }
+            };
             let mut adapter =
                 json!({"enabled": true, "policy": {"dm": word(dm), "groups": word(group), "allow_from": allow}});
             if let Some(u) = api_url {

@@ -1,6 +1,7 @@
 //! The control API of scoped, time-boxed grants (issue 19,
-//! `store::grants`): list, add and revoke an agent's grants. Writes go
-//! through the agent, like every other; only the owner's token may make
+//! `store::grants`): list, add and revoke an agent's grants; and of its
+//! channel adapters (issue 20): how each is doing, connecting one. Writes
+//! go through the agent, like every other; only the owner's token may make
 //! them (an approver answers one approval at a time).
 
 use axum::body::Bytes;
@@ -17,7 +18,21 @@ pub fn router() -> Router<AppState> {
     Router::new()
         .route("/agents/{id}/grants", get(list).post(add))
         .route("/agents/{id}/grants/{grant}", delete(remove))
-        .route("/agents/{id}/adapters", get(adapters))
+        .route("/agents/{id}/adapters", get(adapters).post(adapter_add))
+}
+
+/// Connect a channel (the owner's): the token sealed, never answered back.
+async fn adapter_add(State(s): State<AppState>, Path(id): Path<String>, b: Bytes) -> ApiResult {
+    let mut v = body(&b)?;
+    let kind = field(&v, "type")?.to_string();
+    field(&v, "token")?;
+    // The owner's default: direct messages from everyone.
+    if v.get("dm").is_none() {
+        v["dm"] = json!("all");
+    }
+    let (id, out) = s.write(&id, move |ex| Ok(ex.adapter_connect(&v))).await?;
+    let message = out.map_err(ApiError::bad)?;
+    Ok(Json(json!({"agentId": id, "adapter": kind, "message": message})))
 }
 
 /// How each channel of a running agent is doing.

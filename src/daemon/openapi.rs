@@ -168,6 +168,21 @@ pub const ROUTES: &[Route] = &[
     ),
     r("delete", "/agents/{id}/grants/{grant}", "Revoke a grant"),
     r("get", "/agents/{id}/adapters", "The agent's channel adapters: state, account, counts, last error"),
+    b(
+        r(
+            "post",
+            "/agents/{id}/adapters",
+            "Connect a channel: the token sealed in the agent's credentials, never answered back",
+        ),
+        &[
+            "type:telegram!",
+            "token:text!",
+            "dm:all|allowlist|none",
+            "groups:all|mention|none",
+            "allow_from:strlist",
+            "api_url:httpurl",
+        ],
+    ),
     r("get", "/agents/{id}/why", "Why the agent is awake or stuck: last turn, what it waits on, next wake"),
     r("get", "/agents/{id}/budgets", "Budgets of the agent and its loops, with what they spent"),
     q(r("get", "/agents/{id}/context", "The context gauge: window, fill and what takes the space"), &["loop:string"]),
@@ -240,6 +255,9 @@ fn field(spec: &str) -> (String, Value, bool) {
             "pattern": "^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}(/[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}){0,7}/?$"}),
         "granthost" => json!({"type": "string",
             "pattern": "^(\\*\\.)?[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?){0,5}$"}),
+        "httpurl" => {
+            json!({"type": "string", "pattern": "^https?://[a-z0-9.-]{1,63}(:[1-9][0-9]{0,3})?(/[A-Za-z0-9._~/-]*)?$"})
+        }
         "day" => {
             json!({"type": "string", "pattern": "^(today|[0-9]{1,4}d|[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01]))$"})
         }

@@ -23,7 +23,29 @@ pub(super) fn redacted(name: &str, input: &Value) -> Value {
 }
 
 impl Executor {
+    /// `adapter_setup` once the owner approved it.
     pub(super) async fn adapter_setup(&mut self, input: &Value) -> ToolOutput {
+        // The agent's own setup admits nobody by accident: an allowlist
+        // names who.
+        let allowlist = input["dm"].as_str().unwrap_or("allowlist") == "allowlist";
+        if allowlist && input["allow_from"].as_array().is_none_or(|a| a.is_empty()) {
+            return ToolOutput::err("dm allowlist needs allow_from (platform ids or @usernames)");
+        }
+        match self.adapter_connect(input) {
+            Ok(t) => ToolOutput::ok(t),
+            Err(e) => ToolOutput::err(e),
+        }
+    }
+
+    /// Connect a channel: check the request, seal the token, write
+    /// `adapters.<type>`, start it in the running fleet. The owner's route
+    /// (`POST /agents/{id}/adapters`) and the approved tool share it.
+    pub fn adapter_connect(&mut self, input: &Value) -> Result<String, String> {
+        let out = self.adapter_connect_inner(input);
+        if out.is_error { Err(out.content) } else { Ok(out.content) }
+    }
+
+    fn adapter_connect_inner(&mut self, input: &Value) -> ToolOutput {
         let kind = input["type"].as_str().unwrap_or_default();
         if !crate::channels::KINDS.contains(&kind) {
             return ToolOutput::err(format!(
@@ -51,9 +73,6 @@ impl Executor {
             (Err(e), _) | (_, Err(e)) => return ToolOutput::err(e),
         };
         let allow: Vec<Value> = input["allow_from"].as_array().cloned().unwrap_or_default();
-        if dm == "allowlist" && allow.is_empty() {
-            return ToolOutput::err("dm allowlist needs allow_from (platform ids or @usernames)");
-        }
         let mut adapter = json!({"enabled": true, "policy": {"dm": dm, "groups": groups, "allow_from": allow}});
         if let Some(u) = input["api_url"].as_str() {
             match url::Url::parse(u) {
@@ -69,7 +88,7 @@ impl Executor {
         if let Err(e) = self.store.config_set(Caller::Owner, &format!("adapters.{kind}"), adapter) {
             return ToolOutput::err(format!("adapters.{kind} not written: {e}"));
         }
-        let _ = self.log("info", "adapter", "adapter_setup", &format!("{kind} switched on by the agent (approved)"));
+        let _ = self.log("info", "adapter", "adapter_connected", &format!("{kind} switched on"));
         let id = self.agent_id().to_string();
         if let (Some(mesh), Ok(cfg)) = (self.mesh.clone(), self.store.config_value())
             && let Some(mb) = mesh.find(&id)
