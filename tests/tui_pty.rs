@@ -1290,8 +1290,10 @@ async fn attached_with_an_observer_token_the_app_reads_only() {
     result.unwrap();
 }
 
-/// A Telegram channel in the real app: the agent's adapter polls a fake
-/// Bot API on loopback, and `:channels` shows it connected as the bot.
+/// A Telegram channel connected from the real app: the token typed masked
+/// (`:channel_add telegram`), sealed through the app's API; the agent's
+/// adapter polls a fake Bot API on loopback and `:channels` shows it
+/// connected as the bot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_telegram_channel_shows_connected_in_the_app() {
     async fn bot(axum::extract::Path((_, method)): axum::extract::Path<(String, String)>) -> axum::Json<Value> {
@@ -1313,23 +1315,38 @@ async fn a_telegram_channel_shows_connected_in_the_app() {
     let dir = tmp();
     let home = home_with_agent(dir.path());
     let agents = home.join("data/agents");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_adf"))
-        .args(["adapters", "add", "a.adf", "telegram", "--api-url", &api])
-        .current_dir(&agents)
-        .env("ADF_HOME", &home)
-        .env("TELEGRAM_BOT_TOKEN", "1:TOKEN")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    ok(&adf_home(&home, &agents, &["config", "set", "a.adf", "adapters.telegram.config.poll_timeout_s", "1"]));
+    // The server the channel talks to (the token is typed in the app).
+    ok(&adf_home(
+        &home,
+        &agents,
+        &[
+            "config",
+            "set",
+            "a.adf",
+            "adapters.telegram",
+            &json!({"enabled": false, "config": {"api_url": api, "poll_timeout_s": 1}}).to_string(),
+        ],
+    ));
     let h = home.clone();
     tokio::task::spawn_blocking(move || {
         let mut t = Tui::start_with(&h, &[], &[], 120, 40);
         t.wait_for("adf › a › main");
-        t.send(":channels\r");
+        t.send(":channel_add telegram\r");
+        t.wait_for("Connect telegram for a");
+        t.send("1:TOKEN");
+        let s = t.wait_for("bot token: •••••••");
+        assert!(!s.contains("1:TOKEN"), "typed masked: {s}");
+        t.send("\r");
         let s = t.wait_for("@scout_bot");
         assert!(s.contains("telegram") && s.contains("connected"), "{s}");
         t.quit();
+        let file = h.join("data/agents/a.adf");
+        assert_eq!(
+            sql(&file, "SELECT CAST(json_extract(config_json, '$.adapters.telegram.enabled') AS TEXT) FROM adf_config"),
+            "1"
+        );
+        let raw = std::fs::read(&file).unwrap();
+        assert!(!raw.windows(7).any(|w| w == b"1:TOKEN"), "sealed, not in clear");
     })
     .await
     .unwrap();

@@ -135,6 +135,13 @@ pub enum Overlay {
     },
     /// One event in full.
     Event(Box<Envelope>),
+    /// A channel's token typed for an agent (shown masked, sent to the
+    /// agent's API, never kept by the app).
+    ChannelToken {
+        agent: String,
+        kind: String,
+        token: String,
+    },
     /// The password that opens an agent's credentials (shown masked).
     Unlock {
         agent: String,

@@ -123,6 +123,19 @@ impl App {
             }
             Some("side_loop") => return self.loop_command(&rest),
             Some("grant") if commands::allowed(self.role, "grant") => return self.grant_command(&rest),
+            Some("channel_add") if commands::allowed(self.role, "channel_add") => {
+                let kind = if rest.is_empty() { "telegram".to_string() } else { rest.clone() };
+                if !crate::channels::KINDS.contains(&kind.as_str()) {
+                    self.status =
+                        Some(format!("no \"{kind}\" channel (channels: {})", crate::channels::KINDS.join(", ")));
+                    return Vec::new();
+                }
+                match self.selected_id() {
+                    Some(agent) => self.overlay = Overlay::ChannelToken { agent, kind, token: String::new() },
+                    None => self.status = Some("no agent selected".into()),
+                }
+                return Vec::new();
+            }
             Some("rename") if !rest.is_empty() => {
                 return match self.selected_id() {
                     Some(agent) => vec![Action::Rename { agent, name: rest }],
@@ -260,6 +273,7 @@ impl App {
                 Vec::new()
             }
             "grant_revoke" if self.main == MainView::Grants => self.revoke_grant(),
+            "channel_add" => self.command_line("channel_add telegram"),
             "channels" => {
                 self.main = MainView::Channels;
                 self.focus = Focus::Main;

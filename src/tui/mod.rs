@@ -401,6 +401,9 @@ async fn event_loop_on(app: &mut App, backend: &mut Backend, opts: &Options, dir
 
 /// The status line for an MCP change's answer.
 fn mcp_answer(req: &mcp::McpRequest, v: &serde_json::Value) -> String {
+    if req.segments.first().is_some_and(|s| s == "adapters") {
+        return format!("{}: connecting; :channels shows how it goes", v["adapter"].as_str().unwrap_or("channel"));
+    }
     if req.segments.first().is_some_and(|s| s == "loops") {
         let name = v["loop"]["name"].as_str().or(req.segments.get(1).map(String::as_str)).unwrap_or("");
         return match req.method {

@@ -156,6 +156,34 @@ impl App {
                 self.overlay = Overlay::None;
                 Vec::new()
             }
+            Overlay::ChannelToken { agent, kind, token } => match ev.code {
+                KeyCode::Esc => {
+                    self.overlay = Overlay::None;
+                    Vec::new()
+                }
+                KeyCode::Backspace => {
+                    token.pop();
+                    Vec::new()
+                }
+                KeyCode::Enter if !token.trim().is_empty() => {
+                    let body = serde_json::json!({"type": kind.clone(), "token": token.trim()});
+                    let req = super::mcp::McpRequest {
+                        agent: agent.clone(),
+                        method: "POST",
+                        segments: vec!["adapters".into()],
+                        body: Some(body),
+                        label: format!("connecting {kind}"),
+                    };
+                    self.overlay = Overlay::None;
+                    self.main = super::app::MainView::Channels;
+                    vec![Action::Mcp(req)]
+                }
+                KeyCode::Char(c) if !ctrl => {
+                    token.push(c);
+                    Vec::new()
+                }
+                _ => Vec::new(),
+            },
             Overlay::Unlock { agent, password } => match ev.code {
                 KeyCode::Esc => {
                     self.overlay = Overlay::None;

@@ -73,10 +73,24 @@ impl Executor {
             (Err(e), _) | (_, Err(e)) => return ToolOutput::err(e),
         };
         let allow: Vec<Value> = input["allow_from"].as_array().cloned().unwrap_or_default();
+        // What the owner set before (a server, a poll time) stays unless
+        // this request says otherwise.
+        let before = self.store.config_value().ok().and_then(|c| c.pointer(&format!("/adapters/{kind}")).cloned());
         let mut adapter = json!({"enabled": true, "policy": {"dm": dm, "groups": groups, "allow_from": allow}});
+        if let Some(c) = before.as_ref().and_then(|b| b.get("config")).filter(|c| c.is_object()) {
+            adapter["config"] = c.clone();
+        }
+        if let Some(l) = before.as_ref().and_then(|b| b.get("limits")).filter(|l| l.is_object()) {
+            adapter["limits"] = l.clone();
+        }
         if let Some(u) = input["api_url"].as_str() {
             match url::Url::parse(u) {
-                Ok(p) if matches!(p.scheme(), "http" | "https") => adapter["config"] = json!({"api_url": u}),
+                Ok(p) if matches!(p.scheme(), "http" | "https") => {
+                    if !adapter["config"].is_object() {
+                        adapter["config"] = json!({});
+                    }
+                    adapter["config"]["api_url"] = json!(u);
+                }
                 _ => return ToolOutput::err(format!("api_url {u:?} is not an http(s) URL")),
             }
         }
