@@ -124,6 +124,26 @@ fn group(update: i64, message: i64, text: &str, mention: bool) -> Value {
         "text": text, "entities": entities}})
 }
 
+/// A model that sends `form` to Ann's chat on its first call, then says
+/// it noted the answers.
+fn sends_once(form: Value) -> ProviderFactory {
+    let once = Arc::new(Mutex::new(false));
+    Arc::new(move |_| {
+        let (o, f) = (once.clone(), form.clone());
+        Ok(Arc::new(Scripted::new([]).with_fallback(move |_| {
+            let mut done = o.lock().unwrap();
+            if !*done {
+                *done = true;
+                return Reply::Tools(vec![(
+                    "msg_send".into(),
+                    json!({"recipient": "telegram:42", "content": f.to_string(), "content_type": "application/vnd.adf.form+json"}),
+                )]);
+            }
+            Reply::Text("noted".into())
+        })) as Arc<dyn adf::providers::Provider>)
+    })
+}
+
 fn inbox(path: &std::path::Path) -> Vec<(String, String, String)> {
     let c = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
     let mut st = c.prepare("SELECT \"from\", content, source FROM adf_inbox ORDER BY received_at, id").unwrap();
@@ -351,23 +371,7 @@ async fn a_form_goes_out_as_buttons_and_its_answers_come_back_as_messages() {
     let form = json!({"id": "lunch", "title": "Lunch", "render": "per_question", "questions": [
         {"id": "q1", "text": "Where?", "type": "choice", "options": [{"id": "a", "label": "Pizza"}, {"id": "b", "label": "Sushi"}]},
         {"id": "q2", "text": "Anything else?", "type": "text"}]});
-    let sent_form = Arc::new(Mutex::new(false));
-    let s2 = sent_form.clone();
-    let form2 = form.clone();
-    let factory: ProviderFactory = Arc::new(move |_| {
-        let (s, f) = (s2.clone(), form2.clone());
-        Ok(Arc::new(Scripted::new([]).with_fallback(move |_| {
-            let mut done = s.lock().unwrap();
-            if !*done {
-                *done = true;
-                return Reply::Tools(vec![(
-                    "msg_send".into(),
-                    json!({"recipient": "telegram:42", "content": f.to_string(), "content_type": "application/vnd.adf.form+json"}),
-                )]);
-            }
-            Reply::Text("noted".into())
-        })) as Arc<dyn adf::providers::Provider>)
-    });
+    let factory = sends_once(form);
     let mut fleet = Fleet::new(Bus::new(), factory);
     let path = d.join("a.adf");
     fleet.load(&path).unwrap();
@@ -502,21 +506,7 @@ async fn a_form_rendered_as_a_poll_is_a_native_poll_and_votes_are_answers() {
     unsafe { std::env::set_var("ADF_HOME", d.join(".adf-home")) };
     let form = json!({"id": "day", "render": "poll", "questions": [{"id": "q1", "text": "Which day?", "type": "choice",
         "options": [{"id": "mo", "label": "Monday"}, {"id": "tu", "label": "Tuesday"}, {"id": "we", "label": "Wednesday"}]}]});
-    let once = Arc::new(Mutex::new(false));
-    let factory: ProviderFactory = Arc::new(move |_| {
-        let (o, f) = (once.clone(), form.clone());
-        Ok(Arc::new(Scripted::new([]).with_fallback(move |_| {
-            let mut done = o.lock().unwrap();
-            if !*done {
-                *done = true;
-                return Reply::Tools(vec![(
-                    "msg_send".into(),
-                    json!({"recipient": "telegram:42", "content": f.to_string(), "content_type": "application/vnd.adf.form+json"}),
-                )]);
-            }
-            Reply::Text("noted".into())
-        })) as Arc<dyn adf::providers::Provider>)
-    });
+    let factory = sends_once(form);
     let mut fleet = Fleet::new(Bus::new(), factory);
     let path = d.join("a.adf");
     fleet.load(&path).unwrap();
