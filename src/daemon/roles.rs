@@ -80,7 +80,7 @@ pub fn tokens_path() -> PathBuf {
 }
 
 fn digest(token: &str) -> String {
-    Sha256::digest(token.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+    crate::identity::hex(&Sha256::digest(token.as_bytes()))
 }
 
 fn read(path: &std::path::Path) -> Result<File, String> {
@@ -101,11 +101,9 @@ pub fn mint(role: Role, label: &str) -> Result<(Minted, String), String> {
     let path = tokens_path();
     let mut f = read(&path)?;
     let secret: [u8; 32] = rand::random();
-    let token =
-        format!("adf_{}_{}", &role.as_str()[..3], secret.iter().map(|b| format!("{b:02x}")).collect::<String>());
-    let id_bytes: [u8; 4] = rand::random();
+    let token = format!("adf_{}_{}", &role.as_str()[..3], crate::identity::hex(&secret));
     let m = Minted {
-        id: format!("t_{}", id_bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()),
+        id: format!("t_{}", crate::store::create::nanoid(8)),
         role,
         sha256: digest(&token),
         label: label.to_string(),

@@ -32,7 +32,7 @@ pub fn load_or_mint() -> Result<String, String> {
         }
     }
     let bytes: [u8; 32] = rand::random();
-    let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let token = crate::identity::hex(&bytes);
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     }

@@ -13,3 +13,12 @@ pub mod message;
 pub mod owner;
 pub mod seal;
 pub mod slip10;
+
+/// Bytes as lowercase hex (digests, random tokens).
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}

@@ -171,7 +171,5 @@ mod tests {
         assert_eq!(hex(&k), "fdbabe1c9d3472007856e7190d01e9fe7c6ad7cbc8237830e77376634b373162");
     }
 
-    fn hex(b: &[u8]) -> String {
-        b.iter().map(|x| format!("{x:02x}")).collect()
-    }
+    use crate::identity::hex;
 }

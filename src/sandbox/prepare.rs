@@ -31,7 +31,7 @@ pub fn module(path: &str, text: &str) -> Result<Prepared, String> {
         let mut h = Sha256::new();
         h.update(if ts { b"ts\0" } else { b"js\0" });
         h.update(text.as_bytes());
-        h.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect::<String>()
+        crate::identity::hex(&h.finalize()[..16])
     };
     if let Some(p) = cache().lock().ok().and_then(|c| c.get(&hash).cloned()) {
         return Ok(p);

@@ -192,9 +192,8 @@ impl Store {
     pub fn grant_add(&mut self, g: NewGrant) -> Result<Grant> {
         let g = g.check().map_err(StoreError::Invalid)?;
         let now = now_ms();
-        let id_bytes: [u8; 4] = rand::random();
         let grant = Grant {
-            id: format!("g_{}", id_bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()),
+            id: format!("g_{}", super::create::nanoid(8)),
             tool: g.tool,
             path: g.path,
             host: g.host,

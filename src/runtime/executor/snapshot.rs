@@ -24,7 +24,7 @@ pub fn effective(cfg: &Value, provider_id: &str) -> Value {
     let instructions = cfg["instructions"].as_str().unwrap_or("");
     let digest: String = {
         use sha2::{Digest, Sha256};
-        Sha256::digest(instructions.as_bytes()).iter().take(8).map(|b| format!("{b:02x}")).collect()
+        crate::identity::hex(&Sha256::digest(instructions.as_bytes())[..8])
     };
     let mcp: Vec<Value> = cfg
         .pointer("/mcp/servers")
