@@ -48,8 +48,7 @@ pub struct Entry {
 
 impl Entry {
     pub fn tokens(&self) -> u64 {
-        let u = &self.usage;
-        u.input + u.output + u.cache_read.unwrap_or(0) + u.cache_write.unwrap_or(0)
+        self.usage.total()
     }
 }
 
@@ -110,6 +109,23 @@ pub struct Ledger {
     fleet: Mutex<FleetSpend>,
     settings: Mutex<FromSettings>,
     notice: Arc<Mutex<Option<String>>>,
+    /// A reading connection kept between reads, with the file it is on.
+    reader: Mutex<Option<(u64, rusqlite::Connection)>>,
+}
+
+/// Which file is at `path` (its inode): a ledger moved aside and started
+/// again is another file.
+fn file_id(path: &Path) -> u64 {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(path).map(|m| m.ino()).unwrap_or(0)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        0
+    }
 }
 
 static GLOBAL: OnceLock<Arc<Ledger>> = OnceLock::new();
@@ -150,6 +166,7 @@ impl Ledger {
             fleet: Mutex::new(FleetSpend::default()),
             settings: Mutex::new(FromSettings::default()),
             notice: Arc::new(Mutex::new(None)),
+            reader: Mutex::new(None),
         }
     }
 
@@ -258,18 +275,7 @@ impl Ledger {
     /// Read the fleet's spend from the file again.
     fn refresh(&self) {
         let day = crate::store::spend::today();
-        let read = || -> Result<_, LedgerError> {
-            if !self.path.exists() {
-                return Ok(None);
-            }
-            let o = db::open(&self.path)?;
-            if let Some(m) = o.moved {
-                *lock(&self.notice) = Some(m);
-            }
-            db::totals(&o.conn, &day)
-                .map(Some)
-                .map_err(|source| LedgerError::Sqlite { path: self.path.display().to_string(), source })
-        };
+        let read = || -> Result<_, LedgerError> { self.read(|c| db::totals(c, &day)) };
         // Flush first: what this process recorded is then in the file, and
         // the file's figure replaces the in-memory one without losing it
         // (unless a call was recorded meanwhile: then next time).
@@ -325,15 +331,26 @@ impl Ledger {
     /// A report of the ledger (an empty one when no call was recorded).
     pub fn report(&self, by: By, since: Option<&str>) -> Result<Vec<Row>, LedgerError> {
         self.flush();
+        Ok(self.read(|c| db::report(c, by, since))?.unwrap_or_default())
+    }
+
+    /// Run a read on the ledger's reading connection, opened once (`None`:
+    /// no ledger yet). A file replaced since (moved aside) is opened anew.
+    fn read<T>(&self, f: impl FnOnce(&rusqlite::Connection) -> rusqlite::Result<T>) -> Result<Option<T>, LedgerError> {
         if !self.path.exists() {
-            return Ok(Vec::new());
+            return Ok(None);
         }
-        let o = db::open(&self.path)?;
-        if let Some(m) = o.moved {
-            *lock(&self.notice) = Some(m);
+        let mut reader = lock(&self.reader);
+        let stamp = file_id(&self.path);
+        if reader.as_ref().is_none_or(|(id, _)| *id != stamp) {
+            let o = db::open(&self.path)?;
+            if let Some(m) = o.moved {
+                *lock(&self.notice) = Some(m);
+            }
+            *reader = Some((file_id(&self.path), o.conn));
         }
-        db::report(&o.conn, by, since)
-            .map_err(|source| LedgerError::Sqlite { path: self.path.display().to_string(), source })
+        let Some((_, conn)) = reader.as_ref() else { return Ok(None) };
+        f(conn).map(Some).map_err(|source| LedgerError::Sqlite { path: self.path.display().to_string(), source })
     }
 }
 

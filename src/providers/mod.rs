@@ -132,6 +132,12 @@ pub struct Usage {
 }
 
 impl Usage {
+    /// Every token the call was billed for: input, output, cache reads and
+    /// writes (what token budgets count).
+    pub fn total(&self) -> u64 {
+        self.input + self.output + self.cache_read.unwrap_or(0) + self.cache_write.unwrap_or(0)
+    }
+
     /// Merge a later report into this one (providers report input and
     /// output at different points of the stream).
     pub fn merge(&mut self, other: Usage) {

@@ -101,7 +101,7 @@ impl Executor {
         call_source: &'static str,
     ) -> Result<(), StoreError> {
         let cost = crate::providers::prices::priced(&self.price_list(), model, usage);
-        let tokens = usage.input + usage.output + usage.cache_read.unwrap_or(0) + usage.cache_write.unwrap_or(0);
+        let tokens = usage.total();
         let mut scopes: Vec<&str> = vec!["agent"];
         let side = self.loops.side.as_ref().map(|s| s.def.name.clone());
         let side_scope = side.as_ref().map(|s| format!("loop:{s}"));
