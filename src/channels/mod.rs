@@ -365,6 +365,59 @@ pub fn notify(mb: &Mailbox, rows: Vec<Map<String, Value>>) {
     }
 }
 
+/// Connect a channel on an agent's file: check the request (`type`,
+/// `token`, `dm`, `groups`, `allow_from`, `api_url`), seal the token in
+/// its credentials and write `adapters.<type>`, keeping the server, poll
+/// time and limits set before unless the request says otherwise. The CLI,
+/// the owner's route and the approved `adapter_setup` all come here; what
+/// runs the agent starts the channel.
+pub fn connect(store: &mut crate::store::Store, input: &Value) -> Result<String, String> {
+    let kind = input["type"].as_str().unwrap_or_default();
+    if !KINDS.contains(&kind) {
+        return Err(format!("no \"{kind}\" channel in this build (channels: {})", KINDS.join(", ")));
+    }
+    let token = input["token"].as_str().map(str::trim).unwrap_or_default();
+    if token.is_empty() {
+        return Err("a token is required".into());
+    }
+    let pick = |k: &str, allowed: &[&str], default: &str| -> Result<String, String> {
+        let v = input[k].as_str().unwrap_or(default);
+        if allowed.contains(&v) { Ok(v.to_string()) } else { Err(format!("{k} must be one of {}", allowed.join(", "))) }
+    };
+    let dm = pick("dm", &["all", "allowlist", "none"], "allowlist")?;
+    let groups = pick("groups", &["all", "mention", "none"], "mention")?;
+    let allow: Vec<Value> = input["allow_from"].as_array().cloned().unwrap_or_default();
+    let before = store.config_value().ok().and_then(|c| c.pointer(&format!("/adapters/{kind}")).cloned());
+    let mut adapter = json!({"enabled": true, "policy": {"dm": dm, "groups": groups, "allow_from": allow}});
+    for part in ["config", "limits"] {
+        if let Some(v) = before.as_ref().and_then(|b| b.get(part)).filter(|v| v.is_object()) {
+            adapter[part] = v.clone();
+        }
+    }
+    if let Some(u) = input["api_url"].as_str() {
+        match url::Url::parse(u) {
+            Ok(p) if matches!(p.scheme(), "http" | "https") => {
+                if !adapter["config"].is_object() {
+                    adapter["config"] = json!({});
+                }
+                adapter["config"]["api_url"] = json!(u);
+            }
+            _ => return Err(format!("api_url {u:?} is not an http(s) URL")),
+        }
+    }
+    store
+        .secret_set(&format!("adapter:{kind}:BOT_TOKEN"), token.as_bytes(), false)
+        .map_err(|e| format!("the token could not be sealed ({e}); the owner may need to unlock the file"))?;
+    store
+        .config_set(crate::store::Caller::Owner, &format!("adapters.{kind}"), adapter)
+        .map_err(|e| format!("adapters.{kind} not written: {e}"))?;
+    let _ = store.log("info", "adapter", "adapter_connected", &format!("{kind} switched on"));
+    Ok(format!(
+        "{kind} switched on ({dm} direct messages, groups: {groups}); it connects in the background. \
+         The token is sealed in your credentials and will not be shown again."
+    ))
+}
+
 /// A channel address `type:id` split, when `type` is a channel this build has.
 pub fn address(to: &str) -> Option<(&str, &str)> {
     let (kind, id) = to.split_once(':')?;

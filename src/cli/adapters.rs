@@ -11,7 +11,7 @@ use anyhow::Context;
 use serde_json::{Value, json};
 
 use super::output::{Out, at, close, open_for_read};
-use crate::store::{Caller, Store};
+use crate::store::Store;
 
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum AdaptersCmd {
@@ -96,6 +96,11 @@ pub fn run(out: &Out, url: Option<&str>, cmd: &AdaptersCmd) -> anyhow::Result<()
                 anyhow::bail!("--dm allowlist needs --allow ID (a platform id or @username; repeatable)");
             }
             let token = read_token(kind)?;
+            let mut input =
+                json!({"type": kind, "token": token, "dm": word(dm), "groups": word(group), "allow_from": allow});
+            if let Some(u) = api_url {
+                input["api_url"] = json!(u);
+            }
             let mut store = match super::held::open_for_write(path)? {
                 super::held::Target::Local(mut store) => {
                     let inst = crate::identity::install::current().map_err(anyhow::Error::msg)?;
@@ -104,26 +109,15 @@ pub fn run(out: &Out, url: Option<&str>, cmd: &AdaptersCmd) -> anyhow::Result<()
                 }
                 // Held by the app or a daemon: connected through the agent there.
                 super::held::Target::Held(via) => {
-                    let mut body = json!({"type": kind, "token": token, "dm": word(dm), "groups": word(group), "allow_from": allow});
-                    if let Some(u) = api_url {
-                        body["api_url"] = json!(u);
-                    }
-                    let v = via.call(reqwest::Method::POST, &["adapters"], &[], Some(&body))?;
+                    let v = via.call(reqwest::Method::POST, &["adapters"], &[], Some(&input))?;
                     if out.json {
                         return out.json(&json!({"kind": kind, "message": v["message"]}));
                     }
                     return out.line(format!("{}: {kind} connected through the process that holds it", path.display()));
                 }
             };
-            let mut adapter =
-                json!({"enabled": true, "policy": {"dm": word(dm), "groups": word(group), "allow_from": allow}});
-            if let Some(u) = api_url {
-                adapter["config"] = json!({"api_url": u});
-            }
-            // The secret first: a config that names a channel whose token
-            // could not be stored would start and fail.
-            store.secret_set(crate::channels::telegram::TOKEN, token.as_bytes(), false).map_err(|e| at(path, e))?;
-            store.config_set(Caller::Owner, &format!("adapters.{kind}"), adapter.clone()).map_err(|e| at(path, e))?;
+            crate::channels::connect(&mut store, &input).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            let adapter = store.config_value().map_err(|e| at(path, e))?["adapters"][kind.as_str()].clone();
             close(store)?;
             if out.json {
                 return out.json(&json!({"kind": kind, "adapter": adapter}));
