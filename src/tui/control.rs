@@ -12,7 +12,7 @@ use ratatui::widgets::{Paragraph, Wrap};
 use serde_json::Value;
 use unicode_width::UnicodeWidthStr;
 
-use super::app::{App, Focus};
+use super::app::{App, Focus, MainView};
 use super::chat::fit;
 use super::ui::pane;
 
@@ -60,6 +60,22 @@ impl App {
             (y.1, y.2).cmp(&(x.1, x.2)).then_with(|| self.agents[x.0].info.name.cmp(&self.agents[y.0].info.name))
         });
         rows
+    }
+
+    /// Show one of the control views (`:burn`, `:why`, `:logs`, `:grants`,
+    /// `:channels`) from its top, read afresh.
+    pub(super) fn show_control(&mut self, view: MainView) -> Vec<super::app::Action> {
+        self.main = view;
+        self.focus = Focus::Main;
+        (self.logs_sel, self.logs_open) = (0, None);
+        match view {
+            MainView::Why => self.refresh_why(),
+            MainView::Logs => self.refresh_logs(),
+            MainView::Grants => self.refresh_grants(),
+            MainView::Channels => self.refresh_channels(),
+            _ => {}
+        }
+        Vec::new()
     }
 
     /// Read the selected agent's why again.

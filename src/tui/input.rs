@@ -246,40 +246,13 @@ impl App {
                 self.refresh_mcp();
                 Vec::new()
             }
-            "burn" => {
-                self.main = MainView::Burn;
-                self.focus = Focus::Main;
-                self.logs_sel = 0;
-                Vec::new()
-            }
-            "why" => {
-                self.main = MainView::Why;
-                self.focus = Focus::Main;
-                self.refresh_why();
-                Vec::new()
-            }
-            "logs" => {
-                self.main = MainView::Logs;
-                self.focus = Focus::Main;
-                (self.logs_sel, self.logs_open) = (0, None);
-                self.refresh_logs();
-                Vec::new()
-            }
-            "grants" => {
-                self.main = MainView::Grants;
-                self.focus = Focus::Main;
-                self.logs_sel = 0;
-                self.refresh_grants();
-                Vec::new()
-            }
+            "burn" => self.show_control(MainView::Burn),
+            "why" => self.show_control(MainView::Why),
+            "logs" => self.show_control(MainView::Logs),
+            "grants" => self.show_control(MainView::Grants),
+            "channels" => self.show_control(MainView::Channels),
             "grant_revoke" if self.main == MainView::Grants => self.revoke_grant(),
             "channel_add" => self.command_line("channel_add telegram"),
-            "channels" => {
-                self.main = MainView::Channels;
-                self.focus = Focus::Main;
-                self.refresh_channels();
-                Vec::new()
-            }
             "toggle_tasks" => {
                 self.show_tasks = !self.show_tasks;
                 (self.logs_sel, self.logs_open) = (0, None);
