@@ -61,6 +61,8 @@ async fn list(State(s): State<AppState>, Path(id): Path<String>, Query(q): Q) ->
 }
 
 async fn add(State(s): State<AppState>, Path(id): Path<String>, b: Bytes) -> ApiResult {
+    // An unknown agent is that, whatever the body says.
+    s.agent(&id).await?;
     let v = body(&b)?;
     let text = |k: &str| v.get(k).and_then(Value::as_str).map(str::to_string);
     let for_ms = match v.get("for") {

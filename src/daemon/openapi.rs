@@ -254,7 +254,9 @@ fn field(spec: &str) -> (String, Value, bool) {
         "grantpath" => json!({"type": "string",
             "pattern": "^[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}(/[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}){0,7}/?$"}),
         "granthost" => json!({"type": "string",
-            "pattern": "^(\\*\\.)?[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?){0,5}$"}),
+            // A name whose last label starts with a letter (a numeric one
+            // reads as an IPv4 address, which the route also takes).
+            "pattern": "^(\\*\\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\\.){0,5}[a-z]([a-z0-9-]{0,61}[a-z0-9])?$"}),
         "httpurl" => {
             json!({"type": "string", "pattern": "^https?://[a-z0-9.-]{1,63}(:[1-9][0-9]{0,3})?(/[A-Za-z0-9._~/-]*)?$"})
         }
