@@ -5,14 +5,17 @@
 //! such an address. This module is the framework: the registry the fleet
 //! starts adapters in and `msg_send` finds them through, who may talk to
 //! an agent (`adapters.<type>.policy`), delivery with de-duplication, and
-//! each channel's status. The platforms are beside it (`telegram.rs`).
+//! each channel's status. The platforms are beside it (`telegram.rs`,
+//! `email.rs`); form answers by reply are read here (`forms.rs`).
 //!
 //! Credentials live only in the agent's sealed credentials
 //! (`adapter:<type>:<KEY>`); config says which channels are on and where
 //! their server is (`config.api_url`, for a self-hosted server or a test
-//! double).
+//! double; the IMAP and SMTP servers for email).
 
 pub mod bench;
+pub mod email;
+pub mod forms;
 pub mod telegram;
 
 use std::collections::HashMap;
@@ -26,7 +29,36 @@ use crate::runtime::agent::{AgentCommand, OwnerWork};
 use crate::runtime::mesh::Mailbox;
 
 /// The channels this build has.
-pub const KINDS: &[&str] = &["telegram"];
+pub const KINDS: &[&str] = &["telegram", "email"];
+
+/// A file the agent sends with a message, read from its files.
+#[derive(Debug, Clone)]
+pub struct OutFile {
+    pub name: String,
+    pub mime: String,
+    pub data: Vec<u8>,
+}
+
+/// A message the agent sends on a channel: `msg_send`'s fields as a
+/// channel needs them.
+#[derive(Debug, Clone, Default)]
+pub struct Outgoing {
+    pub text: String,
+    /// `text/plain`, `text/html`, or a form (`FORM_TYPE`).
+    pub content_type: String,
+    /// The platform id of the message replied to.
+    pub reply_to: Option<String>,
+    /// What the channel recorded about the message replied to (its
+    /// `source_context`, with the inbox row's `subject`); `Null` if none.
+    pub replied: Value,
+    pub subject: Option<String>,
+    /// Routing hints from `message_meta`: `cc`, `bcc`, `reply_all`.
+    pub hints: Value,
+    pub files: Vec<OutFile>,
+}
+
+/// The form content type (messaging.md §14).
+pub const FORM_TYPE: &str = "application/vnd.adf.form+json";
 
 /// Sending on a connected channel.
 pub trait Outbound: Send + Sync {
@@ -54,6 +86,21 @@ pub trait Outbound: Send + Sync {
         Box::pin(async move {
             let text = form_text(form);
             self.send(chat, &text, reply_to).await
+        })
+    }
+
+    /// Send a whole message (files, subject, copies where the channel has
+    /// them). By default: a form or text; files are refused, never dropped.
+    fn send_message<'a>(&'a self, chat: &'a str, m: &'a Outgoing) -> BoxFuture<'a, Result<String, String>> {
+        Box::pin(async move {
+            if !m.files.is_empty() {
+                return Err("this channel does not send files yet; nothing was sent".into());
+            }
+            if m.content_type == FORM_TYPE {
+                let v: Value = serde_json::from_str(&m.text).map_err(|e| format!("form content is not JSON: {e}"))?;
+                return self.send_form(chat, &v, m.reply_to.as_deref()).await;
+            }
+            self.send(chat, &m.text, m.reply_to.as_deref()).await
         })
     }
 }
@@ -109,6 +156,23 @@ pub fn set_state(s: &StatusCell, state: &str, error: Option<String>) {
     }
 }
 
+/// A channel that could not start: sending says why.
+struct NotStarted(String);
+
+impl Outbound for NotStarted {
+    fn send<'a>(&'a self, _: &'a str, _: &'a str, _: Option<&'a str>) -> BoxFuture<'a, Result<String, String>> {
+        Box::pin(async move { Err(format!("the channel did not start: {}", self.0)) })
+    }
+
+    fn chat_info<'a>(&'a self, _: &'a str, _: usize) -> BoxFuture<'a, Result<Value, String>> {
+        Box::pin(async move { Err(format!("the channel did not start: {}", self.0)) })
+    }
+
+    fn send_message<'a>(&'a self, _: &'a str, _: &'a Outgoing) -> BoxFuture<'a, Result<String, String>> {
+        Box::pin(async move { Err(format!("the channel did not start: {}", self.0)) })
+    }
+}
+
 struct Running {
     out: Arc<dyn Outbound>,
     status: StatusCell,
@@ -135,6 +199,7 @@ impl Registry {
             let policy = Policy::of(a);
             let started = match kind.as_str() {
                 "telegram" => telegram::start(&rt, mb.clone(), a, policy, status.clone()),
+                "email" => email::start(&rt, mb.clone(), a, policy, status.clone()),
                 other => {
                     let _ = mb.with_store(|s| {
                         s.log("warn", "adapter", "adapter_unknown", &format!("no \"{other}\" channel in this build"))
@@ -153,6 +218,15 @@ impl Registry {
                 Err(e) => {
                     let _ =
                         mb.with_store(|s| s.log("error", "adapter", "adapter_start_failed", &format!("{kind}: {e}")));
+                    // Stopped, with why: `adapters status` and the app say it.
+                    set_state(&status, "stopped", Some(e.clone()));
+                    let out: Arc<dyn Outbound> = Arc::new(NotStarted(e));
+                    let task = rt.spawn(async {});
+                    if let Ok(mut r) = self.running.write()
+                        && let Some(old) = r.insert((mb.id.clone(), kind.clone()), Running { out, status, task })
+                    {
+                        old.task.abort();
+                    }
                 }
             }
         }
@@ -278,6 +352,9 @@ pub struct Inbound {
     /// Files that came with it, ALF-shaped: inline (`data` base64) to be
     /// imported under `imported/<channel>-<chat>/`, or skipped with why.
     pub attachments: Vec<Value>,
+    /// Inbox columns this channel fills beyond the common ones (`subject`,
+    /// `thread_id`); a `meta` object here is merged into the row's meta.
+    pub extra: Map<String, Value>,
 }
 
 impl Inbound {
@@ -303,7 +380,16 @@ impl Inbound {
             o.extend(self.context.clone());
         }
         row.insert("source_context".into(), context.to_string().into());
-        row.insert("meta".into(), json!({"channel": self.kind}).to_string().into());
+        let mut meta = json!({"channel": self.kind});
+        for (k, v) in &self.extra {
+            match (k.as_str(), v) {
+                ("meta", Value::Object(m)) => meta.as_object_mut().into_iter().for_each(|o| o.extend(m.clone())),
+                _ => {
+                    row.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        row.insert("meta".into(), meta.to_string().into());
         row.insert("sent_at".into(), self.sent_at_ms.map(Value::from).unwrap_or(Value::Null));
         row.insert("received_at".into(), crate::store::now_ms().into());
         row.insert("status".into(), "unread".into());
@@ -365,12 +451,21 @@ pub fn notify(mb: &Mailbox, rows: Vec<Map<String, Value>>) {
     }
 }
 
+/// The sealed credentials a channel keeps (`adf adapters rm` removes them).
+pub fn secrets(kind: &str) -> Vec<String> {
+    match kind {
+        "email" => vec![email::USERNAME.to_string(), email::PASSWORD.to_string()],
+        other => vec![format!("adapter:{other}:BOT_TOKEN")],
+    }
+}
+
 /// Connect a channel on an agent's file: check the request (`type`,
-/// `token`, `dm`, `groups`, `allow_from`, `api_url`), seal the token in
-/// its credentials and write `adapters.<type>`, keeping the server, poll
-/// time and limits set before unless the request says otherwise. The CLI,
-/// the owner's route and the approved `adapter_setup` all come here; what
-/// runs the agent starts the channel.
+/// `token` — an email password —, `dm`, `groups`, `allow_from`, `api_url`;
+/// for email `address`, `username`, `imap`, `smtp`, `ca_pem`), seal the
+/// credentials and write `adapters.<type>`, keeping the server, poll time
+/// and limits set before unless the request says otherwise. The CLI, the
+/// owner's route and the approved `adapter_setup` all come here; what runs
+/// the agent starts the channel.
 pub fn connect(store: &mut crate::store::Store, input: &Value) -> Result<String, String> {
     let kind = input["type"].as_str().unwrap_or_default();
     if !KINDS.contains(&kind) {
@@ -378,7 +473,7 @@ pub fn connect(store: &mut crate::store::Store, input: &Value) -> Result<String,
     }
     let token = input["token"].as_str().map(str::trim).unwrap_or_default();
     if token.is_empty() {
-        return Err("a token is required".into());
+        return Err(if kind == "email" { "a password is required" } else { "a token is required" }.into());
     }
     let pick = |k: &str, allowed: &[&str], default: &str| -> Result<String, String> {
         let v = input[k].as_str().unwrap_or(default);
@@ -394,28 +489,43 @@ pub fn connect(store: &mut crate::store::Store, input: &Value) -> Result<String,
             adapter[part] = v.clone();
         }
     }
-    if let Some(u) = input["api_url"].as_str() {
-        match url::Url::parse(u) {
-            Ok(p) if matches!(p.scheme(), "http" | "https") => {
-                if !adapter["config"].is_object() {
-                    adapter["config"] = json!({});
-                }
-                adapter["config"]["api_url"] = json!(u);
-            }
-            _ => return Err(format!("api_url {u:?} is not an http(s) URL")),
-        }
+    if !adapter["config"].is_object() {
+        adapter["config"] = json!({});
     }
-    store
-        .secret_set(&format!("adapter:{kind}:BOT_TOKEN"), token.as_bytes(), false)
-        .map_err(|e| format!("the token could not be sealed ({e}); the owner may need to unlock the file"))?;
+    let (sealed, said) = if kind == "email" {
+        let (config, username) = email::settings(input, &adapter["config"])?;
+        let said = format!(
+            "email switched on for {} (IMAP {}, SMTP {}; {dm} direct messages); it connects in the background. \
+             The password is sealed in your credentials and will not be shown again.",
+            config["address"].as_str().unwrap_or(""),
+            email::Server::of(&config["imap"]).map(|s| s.to_string()).unwrap_or_default(),
+            email::Server::of(&config["smtp"]).map(|s| s.to_string()).unwrap_or_default(),
+        );
+        adapter["config"] = config;
+        (vec![(email::USERNAME.to_string(), username), (email::PASSWORD.to_string(), token.to_string())], said)
+    } else {
+        if let Some(u) = input["api_url"].as_str() {
+            match url::Url::parse(u) {
+                Ok(p) if matches!(p.scheme(), "http" | "https") => adapter["config"]["api_url"] = json!(u),
+                _ => return Err(format!("api_url {u:?} is not an http(s) URL")),
+            }
+        }
+        let said = format!(
+            "{kind} switched on ({dm} direct messages, groups: {groups}); it connects in the background. \
+             The token is sealed in your credentials and will not be shown again."
+        );
+        (vec![(format!("adapter:{kind}:BOT_TOKEN"), token.to_string())], said)
+    };
+    for (name, value) in &sealed {
+        store
+            .secret_set(name, value.as_bytes(), false)
+            .map_err(|e| format!("the credentials could not be sealed ({e}); the owner may need to unlock the file"))?;
+    }
     store
         .config_set(crate::store::Caller::Owner, &format!("adapters.{kind}"), adapter)
         .map_err(|e| format!("adapters.{kind} not written: {e}"))?;
     let _ = store.log("info", "adapter", "adapter_connected", &format!("{kind} switched on"));
-    Ok(format!(
-        "{kind} switched on ({dm} direct messages, groups: {groups}); it connects in the background. \
-         The token is sealed in your credentials and will not be shown again."
-    ))
+    Ok(said)
 }
 
 /// A channel address `type:id` split, when `type` is a channel this build has.

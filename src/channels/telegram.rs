@@ -376,6 +376,7 @@ fn inbound(update: &Value, bot: &str) -> Option<Inbound> {
         raw: msg.clone(),
         context: Map::new(),
         attachments: Vec::new(),
+        extra: Map::new(),
     })
 }
 
@@ -424,6 +425,7 @@ fn poll_answer(update: &Value, bot: &Bot) -> Option<Inbound> {
         raw: pa.clone(),
         context,
         attachments: Vec::new(),
+        extra: Map::new(),
     })
 }
 
@@ -455,6 +457,7 @@ fn callback(update: &Value, bot: &Bot) -> Option<Inbound> {
         raw: cb.clone(),
         context,
         attachments: Vec::new(),
+        extra: Map::new(),
     })
 }
 

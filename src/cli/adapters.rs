@@ -15,16 +15,19 @@ use crate::store::Store;
 
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum AdaptersCmd {
-    /// Connect a channel: the token from stdin (or TELEGRAM_BOT_TOKEN),
-    /// never from the command line.
+    /// Connect a channel: the token (email: the password) from stdin, or
+    /// TELEGRAM_BOT_TOKEN / EMAIL_PASSWORD, never from the command line.
     Add {
         path: PathBuf,
-        /// telegram
-        #[arg(value_parser = ["telegram"])]
+        /// telegram or email
+        #[arg(value_parser = ["telegram", "email"])]
         kind: String,
-        /// A self-hosted server (a local Bot API server, a test double).
+        /// A self-hosted server (a local Bot API server, a test double);
+        /// for email the IMAP server, as --imap.
         #[arg(long)]
         api_url: Option<String>,
+        #[command(flatten)]
+        email: Box<EmailArgs>,
         /// Direct messages from everyone, an allowlist, or nobody.
         #[arg(long, default_value = "all", value_parser = ["all", "everyone", "allowlist", "none", "nobody"])]
         dm: String,
@@ -43,6 +46,31 @@ pub enum AdaptersCmd {
     Status { agent: String },
 }
 
+/// The email channel's own options.
+#[derive(Debug, Clone, clap::Args)]
+pub struct EmailArgs {
+    /// email: the agent's address (its provider's servers are guessed
+    /// from it: Gmail, iCloud, Outlook, Fastmail, Yahoo, else
+    /// imap./smtp.<domain>).
+    #[arg(long)]
+    address: Option<String>,
+    /// email: the login name, when it is not the address.
+    #[arg(long)]
+    username: Option<String>,
+    /// email: the IMAP server, imaps://host[:993] (TLS) or
+    /// imap://host[:143] (STARTTLS).
+    #[arg(long, value_name = "URL")]
+    imap: Option<String>,
+    /// email: the SMTP server, smtps://host[:465] (TLS) or
+    /// smtp://host[:587] (STARTTLS).
+    #[arg(long, value_name = "URL")]
+    smtp: Option<String>,
+    /// email: a PEM file of CA certificates to trust besides the
+    /// system's (a self-hosted server with its own CA).
+    #[arg(long, value_name = "PATH")]
+    ca_file: Option<PathBuf>,
+}
+
 fn word(w: &str) -> &str {
     match w {
         "everyone" => "all",
@@ -54,8 +82,10 @@ fn word(w: &str) -> &str {
 /// The token: the environment's, else one line of stdin (not a terminal:
 /// it would echo; piping it in keeps it out of the shell's history).
 fn read_token(kind: &str) -> anyhow::Result<String> {
+    let what = if kind == "email" { "password" } else { "token" };
     let env = match kind {
         "telegram" => "TELEGRAM_BOT_TOKEN",
+        "email" => "EMAIL_PASSWORD",
         _ => "ADF_ADAPTER_TOKEN",
     };
     if let Ok(t) = std::env::var(env)
@@ -65,13 +95,13 @@ fn read_token(kind: &str) -> anyhow::Result<String> {
     }
     let stdin = std::io::stdin();
     if stdin.is_terminal() {
-        anyhow::bail!("the {kind} token comes from stdin or {env}: echo \"$TOKEN\" | adf adapters add FILE {kind}");
+        anyhow::bail!("the {kind} {what} comes from stdin or {env}: echo \"$SECRET\" | adf adapters add FILE {kind}");
     }
     let mut line = String::new();
     stdin.lock().read_line(&mut line).context("reading the token from stdin")?;
     let t = line.trim().to_string();
     if t.is_empty() {
-        anyhow::bail!("no {kind} token on stdin (nothing changed)");
+        anyhow::bail!("no {kind} {what} on stdin (nothing changed)");
     }
     Ok(t)
 }
@@ -83,10 +113,32 @@ fn open_owned(path: &PathBuf) -> anyhow::Result<Store> {
     Ok(store)
 }
 
+/// Where a channel's server is, for `ls`.
+fn server(a: &Value) -> String {
+    if let Some(s) = crate::channels::email::Server::of(&a["config"]["imap"]) {
+        return format!("{} ({})", a["config"]["address"].as_str().unwrap_or(""), s);
+    }
+    a.pointer("/config/api_url").and_then(Value::as_str).unwrap_or("-").into()
+}
+
 pub fn run(out: &Out, url: Option<&str>, cmd: &AdaptersCmd) -> anyhow::Result<()> {
     match cmd {
-        AdaptersCmd::Add { path, kind, api_url, dm, group, allow } => {
-            if let Some(u) = api_url {
+        AdaptersCmd::Add { path, kind, api_url, email: e, dm, group, allow } => {
+            let EmailArgs { address, username, imap, smtp, ca_file } = e.as_ref();
+            let email = kind == "email";
+            if !email
+                && (address.is_some() || username.is_some() || imap.is_some() || smtp.is_some() || ca_file.is_some())
+            {
+                anyhow::bail!("--address, --username, --imap, --smtp and --ca-file are for the email channel");
+            }
+            if email && address.is_none() {
+                anyhow::bail!("the email channel needs --address (the agent's email address)");
+            }
+            let ca_pem = match ca_file {
+                Some(f) => Some(std::fs::read_to_string(f).with_context(|| format!("--ca-file {}", f.display()))?),
+                None => None,
+            };
+            if let Some(u) = api_url.as_ref().filter(|_| !email) {
                 let parsed = url::Url::parse(u).map_err(|e| anyhow::anyhow!("--api-url {u:?}: {e}"))?;
                 if !matches!(parsed.scheme(), "http" | "https") {
                     anyhow::bail!("--api-url {u:?}: use an http or https URL");
@@ -98,8 +150,17 @@ pub fn run(out: &Out, url: Option<&str>, cmd: &AdaptersCmd) -> anyhow::Result<()
             let token = read_token(kind)?;
             let mut input =
                 json!({"type": kind, "token": token, "dm": word(dm), "groups": word(group), "allow_from": allow});
-            if let Some(u) = api_url {
-                input["api_url"] = json!(u);
+            for (k, v) in [
+                ("api_url", api_url),
+                ("address", address),
+                ("username", username),
+                ("imap", imap),
+                ("smtp", smtp),
+                ("ca_pem", &ca_pem),
+            ] {
+                if let Some(v) = v {
+                    input[k] = json!(v);
+                }
             }
             let mut store = match super::held::open_for_write(path)? {
                 super::held::Target::Local(mut store) => {
@@ -146,7 +207,7 @@ pub fn run(out: &Out, url: Option<&str>, cmd: &AdaptersCmd) -> anyhow::Result<()
                         if a["enabled"].as_bool().unwrap_or(false) { "on".into() } else { "off".into() },
                         a["policy"]["dm"].as_str().unwrap_or("all").into(),
                         a["policy"]["groups"].as_str().unwrap_or("mention").into(),
-                        a.pointer("/config/api_url").and_then(Value::as_str).unwrap_or("-").into(),
+                        server(a),
                     ]
                 })
                 .collect();
@@ -160,7 +221,9 @@ pub fn run(out: &Out, url: Option<&str>, cmd: &AdaptersCmd) -> anyhow::Result<()
                 anyhow::bail!("{}: no {kind} channel (adf adapters ls lists them)", path.display());
             }
             store.config_replace(cfg).map_err(|e| at(path, e))?;
-            let _ = store.secret_rm(&format!("adapter:{kind}:BOT_TOKEN"));
+            for name in crate::channels::secrets(kind) {
+                let _ = store.secret_rm(&name);
+            }
             close(store)?;
             out.line(format!("{}: {kind} disconnected and its credentials removed", path.display()))
         }

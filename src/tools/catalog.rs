@@ -322,11 +322,15 @@ static CATALOG: &[ToolDef] = &[
         },
         "required": ["from", "to", "path"]
     }),
-    tool!("adapter_setup", "Switch a channel on for yourself with a bot token you were given (the owner approves it once; the token is sealed and never shown again).", {
+    tool!("adapter_setup", "Switch a channel on for yourself with a bot token (email: the account's password) you were given (the owner approves it once; the secret is sealed and never shown again).", {
         "type": "object",
         "properties": {
-            "type": {"type": "string", "enum": ["telegram"]},
+            "type": {"type": "string", "enum": ["telegram", "email"]},
             "token": {"type": "string", "minLength": 1},
+            "address": {"type": "string", "description": "email: your address; the provider's servers are guessed from it"},
+            "username": {"type": "string", "description": "email: the login, when it is not the address"},
+            "imap": {"type": "string", "description": "email: imaps://host:port (TLS) or imap://host:port (STARTTLS)"},
+            "smtp": {"type": "string", "description": "email: smtps://host:port (TLS) or smtp://host:port (STARTTLS)"},
             "dm": {"type": "string", "enum": ["all", "allowlist", "none"]},
             "groups": {"type": "string", "enum": ["all", "mention", "none"]},
             "allow_from": {"type": "array", "items": {"type": "string"}},

@@ -13,6 +13,7 @@ use serde_json::{Map, Value, json};
 
 use super::ingress::{self, Origin};
 use super::{Mailbox, Mesh, ancestor_scope, card, permits};
+use crate::channels::{OutFile, Outgoing};
 use crate::identity::message::{self, strip_trust};
 use crate::runtime::executor::Executor;
 use crate::runtime::triggers::TriggerEvent;
@@ -150,18 +151,47 @@ impl Executor {
         }
     }
 
+    /// The files `msg_send` names, read from the agent's files: each one's
+    /// record (skipped with the reason when missing or over
+    /// `max_file_write_bytes`) and, when read, its bytes.
+    fn read_attachments(&self, paths: &Value, max: u64) -> Vec<(Value, Option<OutFile>)> {
+        let mut out = Vec::new();
+        for p in paths.as_array().map(Vec::as_slice).unwrap_or(&[]) {
+            let path = p.as_str().unwrap_or_default();
+            let filename = path.rsplit('/').next().unwrap_or(path).to_string();
+            let skipped =
+                |reason: String| json!({"filename": filename, "path": path, "skipped": true, "reason": reason});
+            match self.store.file_stat(path) {
+                Ok(Some(e)) if e.size > max => {
+                    out.push((skipped(format!("larger than max_file_write_bytes ({max})")), None));
+                    continue;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    out.push((skipped(e.to_string()), None));
+                    continue;
+                }
+            }
+            match self.store.file_read(path) {
+                Ok((entry, bytes)) => {
+                    let mime = entry.mime_type.clone().unwrap_or_else(|| "application/octet-stream".into());
+                    let d = json!({"filename": filename, "content_type": entry.mime_type, "transfer": "inline", "size_bytes": bytes.len()});
+                    out.push((d, Some(OutFile { name: filename.clone(), mime, data: bytes })));
+                }
+                Err(e) => out.push((skipped(e.to_string()), None)),
+            }
+        }
+        out
+    }
+
     /// Send on a connected channel adapter and record it in the outbox.
-    #[allow(clippy::too_many_arguments)]
     async fn send_on_channel(
         &mut self,
         mesh: &Arc<super::Mesh>,
-        kind: &str,
-        chat: &str,
-        content: &str,
-        form: bool,
-        reply_to: Option<String>,
-        parent: Option<String>,
-        thread: Option<String>,
+        (kind, chat): (&str, &str),
+        m: Outgoing,
+        attachments: Vec<Value>,
+        (parent, thread): (Option<String>, Option<String>),
     ) -> Result<String, String> {
         let me = self.agent_id().to_string();
         let out = mesh.channels.outbound(&me, kind).ok_or_else(|| {
@@ -171,28 +201,27 @@ impl Executor {
         })?;
         let (handle, did) = self.handle_and_did();
         let mut row = Map::new();
+        let content_type = if m.content_type.is_empty() { "text/plain" } else { m.content_type.as_str() };
         for (k, v) in [
             ("from", json!(did)),
             ("to", json!(format!("{kind}:{chat}"))),
             ("network", json!(kind)),
             ("thread_id", json!(thread)),
             ("parent_id", json!(parent)),
-            ("content", json!(content)),
-            ("content_type", json!(if form { FORM } else { "text/plain" })),
+            ("subject", json!(m.subject)),
+            ("content", json!(m.text)),
+            ("content_type", json!(content_type)),
             ("sender_alias", json!(handle)),
             ("created_at", json!(crate::store::now_ms())),
             ("status", json!("pending")),
         ] {
             row.insert(k.into(), v);
         }
+        if !attachments.is_empty() {
+            row.insert("attachments".into(), Value::Array(attachments.clone()).to_string().into());
+        }
         let out_id = self.store.outbox_insert(&row).map_err(|e| e.to_string())?;
-        let sent = if form {
-            let v: Value = serde_json::from_str(content).map_err(|e| format!("form content is not JSON: {e}"))?;
-            out.send_form(chat, &v, reply_to.as_deref()).await
-        } else {
-            out.send(chat, content, reply_to.as_deref()).await
-        };
-        match sent {
+        match out.send_message(chat, &m).await {
             Ok(sent) => {
                 mesh.channels.sent(&me, kind);
                 self.store.outbox_finish(&out_id, "delivered", None).map_err(|e| e.to_string())?;
@@ -201,7 +230,20 @@ impl Executor {
                     "system:mesh",
                     json!({"outbox_id": out_id, "to": format!("{kind}:{chat}"), "channel": kind, "platform_id": sent, "from": handle}),
                 );
-                Ok(format!("Message sent to {kind}:{chat} (platform message {sent})."))
+                let files = attachments.iter().filter(|a| a["skipped"] != true).count();
+                let mut said = format!("Message sent to {kind}:{chat} (platform message {sent})");
+                if files > 0 {
+                    said.push_str(&format!(" with {files} attachment(s)"));
+                }
+                said.push('.');
+                for a in attachments.iter().filter(|a| a["skipped"] == true) {
+                    said.push_str(&format!(
+                        " Not attached: {} ({}).",
+                        a["path"].as_str().unwrap_or(""),
+                        a["reason"].as_str().unwrap_or("")
+                    ));
+                }
+                Ok(said)
             }
             Err(e) => {
                 self.store.outbox_finish(&out_id, "failed", None).map_err(|e| e.to_string())?;
@@ -243,19 +285,34 @@ impl Executor {
         // A channel address (`telegram:<chat>`), given or replied to: the
         // agent's adapter sends it, threaded under the message replied to.
         if let Some((kind, chat)) = recipient.as_deref().and_then(crate::channels::address) {
-            let reply_to: Option<String> = match &parent {
-                Some(pid) => self
-                    .store
-                    .inbox_get(pid)
-                    .ok()
-                    .flatten()
-                    .and_then(|r| r.get("source_context").and_then(Value::as_str).map(str::to_string))
-                    .and_then(|c| serde_json::from_str::<Value>(&c).ok())
-                    .and_then(|c| c["message_id"].as_str().map(str::to_string)),
-                None => None,
+            // What the channel recorded about the message replied to.
+            let mut replied = Value::Null;
+            if let Some(row) = parent.as_ref().and_then(|pid| self.store.inbox_get(pid).ok().flatten()) {
+                replied = row
+                    .get("source_context")
+                    .and_then(Value::as_str)
+                    .and_then(|c| serde_json::from_str::<Value>(c).ok())
+                    .filter(Value::is_object)
+                    .unwrap_or_else(|| json!({}));
+                if let Some(subject) = row.get("subject").filter(|v| v.is_string()) {
+                    replied["subject"] = subject.clone();
+                }
+            }
+            let max = cfg["limits"]["max_file_write_bytes"].as_u64().unwrap_or(5_000_000);
+            let (records, files): (Vec<Value>, Vec<Option<OutFile>>) =
+                self.read_attachments(&input["attachments"], max).into_iter().unzip();
+            let mut hints = input["message_meta"].clone();
+            strip_trust(&mut hints);
+            let m = Outgoing {
+                text: content,
+                content_type: content_type.unwrap_or_else(|| "text/plain".into()),
+                reply_to: replied["message_id"].as_str().map(str::to_string),
+                replied,
+                subject: s(&input["subject"]),
+                hints,
+                files: files.into_iter().flatten().collect(),
             };
-            let form = content_type.as_deref() == Some(FORM);
-            return self.send_on_channel(&mesh, kind, chat, &content, form, reply_to, parent, thread).await;
+            return self.send_on_channel(&mesh, (kind, chat), m, records, (parent, thread)).await;
         }
         let (handle, did) = self.handle_and_did();
         let my_dir = std::fs::canonicalize(self.store.path())
@@ -306,23 +363,13 @@ impl Executor {
         let max = cfg["limits"]["max_file_write_bytes"].as_u64().unwrap_or(5_000_000);
         let mut wire_att = Vec::new();
         let mut stored_att = Vec::new();
-        for p in input["attachments"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
-            let path = p.as_str().unwrap_or_default();
-            let filename = path.rsplit('/').next().unwrap_or(path).to_string();
-            match self.store.file_read(path) {
-                Ok((entry, _)) if entry.size > max => {
-                    stored_att.push(json!({"filename": filename, "path": path, "skipped": true, "reason": format!("larger than max_file_write_bytes ({max})")}));
-                }
-                Ok((entry, bytes)) => {
-                    let d = json!({"filename": filename, "content_type": entry.mime_type, "transfer": "inline", "size_bytes": bytes.len()});
-                    stored_att.push(d.clone());
-                    let mut w = d;
-                    w["data"] = base64::engine::general_purpose::STANDARD.encode(&bytes).into();
-                    wire_att.push(w);
-                }
-                Err(e) => stored_att
-                    .push(json!({"filename": filename, "path": path, "skipped": true, "reason": e.to_string()})),
+        for (record, file) in self.read_attachments(&input["attachments"], max) {
+            if let Some(f) = file {
+                let mut w = record.clone();
+                w["data"] = base64::engine::general_purpose::STANDARD.encode(&f.data).into();
+                wire_att.push(w);
             }
+            stored_att.push(record);
         }
         let base = mesh.base_url();
         let reply_to = s(&cfg["card"]["endpoints"]["inbox"])
