@@ -223,7 +223,9 @@ Content-Type: text/html\n\n<html><body><h1>Agenda</h1><p>Item <b>one</b></p><scr
     wait("the batch in the inbox", async || inbox(&p).len() >= 2).await;
     let rows = inbox(&path);
     assert_eq!(rows.len(), 2, "Bob's two; Dee is not on the allowlist: {rows:?}");
-    let lunch = &rows[0];
+    // One batch: find each by its subject.
+    let by = |subject: &str| rows.iter().find(|r| r["subject"] == subject).unwrap().clone();
+    let lunch = &by("Lunch plans");
     assert_eq!((lunch["from"].as_str(), lunch["subject"].as_str()), (Some("email:bob@adf.test"), Some("Lunch plans")));
     assert_eq!(lunch["content"], "Pizza or sushi?");
     assert_eq!(lunch["thread"], "email:m1@adf.test");
@@ -234,7 +236,8 @@ Content-Type: text/html\n\n<html><body><h1>Agenda</h1><p>Item <b>one</b></p><scr
     let imported = att[0]["path"].as_str().unwrap();
     let cat = ok(&adf(d, &["files", "cat", "a.adf", imported], None));
     assert_eq!(cat.trim(), "bring cash");
-    let agenda = rows[1]["content"].as_str().unwrap();
+    let agenda = by("Agenda");
+    let agenda = agenda["content"].as_str().unwrap();
     assert!(agenda.contains("Agenda") && agenda.contains("Item one"), "HTML read as text: {agenda}");
     assert!(!agenda.contains('<') && !agenda.contains("x()"), "no markup, no script: {agenda}");
 
@@ -380,6 +383,7 @@ async fn a_form_by_email_is_a_numbered_list_answered_by_reply_when_polling() {
     // No IDLE: polled every second.
     ok(&adf(d, &["config", "set", "a.adf", "adapters.email.config.idle", "false"], None));
     ok(&adf(d, &["config", "set", "a.adf", "adapters.email.config.poll_interval", "1000"], None));
+    ok(&adf(d, &["config", "set", "a.adf", "adapters.email.limits.max_message_size", "20000"], None));
     let form = json!({"id": "lunch", "title": "Lunch", "render": "compact", "questions": [
         {"id": "q1", "text": "Where?", "type": "choice", "options": [{"id": "a", "label": "Pizza"}, {"id": "b", "label": "Sushi"}]},
         {"id": "q2", "text": "Anything else?", "type": "text"}]});
@@ -427,12 +431,25 @@ In-Reply-To: <{form_id}>\nReferences: <f0@adf.test> <{form_id}>\n\n{body}\n\nOn 
     let p = path.clone();
     wait("both replies", async || inbox(&p).len() == 3).await;
     let rows = inbox(&path);
-    assert!(
-        rows[1]["content"].as_str().unwrap().contains("[not an answer to form lunch: question 1: it has no option z")
-    );
-    assert_eq!(rows[2]["content"], "[form lunch] Where?: Sushi; Anything else?: no onions");
-    let ctx: Value = serde_json::from_str(rows[2]["context"].as_str().unwrap()).unwrap();
+    let content = |r: &Value| r["content"].as_str().unwrap_or("").to_string();
+    let wrong = rows.iter().find(|r| content(r).contains("[not an answer to form lunch")).expect("the wrong answer");
+    assert!(content(wrong).contains("question 1: it has no option z"), "{wrong}");
+    let right = rows.iter().find(|r| content(r).starts_with("[form lunch]")).expect("the answer");
+    assert_eq!(content(right), "[form lunch] Where?: Sushi; Anything else?: no onions");
+    let ctx: Value = serde_json::from_str(right["context"].as_str().unwrap()).unwrap();
     assert_eq!(ctx["form_id"], "lunch");
     assert_eq!(ctx["answers"][0], json!({"question_id": "q1", "answer_id": "b", "answer_value": "Sushi"}));
+    // Mail over the size limit: its headers, and a note saying so.
+    let big = format!(
+        "From: bob@adf.test\nTo: dee@adf.test\nSubject: dump\nMessage-ID: <big@adf.test>\n\n{}\n",
+        format!("{}\n", "x".repeat(70)).repeat(900)
+    );
+    send("bob", &["dee"], &big).await;
+    let p = path.clone();
+    wait("the big one", async || inbox(&p).len() == 4).await;
+    let rows = inbox(&path);
+    let big = rows.iter().find(|r| r["subject"] == "dump").expect("the big one's row");
+    assert!(content(big).contains("over the 20000 byte limit: only its headers were read"), "{big}");
+    assert_eq!(unseen("dee").await, 0);
     fleet.shutdown().await;
 }

@@ -445,6 +445,20 @@ Date: Tue, 1 Dec 2026 10:00:00 +0000\r\nMIME-Version: 1.0\r\nContent-Type: multi
     }
 
     #[test]
+    fn an_html_bomb_is_read_as_bounded_text() {
+        // 200,000 nested elements and 3 MB of text: read, cut, said so.
+        let mut html = String::from("<html><body>");
+        html.push_str(&"<div><span>".repeat(100_000));
+        html.push_str(&"words and more words ".repeat(150_000));
+        html.push_str(&"</span></div>".repeat(100_000));
+        let raw = format!("From: x@y.org\r\nContent-Type: text/html\r\n\r\n{html}");
+        let m = parse(&Fetched { uid: 1, raw: raw.into_bytes(), oversize: None }, "INBOX", 1, &account()).unwrap();
+        assert!(m.text.starts_with("words and more words"), "{}", &m.text[..80]);
+        assert!(m.text.ends_with("longer than 100000 characters]"));
+        assert!(m.text.chars().count() < MAX_TEXT + 100);
+    }
+
+    #[test]
     fn a_reply_to_a_form_is_read_as_its_answers_only_from_its_recipient() {
         let shared = Shared::default();
         let form = json!({"id": "lunch", "questions": [{"id": "w", "type": "choice", "text": "Where?",
