@@ -1351,3 +1351,57 @@ async fn a_telegram_channel_shows_connected_in_the_app() {
     .await
     .unwrap();
 }
+
+/// An email channel connected from the real app against the real mail
+/// servers of `.ci/mail.sh` (`ADF_MAIL_CA`): `:channel_add email ADDRESS
+/// IMAP SMTP`, the password typed masked; `:channels` shows it connected
+/// as the address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Dovecot and the SMTP server: see .ci/mail.sh and ADF_MAIL_CA"]
+async fn an_email_channel_connects_from_the_app() {
+    let ca = std::env::var("ADF_MAIL_CA").expect("ADF_MAIL_CA (run .ci/mail.sh DIR)");
+    let pem = std::fs::read_to_string(ca).unwrap();
+    let dir = tmp();
+    let home = home_with_agent(dir.path());
+    let agents = home.join("data/agents");
+    // The test CA (the address and servers are typed in the app).
+    ok(&adf_home(
+        &home,
+        &agents,
+        &[
+            "config",
+            "set",
+            "a.adf",
+            "adapters.email",
+            &json!({"enabled": false, "config": {"ca_pem": pem}}).to_string(),
+        ],
+    ));
+    let h = home.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut t = Tui::start_with(&h, &[], &[], 120, 40);
+        t.wait_for("adf › a › main");
+        t.send(":channel_add email not-an-address\r");
+        t.wait_for("is not an email address");
+        t.send(":channel_add email ann@adf.test imaps://127.0.0.1:10993 smtp://127.0.0.1:10587\r");
+        t.wait_for("Connect email as ann@adf.test for a");
+        t.send("pw-ann");
+        let s = t.wait_for("password: ••••••");
+        assert!(!s.contains("pw-ann"), "typed masked: {s}");
+        t.send("\r");
+        let s = t.wait_for("connected");
+        assert!(s.contains("email") && s.contains("ann@adf.test"), "{s}");
+        t.quit();
+        let file = h.join("data/agents/a.adf");
+        assert_eq!(
+            sql(
+                &file,
+                "SELECT CAST(json_extract(config_json, '$.adapters.email.config.imap.port') AS TEXT) FROM adf_config"
+            ),
+            "10993"
+        );
+        let raw = std::fs::read(&file).unwrap();
+        assert!(!raw.windows(6).any(|w| w == b"pw-ann"), "sealed, not in clear");
+    })
+    .await
+    .unwrap();
+}

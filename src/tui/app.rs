@@ -141,6 +141,8 @@ pub enum Overlay {
         agent: String,
         kind: String,
         token: String,
+        /// What else the request carries (email: the address, servers).
+        extra: serde_json::Value,
     },
     /// The password that opens an agent's credentials (shown masked).
     Unlock {

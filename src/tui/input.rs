@@ -124,14 +124,37 @@ impl App {
             Some("side_loop") => return self.loop_command(&rest),
             Some("grant") if commands::allowed(self.role, "grant") => return self.grant_command(&rest),
             Some("channel_add") if commands::allowed(self.role, "channel_add") => {
-                let kind = if rest.is_empty() { "telegram".to_string() } else { rest.clone() };
+                let mut words = rest.split_whitespace();
+                let kind = words.next().unwrap_or("telegram").to_string();
                 if !crate::channels::KINDS.contains(&kind.as_str()) {
                     self.status =
                         Some(format!("no \"{kind}\" channel (channels: {})", crate::channels::KINDS.join(", ")));
                     return Vec::new();
                 }
+                // Email: `:channel_add email ADDRESS [IMAP_URL [SMTP_URL]]`.
+                let mut extra = serde_json::json!({});
+                if kind == "email" {
+                    let Some(address) = words.next() else {
+                        self.status = Some("usage: channel_add email ADDRESS [IMAP_URL [SMTP_URL]]".into());
+                        return Vec::new();
+                    };
+                    if let Err(e) = crate::channels::email::check_address(address) {
+                        self.status = Some(e);
+                        return Vec::new();
+                    }
+                    extra["address"] = address.into();
+                    for (k, proto) in [("imap", "imap"), ("smtp", "smtp")] {
+                        if let Some(u) = words.next() {
+                            if let Err(e) = crate::channels::email::Server::parse_url(u, proto) {
+                                self.status = Some(format!("{k} {e}"));
+                                return Vec::new();
+                            }
+                            extra[k] = u.into();
+                        }
+                    }
+                }
                 match self.selected_id() {
-                    Some(agent) => self.overlay = Overlay::ChannelToken { agent, kind, token: String::new() },
+                    Some(agent) => self.overlay = Overlay::ChannelToken { agent, kind, token: String::new(), extra },
                     None => self.status = Some("no agent selected".into()),
                 }
                 return Vec::new();

@@ -156,7 +156,7 @@ impl App {
                 self.overlay = Overlay::None;
                 Vec::new()
             }
-            Overlay::ChannelToken { agent, kind, token } => match ev.code {
+            Overlay::ChannelToken { agent, kind, token, extra } => match ev.code {
                 KeyCode::Esc => {
                     self.overlay = Overlay::None;
                     Vec::new()
@@ -166,7 +166,10 @@ impl App {
                     Vec::new()
                 }
                 KeyCode::Enter if !token.trim().is_empty() => {
-                    let body = serde_json::json!({"type": kind.clone(), "token": token.trim()});
+                    let mut body = serde_json::json!({"type": kind.clone(), "token": token.trim()});
+                    if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+                        b.extend(e.clone());
+                    }
                     let req = super::mcp::McpRequest {
                         agent: agent.clone(),
                         method: "POST",

@@ -809,16 +809,18 @@ fn draw_overlay(f: &mut Frame, app: &App, area: Rect) {
                 super::highlight::text("json", &body, inner.height as usize).into_iter().map(Line::from).collect();
             f.render_widget(Paragraph::new(lines), inner);
         }
-        Overlay::ChannelToken { agent, kind, token } => {
+        Overlay::ChannelToken { agent, kind, token, extra } => {
             let r = centered(area, 70, 7);
             f.render_widget(Clear, r);
             let name = app.agents.iter().find(|a| &a.info.id == agent).map(|a| a.info.name.clone()).unwrap_or_default();
-            let block = pane(app, format!("Connect {kind} for {name} (enter · esc)"), true);
+            let who = extra["address"].as_str().map(|a| format!(" as {a}")).unwrap_or_default();
+            let block = pane(app, format!("Connect {kind}{who} for {name} (enter · esc)"), true);
             let inner = block.inner(r);
             f.render_widget(block, r);
             let masked = "•".repeat(token.chars().count().min(48));
+            let label = if kind == "email" { "password: " } else { "bot token: " };
             let lines = vec![
-                Line::from(vec![Span::raw("bot token: "), Span::raw(masked), Span::raw("▏")]),
+                Line::from(vec![Span::raw(label), Span::raw(masked), Span::raw("▏")]),
                 Line::default(),
                 Line::styled("sealed in the agent's credentials; the app does not keep it", app.theme.get("dim")),
             ];
