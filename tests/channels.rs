@@ -91,6 +91,58 @@ async fn bot(State(f): State<Shared>, Path((token, method)): Path<(String, Strin
     }
 }
 
+/// Every Bot API call: a file upload (multipart, `sendPhoto`,
+/// `sendDocument`) is checked as Telegram does and recorded with its
+/// fields; anything else is JSON.
+async fn entry(
+    State(f): State<Shared>,
+    Path((token, method)): Path<(String, String)>,
+    req: axum::extract::Request,
+) -> Json<Value> {
+    use axum::extract::FromRequest;
+    let multipart = req
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("multipart/form-data"));
+    if !multipart {
+        let body = axum::body::to_bytes(req.into_body(), 1 << 20).await.unwrap_or_default();
+        let v: Value = serde_json::from_slice(&body).unwrap_or(json!({}));
+        return bot(State(f), Path((token, method)), Json(v)).await;
+    }
+    if token != "bot123:SECRET" {
+        return Json(json!({"ok": false, "error_code": 401, "description": "Unauthorized"}));
+    }
+    let mut mp = axum::extract::Multipart::from_request(req, &()).await.unwrap();
+    let mut fields = serde_json::Map::new();
+    while let Some(field) = mp.next_field().await.unwrap() {
+        let name = field.name().unwrap_or("").to_string();
+        let file = field.file_name().map(str::to_string);
+        let ct = field.content_type().map(str::to_string);
+        let bytes = field.bytes().await.unwrap();
+        let v = match file {
+            Some(file) => json!({"file_name": file, "content_type": ct, "data": String::from_utf8_lossy(&bytes)}),
+            None => json!(String::from_utf8_lossy(&bytes)),
+        };
+        fields.insert(name, v);
+    }
+    let needs = match method.as_str() {
+        "sendPhoto" => "photo",
+        "sendDocument" => "document",
+        _ => return Json(json!({"ok": false, "error_code": 404, "description": "Not Found"})),
+    };
+    if !fields.contains_key("chat_id") || !fields[needs].get("file_name").is_some_and(Value::is_string) {
+        return Json(
+            json!({"ok": false, "error_code": 400, "description": format!("Bad Request: there is no {needs} in the request")}),
+        );
+    }
+    let mut g = f.lock().unwrap();
+    fields.insert("method".into(), json!(method));
+    g.sent.push(Value::Object(fields));
+    let id = 1000 + g.sent.len();
+    Json(json!({"ok": true, "result": {"message_id": id}}))
+}
+
 /// A file download (`/file/bot<token>/<path>`).
 async fn file(Path((token, _dir, _name)): Path<(String, String, String)>) -> (axum::http::StatusCode, Vec<u8>) {
     if token != "bot123:SECRET" {
@@ -101,7 +153,7 @@ async fn file(Path((token, _dir, _name)): Path<(String, String, String)>) -> (ax
 
 async fn serve(f: Shared) -> String {
     let app = axum::Router::new()
-        .route("/{token}/{method}", axum::routing::post(bot))
+        .route("/{token}/{method}", axum::routing::post(entry))
         .route("/file/{token}/{dir}/{name}", axum::routing::get(file))
         .with_state(f);
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -585,4 +637,55 @@ async fn adapters_add_on_a_held_file_goes_through_the_daemon() {
     assert_eq!(r.status().as_u16(), 400);
     let _ = daemon.kill();
     let _ = daemon.wait();
+}
+
+/// Files the agent sends go as a photo or a document, the text as the
+/// first one's caption, threaded under the message replied to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_go_out_as_photos_and_documents_with_the_text_as_caption() {
+    let _one = SERIAL.lock().await;
+    let dir = tmp();
+    let d = dir.path();
+    let fake: Shared = Arc::new(Mutex::new(Fake::default()));
+    let api = serve(fake.clone()).await;
+    fake.lock().unwrap().pending.push_back(dm(1, 10, (42, "ann"), "send me the report"));
+    ok(&adf(d, &["new", "a.adf", "--provider", "anthropic", "--model", "m"], None));
+    ok(&adf(d, &["files", "put", "a.adf", "out/report.pdf"], Some(b"%PDF-1.4 report")));
+    ok(&adf(d, &["files", "put", "a.adf", "out/chart.png"], Some(b"\x89PNG chart")));
+    ok(&adf(d, &["adapters", "add", "a.adf", "telegram", "--api-url", &api], Some(b"123:SECRET\n")));
+    ok(&adf(d, &["config", "set", "a.adf", "adapters.telegram.config.poll_timeout_s", "1"], None));
+    let path = d.join("a.adf");
+    let once = Arc::new(Mutex::new(false));
+    let (o2, p2) = (once.clone(), path.clone());
+    let factory: ProviderFactory = Arc::new(move |_| {
+        let (o, p) = (o2.clone(), p2.clone());
+        Ok(Arc::new(Scripted::new([]).with_fallback(move |_| {
+            let mut done = o.lock().unwrap();
+            if !*done {
+                *done = true;
+                let c = rusqlite::Connection::open_with_flags(&p, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+                let id: String = c.query_row("SELECT id FROM adf_inbox", [], |r| r.get(0)).unwrap();
+                return Reply::Tools(vec![(
+                    "msg_send".into(),
+                    json!({"parent_id": id, "content": "Here it is.", "attachments": ["out/report.pdf", "out/chart.png"]}),
+                )]);
+            }
+            Reply::Text("sent".into())
+        })) as Arc<dyn adf::providers::Provider>)
+    });
+    unsafe { std::env::set_var("ADF_HOME", d.join(".adf-home")) };
+    let mut fleet = Fleet::new(Bus::new(), factory);
+    fleet.load(&path).unwrap();
+    wait("both files", || fake.lock().unwrap().sent.len() >= 2).await;
+    let sent = fake.lock().unwrap().sent.clone();
+    assert_eq!(sent[0]["method"], "sendDocument", "{sent:?}");
+    assert_eq!(sent[0]["document"]["file_name"], "report.pdf");
+    assert_eq!(sent[0]["document"]["data"], "%PDF-1.4 report");
+    assert_eq!(sent[0]["caption"], "Here it is.");
+    let reply: Value = serde_json::from_str(sent[0]["reply_parameters"].as_str().unwrap()).unwrap();
+    assert_eq!(reply["message_id"], 10, "threaded under Ann's message");
+    assert_eq!(sent[1]["method"], "sendPhoto");
+    assert_eq!(sent[1]["photo"]["content_type"], "image/png");
+    assert!(sent[1].get("caption").is_none(), "the text goes once");
+    fleet.shutdown().await;
 }

@@ -19,7 +19,7 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use serde_json::{Map, Value, json};
 
-use super::{Delivered, Inbound, Outbound, Policy, StatusCell, deliver, notify, set_state};
+use super::{Delivered, Inbound, Outbound, Outgoing, Policy, StatusCell, deliver, notify, set_state};
 use crate::runtime::mesh::Mailbox;
 
 const DEFAULT_API: &str = "https://api.telegram.org";
@@ -151,10 +151,31 @@ impl Bot {
 }
 
 impl Bot {
+    /// A multipart call (a file upload).
+    async fn upload(&self, method: &str, form: reqwest::multipart::Form) -> Result<Value, ApiError> {
+        let resp = self
+            .http
+            .post(format!("{}/{method}", self.base))
+            .multipart(form)
+            .timeout(Duration::from_secs(300))
+            .send()
+            .await
+            .map_err(|e| ApiError {
+                message: format!("{} unreachable: {}", self.api, without_url(&e)),
+                retry_after: None,
+            })?;
+        Self::answer(method, resp).await
+    }
+
     async fn call(&self, method: &str, body: &Value, timeout: Duration) -> Result<Value, ApiError> {
         let resp = self.http.post(format!("{}/{method}", self.base)).json(body).timeout(timeout).send().await.map_err(
             |e| ApiError { message: format!("{} unreachable: {}", self.api, without_url(&e)), retry_after: None },
         )?;
+        Self::answer(method, resp).await
+    }
+
+    /// A Bot API answer: its result, or its error.
+    async fn answer(method: &str, resp: reqwest::Response) -> Result<Value, ApiError> {
         let status = resp.status();
         let v: Value = resp.json().await.map_err(|_| ApiError {
             message: format!("{method}: HTTP {status}, not a Bot API answer"),
@@ -281,6 +302,56 @@ impl Outbound for Sender {
                 first.get_or_insert(mid);
             }
             first.ok_or_else(|| "a form without questions".to_string())
+        })
+    }
+
+    /// Files go as photos (images up to 10 MB) or documents, the text as
+    /// the first one's caption when it fits (1,024 characters), else as a
+    /// message before them; the first is threaded under the reply.
+    fn send_message<'a>(&'a self, chat: &'a str, m: &'a Outgoing) -> BoxFuture<'a, Result<String, String>> {
+        Box::pin(async move {
+            if m.files.is_empty() {
+                if m.content_type == super::FORM_TYPE {
+                    let v: Value =
+                        serde_json::from_str(&m.text).map_err(|e| format!("form content is not JSON: {e}"))?;
+                    return self.send_form(chat, &v, m.reply_to.as_deref()).await;
+                }
+                return self.send(chat, &m.text, m.reply_to.as_deref()).await;
+            }
+            let mut caption = Some(m.text.as_str()).filter(|t| !t.trim().is_empty());
+            let mut reply_to = m.reply_to.as_deref();
+            let mut first = None;
+            if caption.is_some_and(|c| c.chars().count() > 1024) {
+                first = Some(self.send(chat, &m.text, reply_to).await?);
+                caption = None;
+                reply_to = None;
+            }
+            for f in &m.files {
+                let photo = f.mime.starts_with("image/") && f.mime != "image/svg+xml" && f.data.len() <= 10 << 20;
+                let (method, field) = if photo { ("sendPhoto", "photo") } else { ("sendDocument", "document") };
+                let part = reqwest::multipart::Part::bytes(f.data.clone())
+                    .file_name(f.name.clone())
+                    .mime_str(&f.mime)
+                    .or_else(|_| {
+                        reqwest::multipart::Part::bytes(f.data.clone())
+                            .file_name(f.name.clone())
+                            .mime_str("application/octet-stream")
+                    })
+                    .map_err(|e| format!("{}: {e}", f.name))?;
+                let mut form = reqwest::multipart::Form::new().text("chat_id", chat.to_string()).part(field, part);
+                if let Some(c) = caption.take() {
+                    form = form.text("caption", c.to_string());
+                }
+                if let Some(r) = reply_to.take().and_then(|r| r.parse::<i64>().ok()) {
+                    form = form.text(
+                        "reply_parameters",
+                        json!({"message_id": r, "allow_sending_without_reply": true}).to_string(),
+                    );
+                }
+                let sent = self.bot.upload(method, form).await.map_err(|e| e.message)?;
+                first.get_or_insert(sent["message_id"].to_string());
+            }
+            first.ok_or_else(|| "nothing to send".to_string())
         })
     }
 
