@@ -85,6 +85,28 @@ fn picks(q: &Value, text: &str) -> Result<Vec<Value>, String> {
     Ok(out)
 }
 
+/// One answer given on a platform's own controls (a button, a vote, a
+/// reply to a free-text question), checked against the form sent: the
+/// `source_context` fields and the text the agent reads, or `None` when it
+/// answers nothing in that form. `__text` carries `text`, `__done` closes
+/// a multiple choice.
+pub fn control_answer(form: &Value, q_id: &str, answer_id: &str, text: Option<&str>) -> Option<(Map<String, Value>, String)> {
+    let form_id = form["id"].as_str().unwrap_or("form");
+    let q = form["questions"].as_array()?.iter().find(|q| q["id"] == q_id)?;
+    let value = match (answer_id, text) {
+        ("__text", Some(t)) => t.to_string(),
+        ("__done", _) => "(done)".to_string(),
+        (opt, _) => q["options"].as_array()?.iter().find(|o| o["id"] == opt)?["label"].as_str()?.to_string(),
+    };
+    let mut ctx = Map::new();
+    ctx.insert("form_id".into(), form_id.into());
+    ctx.insert("question_id".into(), q_id.into());
+    ctx.insert("answer_id".into(), answer_id.into());
+    ctx.insert("answer_value".into(), value.clone().into());
+    let shown = format!("[form {form_id}] {}: {value}", q["text"].as_str().unwrap_or(q_id));
+    Some((ctx, shown))
+}
+
 /// Read a reply against the form it answers: the `source_context` fields
 /// (`form_id`, `answers`) and the text the agent reads, or what is wrong.
 pub fn read_reply(form: &Value, reply: &str) -> Result<(Map<String, Value>, String), String> {

@@ -69,21 +69,8 @@ impl Bot {
         answer_id: &str,
         text: Option<&str>,
     ) -> Option<(Map<String, Value>, String)> {
-        let forms = self.forms.lock().ok()?;
-        let form = forms.get(form_id)?;
-        let q = form["questions"].as_array()?.iter().find(|q| q["id"] == q_id)?;
-        let value = match (answer_id, text) {
-            ("__text", Some(t)) => t.to_string(),
-            ("__done", _) => "(done)".to_string(),
-            (opt, _) => q["options"].as_array()?.iter().find(|o| o["id"] == opt)?["label"].as_str()?.to_string(),
-        };
-        let mut ctx = Map::new();
-        ctx.insert("form_id".into(), form_id.into());
-        ctx.insert("question_id".into(), q_id.into());
-        ctx.insert("answer_id".into(), answer_id.into());
-        ctx.insert("answer_value".into(), value.clone().into());
-        let shown = format!("[form {form_id}] {}: {value}", q["text"].as_str().unwrap_or(q_id));
-        Some((ctx, shown))
+        let form = self.forms.lock().ok()?.get(form_id)?.clone();
+        super::forms::control_answer(&form, q_id, answer_id, text)
     }
 }
 

@@ -204,6 +204,16 @@ impl Store {
         Ok(n.is_some())
     }
 
+    /// When the newest message of a network was sent (ms), for a channel's
+    /// catch-up.
+    pub fn inbox_latest_sent(&self, network: &str) -> Result<Option<i64>> {
+        let n: Option<i64> = self
+            .conn()
+            .query_row("SELECT max(sent_at) FROM adf_inbox WHERE network = ?1", [network], |r| r.get(0))
+            .at(self.path())?;
+        Ok(n)
+    }
+
     pub fn inbox_get(&self, id: &str) -> Result<Option<Map<String, Value>>> {
         Ok(self.rows("SELECT * FROM adf_inbox WHERE id = ?1", &[Sql::Text(id.into())])?.pop())
     }
