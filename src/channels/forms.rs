@@ -90,7 +90,12 @@ fn picks(q: &Value, text: &str) -> Result<Vec<Value>, String> {
 /// `source_context` fields and the text the agent reads, or `None` when it
 /// answers nothing in that form. `__text` carries `text`, `__done` closes
 /// a multiple choice.
-pub fn control_answer(form: &Value, q_id: &str, answer_id: &str, text: Option<&str>) -> Option<(Map<String, Value>, String)> {
+pub fn control_answer(
+    form: &Value,
+    q_id: &str,
+    answer_id: &str,
+    text: Option<&str>,
+) -> Option<(Map<String, Value>, String)> {
     let form_id = form["id"].as_str().unwrap_or("form");
     let q = form["questions"].as_array()?.iter().find(|q| q["id"] == q_id)?;
     let value = match (answer_id, text) {

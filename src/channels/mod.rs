@@ -16,6 +16,7 @@
 pub mod bench;
 pub mod email;
 pub mod forms;
+pub mod slack;
 pub mod telegram;
 
 use std::collections::HashMap;
@@ -29,7 +30,7 @@ use crate::runtime::agent::{AgentCommand, OwnerWork};
 use crate::runtime::mesh::Mailbox;
 
 /// The channels this build has.
-pub const KINDS: &[&str] = &["telegram", "email"];
+pub const KINDS: &[&str] = &["telegram", "email", "slack"];
 
 /// A file the agent sends with a message, read from its files.
 #[derive(Debug, Clone)]
@@ -200,6 +201,7 @@ impl Registry {
             let started = match kind.as_str() {
                 "telegram" => telegram::start(&rt, mb.clone(), a, policy, status.clone()),
                 "email" => email::start(&rt, mb.clone(), a, policy, status.clone()),
+                "slack" => slack::start(&rt, mb.clone(), a, policy, status.clone()),
                 other => {
                     let _ = mb.with_store(|s| {
                         s.log("warn", "adapter", "adapter_unknown", &format!("no \"{other}\" channel in this build"))
@@ -455,6 +457,7 @@ pub fn notify(mb: &Mailbox, rows: Vec<Map<String, Value>>) {
 pub fn secrets(kind: &str) -> Vec<String> {
     match kind {
         "email" => vec![email::USERNAME.to_string(), email::PASSWORD.to_string()],
+        "slack" => vec![slack::BOT_TOKEN.to_string(), slack::APP_TOKEN.to_string()],
         other => vec![format!("adapter:{other}:BOT_TOKEN")],
     }
 }
@@ -503,6 +506,22 @@ pub fn connect(store: &mut crate::store::Store, input: &Value) -> Result<String,
         );
         adapter["config"] = config;
         (vec![(email::USERNAME.to_string(), username), (email::PASSWORD.to_string(), token.to_string())], said)
+    } else if kind == "slack" {
+        // The bot token and the app-level token, in `token` (either order,
+        // told apart by prefix) or `token` and `app_token`.
+        let both = format!("{token} {}", input["app_token"].as_str().unwrap_or(""));
+        let (bot, app) = slack::tokens(&both)?;
+        if let Some(u) = input["api_url"].as_str() {
+            match url::Url::parse(u) {
+                Ok(p) if matches!(p.scheme(), "http" | "https") => adapter["config"]["api_url"] = json!(u),
+                _ => return Err(format!("api_url {u:?} is not an http(s) URL")),
+            }
+        }
+        let said = format!(
+            "slack switched on ({dm} direct messages, channels: {groups}); it connects in the background. \
+             The tokens are sealed in your credentials and will not be shown again."
+        );
+        (vec![(slack::BOT_TOKEN.to_string(), bot), (slack::APP_TOKEN.to_string(), app)], said)
     } else {
         if let Some(u) = input["api_url"].as_str() {
             match url::Url::parse(u) {

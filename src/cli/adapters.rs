@@ -15,12 +15,14 @@ use crate::store::Store;
 
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum AdaptersCmd {
-    /// Connect a channel: the token (email: the password) from stdin, or
-    /// TELEGRAM_BOT_TOKEN / EMAIL_PASSWORD, never from the command line.
+    /// Connect a channel: the token (email: the password; slack: the bot
+    /// and app-level tokens) from stdin, or TELEGRAM_BOT_TOKEN /
+    /// EMAIL_PASSWORD / SLACK_BOT_TOKEN + SLACK_APP_TOKEN, never from the
+    /// command line.
     Add {
         path: PathBuf,
-        /// telegram or email
-        #[arg(value_parser = ["telegram", "email"])]
+        /// telegram, email or slack
+        #[arg(value_parser = ["telegram", "email", "slack"])]
         kind: String,
         /// A self-hosted server (a local Bot API server, a test double);
         /// for email the IMAP server, as --imap.
@@ -82,7 +84,34 @@ fn word(w: &str) -> &str {
 /// The token: the environment's, else one line of stdin (not a terminal:
 /// it would echo; piping it in keeps it out of the shell's history).
 fn read_token(kind: &str) -> anyhow::Result<String> {
-    let what = if kind == "email" { "password" } else { "token" };
+    let what = match kind {
+        "email" => "password",
+        "slack" => "tokens",
+        _ => "token",
+    };
+    // Slack has two: both in the environment, or both on stdin (one per
+    // line or space-separated, in any order).
+    if kind == "slack" {
+        if let (Ok(b), Ok(a)) = (std::env::var("SLACK_BOT_TOKEN"), std::env::var("SLACK_APP_TOKEN"))
+            && !b.trim().is_empty()
+            && !a.trim().is_empty()
+        {
+            return Ok(format!("{} {}", b.trim(), a.trim()));
+        }
+        let stdin = std::io::stdin();
+        if stdin.is_terminal() {
+            anyhow::bail!(
+                "the slack tokens come from stdin or SLACK_BOT_TOKEN and SLACK_APP_TOKEN: \
+                 printf '%s\\n%s\\n' \"$BOT\" \"$APP\" | adf adapters add FILE slack"
+            );
+        }
+        let mut all = String::new();
+        std::io::Read::read_to_string(&mut stdin.lock(), &mut all).context("reading the tokens from stdin")?;
+        if all.trim().is_empty() {
+            anyhow::bail!("no slack tokens on stdin (nothing changed)");
+        }
+        return Ok(all.split_whitespace().collect::<Vec<_>>().join(" "));
+    }
     let env = match kind {
         "telegram" => "TELEGRAM_BOT_TOKEN",
         "email" => "EMAIL_PASSWORD",

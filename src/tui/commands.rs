@@ -128,7 +128,7 @@ pub const ALL: &[CommandDef] = &[
     c(
         "channel_add",
         &["connect_channel"],
-        "Connect a channel for the selected agent: :channel_add telegram (then its bot token) or :channel_add email ADDRESS [IMAP_URL [SMTP_URL]] (then its password), typed masked",
+        "Connect a channel for the selected agent: :channel_add telegram|slack (then its token(s)) or :channel_add email ADDRESS [IMAP_URL [SMTP_URL]] (then its password), typed masked",
     ),
     c("grant_revoke", &[], "In the grants view: revoke the selected grant"),
     c("toggle_tasks", &[], "In the logs panel: switch between logs and tasks"),

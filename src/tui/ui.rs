@@ -818,7 +818,11 @@ fn draw_overlay(f: &mut Frame, app: &App, area: Rect) {
             let inner = block.inner(r);
             f.render_widget(block, r);
             let masked = "•".repeat(token.chars().count().min(48));
-            let label = if kind == "email" { "password: " } else { "bot token: " };
+            let label = match kind.as_str() {
+                "email" => "password: ",
+                "slack" => "bot token and app token (xoxb-… xapp-…): ",
+                _ => "bot token: ",
+            };
             let lines = vec![
                 Line::from(vec![Span::raw(label), Span::raw(masked), Span::raw("▏")]),
                 Line::default(),

@@ -14,9 +14,12 @@ pub(super) fn redacted(name: &str, input: &Value) -> Value {
     let mut v = input.clone();
     if name == "adapter_setup"
         && let Some(o) = v.as_object_mut()
-        && o.contains_key("token")
     {
-        o.insert("token".into(), json!("[secret]"));
+        for k in ["token", "app_token"] {
+            if o.contains_key(k) {
+                o.insert(k.into(), json!("[secret]"));
+            }
+        }
     }
     v
 }
