@@ -14,6 +14,7 @@
 //! double; the IMAP and SMTP servers for email).
 
 pub mod bench;
+pub mod discord;
 pub mod email;
 pub mod forms;
 pub mod slack;
@@ -30,7 +31,7 @@ use crate::runtime::agent::{AgentCommand, OwnerWork};
 use crate::runtime::mesh::Mailbox;
 
 /// The channels this build has.
-pub const KINDS: &[&str] = &["telegram", "email", "slack"];
+pub const KINDS: &[&str] = &["telegram", "email", "slack", "discord"];
 
 /// A file the agent sends with a message, read from its files.
 #[derive(Debug, Clone)]
@@ -202,6 +203,7 @@ impl Registry {
                 "telegram" => telegram::start(&rt, mb.clone(), a, policy, status.clone()),
                 "email" => email::start(&rt, mb.clone(), a, policy, status.clone()),
                 "slack" => slack::start(&rt, mb.clone(), a, policy, status.clone()),
+                "discord" => discord::start(&rt, mb.clone(), a, policy, status.clone()),
                 other => {
                     let _ = mb.with_store(|s| {
                         s.log("warn", "adapter", "adapter_unknown", &format!("no \"{other}\" channel in this build"))
@@ -458,6 +460,7 @@ pub fn secrets(kind: &str) -> Vec<String> {
     match kind {
         "email" => vec![email::USERNAME.to_string(), email::PASSWORD.to_string()],
         "slack" => vec![slack::BOT_TOKEN.to_string(), slack::APP_TOKEN.to_string()],
+        "discord" => vec![discord::TOKEN.to_string()],
         other => vec![format!("adapter:{other}:BOT_TOKEN")],
     }
 }
@@ -533,7 +536,8 @@ pub fn connect(store: &mut crate::store::Store, input: &Value) -> Result<String,
             "{kind} switched on ({dm} direct messages, groups: {groups}); it connects in the background. \
              The token is sealed in your credentials and will not be shown again."
         );
-        (vec![(format!("adapter:{kind}:BOT_TOKEN"), token.to_string())], said)
+        let name = if kind == "discord" { discord::TOKEN.to_string() } else { format!("adapter:{kind}:BOT_TOKEN") };
+        (vec![(name, token.to_string())], said)
     };
     for (name, value) in &sealed {
         store

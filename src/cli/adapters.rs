@@ -17,12 +17,12 @@ use crate::store::Store;
 pub enum AdaptersCmd {
     /// Connect a channel: the token (email: the password; slack: the bot
     /// and app-level tokens) from stdin, or TELEGRAM_BOT_TOKEN /
-    /// EMAIL_PASSWORD / SLACK_BOT_TOKEN + SLACK_APP_TOKEN, never from the
-    /// command line.
+    /// EMAIL_PASSWORD / SLACK_BOT_TOKEN + SLACK_APP_TOKEN /
+    /// DISCORD_BOT_TOKEN, never from the command line.
     Add {
         path: PathBuf,
-        /// telegram, email or slack
-        #[arg(value_parser = ["telegram", "email", "slack"])]
+        /// telegram, email, slack or discord
+        #[arg(value_parser = ["telegram", "email", "slack", "discord"])]
         kind: String,
         /// A self-hosted server (a local Bot API server, a test double);
         /// for email the IMAP server, as --imap.
@@ -115,6 +115,7 @@ fn read_token(kind: &str) -> anyhow::Result<String> {
     let env = match kind {
         "telegram" => "TELEGRAM_BOT_TOKEN",
         "email" => "EMAIL_PASSWORD",
+        "discord" => "DISCORD_BOT_TOKEN",
         _ => "ADF_ADAPTER_TOKEN",
     };
     if let Ok(t) = std::env::var(env)

@@ -214,6 +214,17 @@ impl Store {
         Ok(n)
     }
 
+    /// The chats (`from` addresses) a network's messages came from, for a
+    /// channel's catch-up.
+    pub fn inbox_chats(&self, network: &str) -> Result<Vec<String>> {
+        let mut st = self
+            .conn()
+            .prepare("SELECT DISTINCT \"from\" FROM adf_inbox WHERE network = ?1 AND \"from\" IS NOT NULL")
+            .at(self.path())?;
+        let rows = st.query_map([network], |r| r.get::<_, String>(0)).at(self.path())?;
+        rows.collect::<std::result::Result<Vec<_>, _>>().at(self.path())
+    }
+
     pub fn inbox_get(&self, id: &str) -> Result<Option<Map<String, Value>>> {
         Ok(self.rows("SELECT * FROM adf_inbox WHERE id = ?1", &[Sql::Text(id.into())])?.pop())
     }

@@ -325,7 +325,7 @@ static CATALOG: &[ToolDef] = &[
     tool!("adapter_setup", "Switch a channel on for yourself with a bot token (email: the account's password) you were given (the owner approves it once; the secret is sealed and never shown again).", {
         "type": "object",
         "properties": {
-            "type": {"type": "string", "enum": ["telegram", "email", "slack"]},
+            "type": {"type": "string", "enum": ["telegram", "email", "slack", "discord"]},
             "token": {"type": "string", "minLength": 1},
             "app_token": {"type": "string", "description": "slack: the app-level token (xapp-…) for Socket Mode; token is the bot token (xoxb-…)"},
             "address": {"type": "string", "description": "email: your address; the provider's servers are guessed from it"},
