@@ -635,6 +635,29 @@ async fn adapters_add_on_a_held_file_goes_through_the_daemon() {
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 400);
+    // Disconnected through the daemon too: the channel stops at once and
+    // its token goes; a second time is a 404.
+    let (h, ag) = (home.clone(), agents.clone());
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_adf"))
+            .args(["adapters", "rm", "a.adf", "telegram"])
+            .current_dir(&ag)
+            .env("ADF_HOME", &h)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(ok(&out).contains("telegram disconnected and its credentials removed"));
+    let v = get("/agents/a/adapters".into()).await;
+    assert_eq!(v["adapters"], json!([]), "{v}");
+    let r = http.delete(format!("{url}/agents/a/adapters/telegram")).bearer_auth(&token).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+    // A long poll in flight on the fake's side ends within its 1 s.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let polls = fake.lock().unwrap().polls;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(fake.lock().unwrap().polls, polls, "no polling after the disconnect");
     let _ = daemon.kill();
     let _ = daemon.wait();
 }

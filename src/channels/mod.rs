@@ -236,6 +236,15 @@ impl Registry {
         }
     }
 
+    /// Stop one channel of an agent (disconnected).
+    pub fn stop(&self, agent: &str, kind: &str) {
+        if let Ok(mut r) = self.running.write()
+            && let Some(run) = r.remove(&(agent.to_string(), kind.to_string()))
+        {
+            run.task.abort();
+        }
+    }
+
     /// Stop every channel of an agent (unloaded, stopped).
     pub fn stop_agent(&self, agent: &str) {
         if let Ok(mut r) = self.running.write() {
@@ -549,6 +558,22 @@ pub fn connect(store: &mut crate::store::Store, input: &Value) -> Result<String,
         .map_err(|e| format!("adapters.{kind} not written: {e}"))?;
     let _ = store.log("info", "adapter", "adapter_connected", &format!("{kind} switched on"));
     Ok(said)
+}
+
+/// Disconnect a channel on an agent's file: its config and its sealed
+/// credentials go (the CLI, the owner's route). What runs the agent stops
+/// the channel.
+pub fn disconnect(store: &mut crate::store::Store, kind: &str) -> Result<String, String> {
+    let mut cfg = store.config_value().map_err(|e| e.to_string())?;
+    if cfg["adapters"].as_object_mut().and_then(|a| a.remove(kind)).is_none() {
+        return Err(format!("no {kind} channel (adf adapters ls lists them)"));
+    }
+    store.config_replace(cfg).map_err(|e| format!("adapters.{kind} not removed: {e}"))?;
+    for name in secrets(kind) {
+        store.secret_rm(&name).map_err(|e| format!("the credentials could not be removed ({e})"))?;
+    }
+    let _ = store.log("info", "adapter", "adapter_disconnected", &format!("{kind} switched off"));
+    Ok(format!("{kind} disconnected and its credentials removed"))
 }
 
 /// A channel address `type:id` split, when `type` is a channel this build has.

@@ -136,8 +136,8 @@ fn read_token(kind: &str) -> anyhow::Result<String> {
     Ok(t)
 }
 
-fn open_owned(path: &PathBuf) -> anyhow::Result<Store> {
-    let mut store = Store::open(path).map_err(|e| at(path, e))?;
+/// A file this process opened, its credentials unlocked with the install.
+fn unlocked(path: &std::path::Path, mut store: Store) -> anyhow::Result<Store> {
     let inst = crate::identity::install::current().map_err(anyhow::Error::msg)?;
     store.unlock(&inst).map_err(|e| at(path, e))?;
     Ok(store)
@@ -193,11 +193,7 @@ pub fn run(out: &Out, url: Option<&str>, cmd: &AdaptersCmd) -> anyhow::Result<()
                 }
             }
             let mut store = match super::held::open_for_write(path)? {
-                super::held::Target::Local(mut store) => {
-                    let inst = crate::identity::install::current().map_err(anyhow::Error::msg)?;
-                    store.unlock(&inst).map_err(|e| at(path, e))?;
-                    store
-                }
+                super::held::Target::Local(store) => unlocked(path, store)?,
                 // Held by the app or a daemon: connected through the agent there.
                 super::held::Target::Held(via) => {
                     let v = via.call(reqwest::Method::POST, &["adapters"], &[], Some(&input))?;
@@ -244,18 +240,22 @@ pub fn run(out: &Out, url: Option<&str>, cmd: &AdaptersCmd) -> anyhow::Result<()
             out.table(&["CHANNEL", "STATE", "DM", "GROUPS", "SERVER"], &rows)
         }
         AdaptersCmd::Rm { path, kind } => {
-            let mut store = open_owned(path)?;
-            let mut cfg = store.config_value().map_err(|e| at(path, e))?;
-            let had = cfg["adapters"].as_object_mut().and_then(|a| a.remove(kind)).is_some();
-            if !had {
-                anyhow::bail!("{}: no {kind} channel (adf adapters ls lists them)", path.display());
-            }
-            store.config_replace(cfg).map_err(|e| at(path, e))?;
-            for name in crate::channels::secrets(kind) {
-                let _ = store.secret_rm(&name);
-            }
+            let mut store = match super::held::open_for_write(path)? {
+                super::held::Target::Local(store) => unlocked(path, store)?,
+                // Held by the app or a daemon: disconnected there, at once.
+                super::held::Target::Held(via) => {
+                    let v = via.call(reqwest::Method::DELETE, &["adapters", kind], &[], None)?;
+                    return out.line(format!(
+                        "{}: {}",
+                        path.display(),
+                        v["message"].as_str().unwrap_or("disconnected")
+                    ));
+                }
+            };
+            let said = crate::channels::disconnect(&mut store, kind)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
             close(store)?;
-            out.line(format!("{}: {kind} disconnected and its credentials removed", path.display()))
+            out.line(format!("{}: {said}", path.display()))
         }
         AdaptersCmd::Status { agent } => {
             let client = crate::client::Client::find(url);

@@ -19,6 +19,7 @@ pub fn router() -> Router<AppState> {
         .route("/agents/{id}/grants", get(list).post(add))
         .route("/agents/{id}/grants/{grant}", delete(remove))
         .route("/agents/{id}/adapters", get(adapters).post(adapter_add))
+        .route("/agents/{id}/adapters/{kind}", delete(adapter_remove))
 }
 
 /// Connect a channel (the owner's): the token sealed, never answered back.
@@ -32,6 +33,14 @@ async fn adapter_add(State(s): State<AppState>, Path(id): Path<String>, b: Bytes
     }
     let (id, out) = s.write(&id, move |ex| Ok(ex.adapter_connect(&v))).await?;
     let message = out.map_err(ApiError::bad)?;
+    Ok(Json(json!({"agentId": id, "adapter": kind, "message": message})))
+}
+
+/// Disconnect a channel (the owner's): config and credentials go.
+async fn adapter_remove(State(s): State<AppState>, Path((id, kind)): Path<(String, String)>) -> ApiResult {
+    let k = kind.clone();
+    let (id, out) = s.write(&id, move |ex| Ok(ex.adapter_disconnect(&k))).await?;
+    let message = out.map_err(ApiError::not_found)?;
     Ok(Json(json!({"agentId": id, "adapter": kind, "message": message})))
 }
 

@@ -183,6 +183,7 @@ pub const ROUTES: &[Route] = &[
             "api_url:httpurl",
         ],
     ),
+    r("delete", "/agents/{id}/adapters/{kind}", "Disconnect a channel: its config and its sealed credentials go"),
     r("get", "/agents/{id}/why", "Why the agent is awake or stuck: last turn, what it waits on, next wake"),
     r("get", "/agents/{id}/budgets", "Budgets of the agent and its loops, with what they spent"),
     q(r("get", "/agents/{id}/context", "The context gauge: window, fill and what takes the space"), &["loop:string"]),

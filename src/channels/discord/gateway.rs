@@ -140,7 +140,10 @@ async fn session(
                     Some(Err(e)) => return failed(format!("gateway: {e}")),
                     None => return Ended::Again,
                 };
-                let Ok(v) = serde_json::from_str::<Value>(&text) else { continue };
+                let Ok(v) = serde_json::from_str::<Value>(&text) else {
+                    let _ = mb.with_store(|s| s.log("warn", "adapter", "discord_malformed", "a gateway frame that is not JSON"));
+                    continue;
+                };
                 match v["op"].as_u64() {
                     Some(11) => acked = true,
                     Some(1) => {

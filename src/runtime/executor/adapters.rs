@@ -42,6 +42,15 @@ impl Executor {
     /// Connect a channel (`channels::connect`) and start it in the running
     /// fleet. The owner's route (`POST /agents/{id}/adapters`) and the
     /// approved tool share it.
+    /// Disconnect a channel (`channels::disconnect`) and stop it.
+    pub fn adapter_disconnect(&mut self, kind: &str) -> Result<String, String> {
+        let message = crate::channels::disconnect(&mut self.store, kind)?;
+        if let Some(mesh) = self.mesh.clone() {
+            mesh.channels.stop(self.agent_id(), kind);
+        }
+        Ok(message)
+    }
+
     pub fn adapter_connect(&mut self, input: &Value) -> Result<String, String> {
         let message = crate::channels::connect(&mut self.store, input)?;
         let id = self.agent_id().to_string();
