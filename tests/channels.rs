@@ -83,12 +83,27 @@ async fn bot(State(f): State<Shared>, Path((token, method)): Path<(String, Strin
                 return Json(json!({"ok": false, "error_code": 429, "description": "Too Many Requests: retry after 1",
                     "parameters": {"retry_after": 1}}));
             }
+            // As Telegram: HTML with a tag it does not know is refused.
+            if body["parse_mode"] == "HTML" && !html_ok(body["text"].as_str().unwrap_or("")) {
+                return Json(json!({"ok": false, "error_code": 400,
+                    "description": "Bad Request: can't parse entities: Unsupported start tag"}));
+            }
             g.sent.push(body.0.clone());
             let id = 1000 + g.sent.len();
             Json(json!({"ok": true, "result": {"message_id": id, "chat": {"id": body["chat_id"]}}}))
         }
         _ => Json(json!({"ok": false, "error_code": 404, "description": "Not Found"})),
     }
+}
+
+/// Telegram's HTML: only its tags; any other `<` must be escaped.
+fn html_ok(text: &str) -> bool {
+    const TAGS: [&str; 9] = ["b", "i", "s", "u", "code", "pre", "a", "blockquote", "tg-spoiler"];
+    text.split('<').skip(1).all(|rest| {
+        let name: String =
+            rest.trim_start_matches('/').chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '-').collect();
+        TAGS.contains(&name.as_str())
+    })
 }
 
 /// Every Bot API call: a file upload (multipart, `sendPhoto`,
@@ -270,7 +285,7 @@ async fn telegram_catches_up_admits_by_policy_replies_threaded_and_survives_a_42
                 // Reply to Ann by address; the model saw one wake.
                 return Reply::Tools(vec![(
                     "msg_send".into(),
-                    json!({"recipient": "telegram:42", "content": "Here, Ann."}),
+                    json!({"recipient": "telegram:42", "content": "**Here**, Ann: `a<b`."}),
                 )]);
             }
             if *n == 1 {
@@ -298,7 +313,11 @@ async fn telegram_catches_up_admits_by_policy_replies_threaded_and_survives_a_42
     assert!(rows.iter().all(|r| r.2 == "telegram"));
     wait("the reply sent", || !fake.lock().unwrap().sent.is_empty()).await;
     let sent = fake.lock().unwrap().sent.clone();
-    assert_eq!((sent[0]["chat_id"].as_str(), sent[0]["text"].as_str()), (Some("42"), Some("Here, Ann.")), "{sent:?}");
+    assert_eq!(
+        (sent[0]["chat_id"].as_str(), sent[0]["text"].as_str(), sent[0]["parse_mode"].as_str()),
+        (Some("42"), Some("<b>Here</b>, Ann: <code>a&lt;b</code>."), Some("HTML")),
+        "Markdown as Telegram's HTML: {sent:?}"
+    );
     let status = fleet.channel_status(&id);
     assert_eq!(status[0].0, "telegram");
     assert_eq!((status[0].1.received, status[0].1.sent, status[0].1.refused), (2, 1, 2), "{status:?}");

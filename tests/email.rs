@@ -253,6 +253,7 @@ Content-Type: text/html\n\n<html><body><h1>Agenda</h1><p>Item <b>one</b></p><scr
         "In-Reply-To: <m1@adf.test>",
         "References: <m1@adf.test>",
         "Pizza at noon.",
+        "<p>Pizza at noon.</p>",
         "filename=\"report.txt\"",
     ] {
         assert!(got.contains(needle), "{needle:?} missing from:\n{got}");

@@ -17,6 +17,7 @@ pub mod bench;
 pub mod discord;
 pub mod email;
 pub mod forms;
+pub mod markup;
 pub mod slack;
 pub mod telegram;
 

@@ -195,6 +195,33 @@ struct Sender {
     bot: Arc<Bot>,
 }
 
+impl Sender {
+    /// One message: Markdown sent as HTML, or as it is when Telegram cannot
+    /// read the HTML; a 429 says when to try again (three tries at most).
+    async fn message(&self, chat: &str, md: &str, reply_to: Option<&str>) -> Result<String, String> {
+        let mut body = json!({"chat_id": chat, "text": super::markup::telegram_html(md), "parse_mode": "HTML"});
+        if let Some(r) = reply_to.and_then(|r| r.parse::<i64>().ok()) {
+            body["reply_parameters"] = json!({"message_id": r, "allow_sending_without_reply": true});
+        }
+        for attempt in 0..3 {
+            match self.bot.call("sendMessage", &body, Duration::from_secs(30)).await {
+                Ok(m) => return Ok(m["message_id"].to_string()),
+                Err(ApiError { retry_after: Some(s), .. }) if attempt < 2 && s <= 60 => {
+                    tokio::time::sleep(Duration::from_secs(s)).await;
+                }
+                Err(e) if e.message.contains("can't parse entities") && body.get("parse_mode").is_some() => {
+                    if let Some(o) = body.as_object_mut() {
+                        o.remove("parse_mode");
+                        o.insert("text".into(), json!(md));
+                    }
+                }
+                Err(e) => return Err(e.message),
+            }
+        }
+        Err("sendMessage: rate-limited three times".into())
+    }
+}
+
 impl Outbound for Sender {
     fn send<'a>(
         &'a self,
@@ -203,21 +230,14 @@ impl Outbound for Sender {
         reply_to: Option<&'a str>,
     ) -> BoxFuture<'a, Result<String, String>> {
         Box::pin(async move {
-            let mut body = json!({"chat_id": chat, "text": text});
-            if let Some(r) = reply_to.and_then(|r| r.parse::<i64>().ok()) {
-                body["reply_parameters"] = json!({"message_id": r, "allow_sending_without_reply": true});
+            // Markdown as Telegram's HTML, in pieces under its 4,096
+            // characters; the first one threaded.
+            let mut first = None;
+            for (i, piece) in super::markup::pieces(text, 3500).iter().enumerate() {
+                let reply = reply_to.filter(|_| i == 0);
+                first.get_or_insert(self.message(chat, piece, reply).await?);
             }
-            // A 429 says when to try again; three tries at most.
-            for attempt in 0..3 {
-                match self.bot.call("sendMessage", &body, Duration::from_secs(30)).await {
-                    Ok(m) => return Ok(m["message_id"].to_string()),
-                    Err(ApiError { retry_after: Some(s), .. }) if attempt < 2 && s <= 60 => {
-                        tokio::time::sleep(Duration::from_secs(s)).await;
-                    }
-                    Err(e) => return Err(e.message),
-                }
-            }
-            Err("sendMessage: rate-limited three times".into())
+            first.ok_or_else(|| "nothing to send".to_string())
         })
     }
 

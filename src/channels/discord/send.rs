@@ -16,18 +16,9 @@ pub(super) struct Sender {
     pub rest: Arc<Rest>,
 }
 
-/// Text in pieces of at most 2,000 characters, cut at a line end where one
-/// is near.
+/// Text in pieces of Discord's 2,000 characters.
 fn pieces(text: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut rest: Vec<char> = text.chars().collect();
-    while rest.len() > 2000 {
-        let cut = rest[..2000].iter().rposition(|c| *c == '\n').filter(|i| *i > 1000).map(|i| i + 1).unwrap_or(2000);
-        out.push(rest[..cut].iter().collect());
-        rest.drain(..cut);
-    }
-    out.push(rest.into_iter().collect());
-    out
+    crate::channels::markup::pieces(text, 2000)
 }
 
 fn reference(reply_to: Option<&str>) -> Value {
@@ -191,18 +182,5 @@ impl Outbound for Sender {
                 "participants_scope": if kind == "dm" || kind == "group_dm" { "recipients" } else { "none (a server's members need a privileged intent)" },
             }))
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn long_text_is_cut_in_pieces_at_line_ends() {
-        let text = format!("{}\n{}", "a".repeat(1500), "b".repeat(1500));
-        let p = super::pieces(&text);
-        assert_eq!(p.len(), 2);
-        assert_eq!(p[0].len(), 1501, "cut after the line end");
-        assert_eq!(super::pieces("hi"), vec!["hi"]);
-        assert!(super::pieces(&"x".repeat(4500)).iter().all(|p| p.chars().count() <= 2000));
     }
 }

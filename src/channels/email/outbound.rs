@@ -120,14 +120,24 @@ impl Sender {
             let plain = mail_parser::decoders::html::html_to_text(text);
             MultiPart::alternative().singlepart(SinglePart::plain(plain)).singlepart(SinglePart::html(text.to_string()))
         };
-        let message = match (html, m.files.is_empty()) {
-            (false, true) => b.singlepart(SinglePart::plain(text.to_string())),
-            (true, true) => b.multipart(alternative()),
-            (_, false) => {
+        // Markdown goes as itself and as HTML; a form stays plain text.
+        let markdown = || {
+            MultiPart::alternative()
+                .singlepart(SinglePart::plain(text.to_string()))
+                .singlepart(SinglePart::html(crate::channels::markup::email_html(text)))
+        };
+        let form = m.content_type == FORM_TYPE;
+        let message = match (html, form, m.files.is_empty()) {
+            (false, true, true) => b.singlepart(SinglePart::plain(text.to_string())),
+            (false, false, true) => b.multipart(markdown()),
+            (true, _, true) => b.multipart(alternative()),
+            (_, _, false) => {
                 let mut all = if html {
                     MultiPart::mixed().multipart(alternative())
-                } else {
+                } else if form {
                     MultiPart::mixed().singlepart(SinglePart::plain(text.to_string()))
+                } else {
+                    MultiPart::mixed().multipart(markdown())
                 };
                 for f in &m.files {
                     let ct = ContentType::parse(&f.mime)

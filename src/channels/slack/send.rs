@@ -72,7 +72,7 @@ impl Sender {
         }
         let mut body = json!({"files": files, "channel_id": channel});
         if !m.text.trim().is_empty() {
-            body["initial_comment"] = json!(m.text);
+            body["initial_comment"] = json!(crate::channels::markup::slack_mrkdwn(&m.text));
         }
         if let Some(t) = thread {
             body["thread_ts"] = json!(t);
@@ -139,6 +139,7 @@ impl Outbound for Sender {
     ) -> BoxFuture<'a, Result<String, String>> {
         Box::pin(async move {
             let channel = self.channel(chat).await?;
+            let text = crate::channels::markup::slack_mrkdwn(text);
             self.post(json!({"channel": channel, "text": text}), reply_to.filter(|r| is_ts(r))).await
         })
     }
@@ -155,7 +156,8 @@ impl Outbound for Sender {
             if !m.files.is_empty() {
                 return self.upload(&channel, m, thread.as_deref()).await;
             }
-            self.post(json!({"channel": channel, "text": m.text}), thread.as_deref()).await
+            let text = crate::channels::markup::slack_mrkdwn(&m.text);
+            self.post(json!({"channel": channel, "text": text}), thread.as_deref()).await
         })
     }
 
