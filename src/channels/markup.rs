@@ -108,11 +108,7 @@ fn render(md: &str, d: &Dialect) -> String {
                     out.push_str(d.bold.1);
                     out.push_str("\n\n");
                 }
-                TagEnd::Paragraph => {
-                    if lists.is_empty() {
-                        out.push_str("\n\n");
-                    }
-                }
+                TagEnd::Paragraph if lists.is_empty() => out.push_str("\n\n"),
                 TagEnd::BlockQuote(_) => {
                     while out.ends_with('\n') {
                         out.pop();
@@ -130,11 +126,7 @@ fn render(md: &str, d: &Dialect) -> String {
                         out.push('\n');
                     }
                 }
-                TagEnd::Item => {
-                    if !out.ends_with('\n') {
-                        out.push('\n');
-                    }
-                }
+                TagEnd::Item if !out.ends_with('\n') => out.push('\n'),
                 TagEnd::Link | TagEnd::Image => out.push_str(d.link_close),
                 TagEnd::TableRow | TagEnd::TableHead => out.push('\n'),
                 TagEnd::TableCell => out.push_str(" | "),
