@@ -192,10 +192,16 @@ impl Registry {
     /// Start the channels an agent's config switches on (`adapters.<type>
     /// .enabled`); a channel it does not know is logged and skipped.
     pub fn start(&self, mb: &Arc<Mailbox>, cfg: &Value) {
+        self.start_only(mb, cfg, None);
+    }
+
+    /// Start one channel (just connected), or all of them; the others
+    /// keep their connections.
+    pub fn start_only(&self, mb: &Arc<Mailbox>, cfg: &Value, only: Option<&str>) {
         let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
         let Some(adapters) = cfg.get("adapters").and_then(Value::as_object) else { return };
         for (kind, a) in adapters {
-            if !a["enabled"].as_bool().unwrap_or(false) {
+            if !a["enabled"].as_bool().unwrap_or(false) || only.is_some_and(|o| o != kind) {
                 continue;
             }
             let status: StatusCell = Arc::new(Mutex::new(Status { state: "connecting".into(), ..Default::default() }));

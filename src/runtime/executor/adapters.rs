@@ -57,7 +57,7 @@ impl Executor {
         if let (Some(mesh), Ok(cfg)) = (self.mesh.clone(), self.store.config_value())
             && let Some(mb) = mesh.find(&id)
         {
-            mesh.channels.start(&mb, &cfg);
+            mesh.channels.start_only(&mb, &cfg, input["type"].as_str());
         }
         Ok(message)
     }
