@@ -9,6 +9,7 @@ pub mod card;
 pub mod ingress;
 pub mod mdns;
 pub mod send;
+mod serve;
 pub mod server;
 
 use std::collections::BTreeMap;

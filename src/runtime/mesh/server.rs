@@ -134,6 +134,9 @@ pub fn router(mesh: Arc<Mesh>) -> axum::Router {
         .route("/agents/{handle}/card", get(agent_card))
         .route("/agents/{handle}/health", get(agent_health))
         .route("/agents/{handle}/inbox", post(inbox))
+        // The agent's site and shared files (`serve.rs`).
+        .route("/agents/{handle}/", get(super::serve::root))
+        .route("/agents/{handle}/{*rest}", get(super::serve::path))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(mesh)
 }
