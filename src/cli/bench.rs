@@ -43,6 +43,9 @@ pub enum Suite {
     /// Channels: an inbound message to its inbox row, a thousand waiting
     /// messages caught up, ten idle channels' memory (fake Telegram).
     Channels,
+    /// Serving: a static file from an agent's public/ through the mesh
+    /// server, one at a time and with 16 clients.
+    Serve,
 }
 
 #[derive(Debug, Serialize)]
@@ -80,7 +83,28 @@ pub fn run(out: &Out, suite: Suite, iterations: usize, short: bool, check: bool)
         Suite::Scale => super::scenario::scale(out, short),
         Suite::Control => control(out, iterations, short),
         Suite::Channels => channels(out, short),
+        Suite::Serve => serve(out, if short { 500 } else { iterations.max(2000) }),
     }
+}
+
+fn serve(out: &Out, requests: usize) -> anyhow::Result<()> {
+    let r = crate::runtime::mesh::serve_bench::run(requests)?;
+    if out.json {
+        return out.json(&r);
+    }
+    let rows = vec![
+        vec![
+            format!("a static file ({} bytes), one request at a time, p50 / p99", r.file_bytes),
+            format!("{:.3} / {:.3} ms", r.p50_ms, r.p99_ms),
+            "p50 < 1 ms".into(),
+        ],
+        vec![
+            format!("requests per second, {} clients", r.clients),
+            format!("{:.0}", r.requests_per_s),
+            "≥ 5,000".into(),
+        ],
+    ];
+    out.table(&["measure", "result", "target"], &rows)
 }
 
 fn channels(out: &Out, short: bool) -> anyhow::Result<()> {

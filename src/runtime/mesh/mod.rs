@@ -10,6 +10,7 @@ pub mod ingress;
 pub mod mdns;
 pub mod send;
 mod serve;
+pub mod serve_bench;
 pub mod server;
 
 use std::collections::BTreeMap;

@@ -1,0 +1,107 @@
+//! `adf bench serve` (issue 21's figures): a static file from an agent's
+//! `public/` through the mesh server on loopback — its latency one request
+//! at a time, and requests per second with 16 clients at once.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::json;
+
+#[derive(Debug, Serialize)]
+pub struct Figures {
+    pub file_bytes: usize,
+    pub requests: usize,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub clients: usize,
+    pub requests_per_s: f64,
+}
+
+fn pct(v: &mut [Duration], p: f64) -> f64 {
+    v.sort();
+    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v.get(i).map(|d| d.as_secs_f64() * 1000.0).unwrap_or(0.0)
+}
+
+pub fn run(requests: usize) -> anyhow::Result<Figures> {
+    let dir = std::env::temp_dir().join(format!("adf-bench-serve-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    struct Cleanup(std::path::PathBuf);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _clean = Cleanup(dir.clone());
+    // SAFETY: set before the runtime starts any thread.
+    unsafe { std::env::set_var("ADF_HOME", dir.join("home")) };
+    let path = dir.join("site.adf");
+    let page = format!("<!doctype html><h1>bench</h1>{}", "<p>lorem ipsum dolor sit amet</p>".repeat(28));
+    {
+        let (mut s, _) = crate::store::Store::create(
+            &path,
+            &crate::store::NewAgent { name: Some("site"), provider: Some("scripted"), ..Default::default() },
+        )?;
+        s.file_write(crate::store::Caller::Owner, "public/index.html", page.as_bytes(), &Default::default())?;
+        s.config_set(crate::store::Caller::Owner, "serving", json!({"public": {"enabled": true}}))?;
+        s.close()?;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    rt.block_on(async move {
+        let factory: crate::runtime::fleet::ProviderFactory = Arc::new(|_| {
+            Ok(Arc::new(
+                crate::providers::scripted::Scripted::new([])
+                    .with_fallback(|_| crate::providers::scripted::Reply::Text("ok".into())),
+            ) as Arc<dyn crate::providers::Provider>)
+        });
+        let mut fleet = crate::runtime::fleet::Fleet::new(crate::runtime::bus::Bus::new(), factory);
+        fleet.load(&path).map_err(anyhow::Error::msg)?;
+        let addr = super::server::serve(fleet.mesh.clone(), "127.0.0.1", 0).await?;
+        let url = format!("http://{addr}/agents/site/");
+        let http = reqwest::Client::builder().http1_only().build()?;
+        // Warm the connection and the file's page cache.
+        for _ in 0..50 {
+            http.get(&url).send().await?.bytes().await?;
+        }
+        let mut times = Vec::with_capacity(requests);
+        for _ in 0..requests {
+            let t = Instant::now();
+            let r = http.get(&url).send().await?;
+            anyhow::ensure!(r.status() == 200, "HTTP {}", r.status());
+            r.bytes().await?;
+            times.push(t.elapsed());
+        }
+        let clients = 16;
+        let done = Arc::new(AtomicUsize::new(0));
+        let until = Instant::now() + Duration::from_secs(2);
+        let started = Instant::now();
+        let mut tasks = Vec::new();
+        for _ in 0..clients {
+            let (http, url, done) = (http.clone(), url.clone(), done.clone());
+            tasks.push(tokio::spawn(async move {
+                while Instant::now() < until {
+                    if let Ok(r) = http.get(&url).send().await
+                        && r.bytes().await.is_ok()
+                    {
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }));
+        }
+        for t in tasks {
+            let _ = t.await;
+        }
+        let rps = done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64();
+        fleet.shutdown().await;
+        Ok(Figures {
+            file_bytes: page.len(),
+            requests,
+            p50_ms: pct(&mut times, 0.5),
+            p99_ms: pct(&mut times, 0.99),
+            clients,
+            requests_per_s: rps,
+        })
+    })
+}
