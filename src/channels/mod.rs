@@ -464,6 +464,68 @@ pub fn deliver(mb: &Mailbox, policy: &Policy, m: &Inbound, status: &StatusCell) 
     Ok(Delivered::New(row))
 }
 
+/// Deliver one message off the async workers: the rows to tell the agent
+/// about (none for a duplicate or a refusal).
+pub async fn deliver_one(
+    mb: &Arc<Mailbox>,
+    policy: &Policy,
+    status: &StatusCell,
+    m: Inbound,
+) -> Result<Vec<Map<String, Value>>, String> {
+    let (mb, p, s) = (mb.clone(), policy.clone(), status.clone());
+    match tokio::task::spawn_blocking(move || deliver(&mb, &p, &m, &s)).await.map_err(|e| e.to_string())?? {
+        Delivered::New(row) => Ok(vec![row]),
+        _ => Ok(Vec::new()),
+    }
+}
+
+/// A channel is down: say why in its status, log it once per change (as
+/// `event`), wait (`retry_after` when the platform said, else `backoff`),
+/// and give the next back-off (doubling to 60 s).
+pub async fn fail(
+    mb: &Arc<Mailbox>,
+    status: &StatusCell,
+    event: &'static str,
+    why: &str,
+    retry_after: Option<std::time::Duration>,
+    backoff: std::time::Duration,
+) -> std::time::Duration {
+    let max = std::time::Duration::from_secs(60);
+    let changed = status.lock().map(|s| s.last_error.as_deref() != Some(why)).unwrap_or(true);
+    set_state(status, "backing_off", Some(why.to_string()));
+    if changed {
+        let (mb, msg) = (mb.clone(), why.to_string());
+        let _ = tokio::task::spawn_blocking(move || mb.with_store(|s| s.log("warn", "adapter", event, &msg))).await;
+    }
+    tokio::time::sleep(retry_after.unwrap_or(backoff).min(max)).await;
+    (backoff * 2).min(max)
+}
+
+/// A sealed credential of the agent, trimmed; `None` when absent or empty.
+pub fn secret(mb: &Mailbox, name: &str) -> Result<Option<String>, String> {
+    Ok(mb
+        .with_store(|s| s.secret_get(name))?
+        .map_err(|e| e.to_string())?
+        .and_then(|b| String::from_utf8(b).ok())
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty()))
+}
+
+/// A reqwest error without its URL (which may carry a token).
+pub fn without_url(e: &reqwest::Error) -> String {
+    let mut e = e.to_string();
+    if let Some(i) = e.find(" for url") {
+        e.truncate(i);
+    }
+    e
+}
+
+/// A file as a multipart part, its type kept when valid.
+pub fn part(f: &OutFile) -> Result<reqwest::multipart::Part, String> {
+    let p = || reqwest::multipart::Part::bytes(f.data.clone()).file_name(f.name.clone());
+    p().mime_str(&f.mime).or_else(|_| p().mime_str("application/octet-stream")).map_err(|e| format!("{}: {e}", f.name))
+}
+
 /// Tell the agent about the rows a batch put in its inbox: one wake.
 pub fn notify(mb: &Mailbox, rows: Vec<Map<String, Value>>) {
     if !rows.is_empty() {

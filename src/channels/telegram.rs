@@ -19,13 +19,14 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use serde_json::{Map, Value, json};
 
-use super::{Delivered, Inbound, Outbound, Outgoing, Policy, StatusCell, deliver, notify, set_state};
+use super::{
+    Delivered, Inbound, Outbound, Outgoing, Policy, StatusCell, deliver, fail, notify, set_state, without_url,
+};
 use crate::runtime::mesh::Mailbox;
 
 const DEFAULT_API: &str = "https://api.telegram.org";
 /// The credential holding the bot token.
 pub const TOKEN: &str = "adapter:telegram:BOT_TOKEN";
-const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 /// A Telegram API failure: its description, and how long to wait when the
 /// server said (429).
@@ -182,15 +183,6 @@ impl Bot {
     }
 }
 
-/// A reqwest error without its URL (which carries the token).
-fn without_url(e: &reqwest::Error) -> String {
-    let mut e = e.to_string();
-    if let Some(i) = e.find(" for url") {
-        e.truncate(i);
-    }
-    e
-}
-
 struct Sender {
     bot: Arc<Bot>,
 }
@@ -336,15 +328,7 @@ impl Outbound for Sender {
             for f in &m.files {
                 let photo = f.mime.starts_with("image/") && f.mime != "image/svg+xml" && f.data.len() <= 10 << 20;
                 let (method, field) = if photo { ("sendPhoto", "photo") } else { ("sendDocument", "document") };
-                let part = reqwest::multipart::Part::bytes(f.data.clone())
-                    .file_name(f.name.clone())
-                    .mime_str(&f.mime)
-                    .or_else(|_| {
-                        reqwest::multipart::Part::bytes(f.data.clone())
-                            .file_name(f.name.clone())
-                            .mime_str("application/octet-stream")
-                    })
-                    .map_err(|e| format!("{}: {e}", f.name))?;
+                let part = super::part(f)?;
                 let mut form = reqwest::multipart::Form::new().text("chat_id", chat.to_string()).part(field, part);
                 if let Some(c) = caption.take() {
                     form = form.text("caption", c.to_string());
@@ -547,13 +531,7 @@ pub fn start(
     policy: Policy,
     status: StatusCell,
 ) -> Result<(Arc<dyn Outbound>, tokio::task::JoinHandle<()>), String> {
-    let token = mb
-        .with_store(|s| s.secret_get(TOKEN))?
-        .map_err(|e| e.to_string())?
-        .and_then(|b| String::from_utf8(b).ok())
-        .map(|t| t.trim().to_string())
-        .filter(|t| !t.is_empty())
-        .ok_or_else(|| {
+    let token = super::secret(&mb, TOKEN)?.ok_or_else(|| {
             format!("no bot token ({TOKEN} is not in the agent's credentials, or they are locked): adf adapters add FILE telegram")
         })?;
     let api = adapter.pointer("/config/api_url").and_then(Value::as_str).unwrap_or(DEFAULT_API).trim_end_matches('/');
@@ -590,7 +568,15 @@ async fn run(bot: Arc<Bot>, mb: Arc<Mailbox>, policy: Policy, status: StatusCell
                     set_state(&status, "connected", None);
                 }
                 Err(e) => {
-                    backoff = fail(&mb, &status, &e, backoff).await;
+                    backoff = fail(
+                        &mb,
+                        &status,
+                        "telegram_error",
+                        &e.message,
+                        e.retry_after.map(Duration::from_secs),
+                        backoff,
+                    )
+                    .await;
                     continue;
                 }
             }
@@ -657,24 +643,13 @@ async fn run(bot: Arc<Bot>, mb: Arc<Mailbox>, policy: Policy, status: StatusCell
                 }
                 notify(&mb, batch);
             }
-            Err(e) => backoff = fail(&mb, &status, &e, backoff).await,
+            Err(e) => {
+                backoff =
+                    fail(&mb, &status, "telegram_error", &e.message, e.retry_after.map(Duration::from_secs), backoff)
+                        .await
+            }
         }
     }
-}
-
-/// Say why the channel is down, log it once per change, and wait.
-async fn fail(mb: &Arc<Mailbox>, status: &StatusCell, e: &ApiError, backoff: Duration) -> Duration {
-    let changed = status.lock().map(|s| s.last_error.as_deref() != Some(e.message.as_str())).unwrap_or(true);
-    set_state(status, "backing_off", Some(e.message.clone()));
-    if changed {
-        let (mb, msg) = (mb.clone(), e.message.clone());
-        let _ =
-            tokio::task::spawn_blocking(move || mb.with_store(|s| s.log("warn", "adapter", "telegram_error", &msg)))
-                .await;
-    }
-    let wait = e.retry_after.map(Duration::from_secs).unwrap_or(backoff).min(MAX_BACKOFF);
-    tokio::time::sleep(wait).await;
-    (backoff * 2).min(MAX_BACKOFF)
 }
 
 #[cfg(test)]

@@ -17,10 +17,9 @@ use serde_json::{Map, Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
 use super::{ApiError, Rest, snowflake_at, snowflake_ms};
-use crate::channels::{Delivered, Inbound, Policy, StatusCell, deliver, forms, notify, set_state};
+use crate::channels::{Inbound, Policy, StatusCell, deliver_one, fail, forms, notify, set_state};
 use crate::runtime::mesh::Mailbox;
 
-const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// Guilds, guild messages, direct messages, message content.
 const INTENTS: u64 = (1 << 0) | (1 << 9) | (1 << 12) | (1 << 15);
 
@@ -48,7 +47,10 @@ pub(super) async fn run(rest: Arc<Rest>, tls: Arc<ClientConfig>, mb: Arc<Mailbox
     loop {
         match session(&rest, &tls, &mb, &policy, &status, &mut resume, &mut backoff).await {
             Ended::Again => set_state(&status, "connecting", None),
-            Ended::Failed(e) => backoff = fail(&mb, &status, &e, backoff).await,
+            Ended::Failed(e) => {
+                let wait = e.retry_after.map(Duration::from_secs_f64);
+                backoff = fail(&mb, &status, "discord_error", &e.message, wait, backoff).await
+            }
         }
     }
 }
@@ -189,7 +191,7 @@ async fn session(
                             }
                             "MESSAGE_CREATE" => {
                                 if let Some(m) = inbound(rest, &v["d"], None).await {
-                                    match put(mb, policy, status, m).await {
+                                    match deliver_one(mb, policy, status, m).await {
                                         Ok(rows) => notify(mb, rows),
                                         Err(e) => return failed(format!("inbox: {e}")),
                                     }
@@ -197,7 +199,7 @@ async fn session(
                             }
                             "INTERACTION_CREATE" => {
                                 if let Some(m) = interaction(rest, &v["d"]).await {
-                                    match put(mb, policy, status, m).await {
+                                    match deliver_one(mb, policy, status, m).await {
                                         Ok(rows) => notify(mb, rows),
                                         Err(e) => return failed(format!("inbox: {e}")),
                                     }
@@ -227,19 +229,6 @@ fn closed(code: u16, reason: String, resume: &mut Option<Resume>) -> Ended {
             Ended::Again
         }
         _ => Ended::Again,
-    }
-}
-
-async fn put(
-    mb: &Arc<Mailbox>,
-    policy: &Policy,
-    status: &StatusCell,
-    m: Inbound,
-) -> Result<Vec<Map<String, Value>>, String> {
-    let (mb, p, s) = (mb.clone(), policy.clone(), status.clone());
-    match tokio::task::spawn_blocking(move || deliver(&mb, &p, &m, &s)).await.map_err(|e| e.to_string())?? {
-        Delivered::New(row) => Ok(vec![row]),
-        _ => Ok(Vec::new()),
     }
 }
 
@@ -291,7 +280,7 @@ async fn catch_up(rest: &Rest, mb: &Arc<Mailbox>, policy: &Policy, status: &Stat
         for m in messages {
             if let Some(msg) = inbound(rest, &m, Some(!dm)).await {
                 rows.extend(
-                    put(mb, policy, status, msg)
+                    deliver_one(mb, policy, status, msg)
                         .await
                         .map_err(|e| ApiError { message: format!("inbox: {e}"), retry_after: None })?,
                 );
@@ -424,20 +413,6 @@ async fn interaction(rest: &Rest, d: &Value) -> Option<Inbound> {
         context,
         ..Default::default()
     })
-}
-
-/// Say why the channel is down, log it once per change, and wait.
-async fn fail(mb: &Arc<Mailbox>, status: &StatusCell, e: &ApiError, backoff: Duration) -> Duration {
-    let changed = status.lock().map(|s| s.last_error.as_deref() != Some(e.message.as_str())).unwrap_or(true);
-    set_state(status, "backing_off", Some(e.message.clone()));
-    if changed {
-        let (mb, msg) = (mb.clone(), e.message.clone());
-        let _ = tokio::task::spawn_blocking(move || mb.with_store(|s| s.log("warn", "adapter", "discord_error", &msg)))
-            .await;
-    }
-    let wait = e.retry_after.map(Duration::from_secs_f64).unwrap_or(backoff).min(MAX_BACKOFF);
-    tokio::time::sleep(wait).await;
-    (backoff * 2).min(MAX_BACKOFF)
 }
 
 #[cfg(test)]

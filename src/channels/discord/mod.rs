@@ -20,7 +20,7 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::Value;
 
-use super::{Outbound, Policy, StatusCell};
+use super::{Outbound, Policy, StatusCell, secret, without_url};
 use crate::runtime::mesh::Mailbox;
 
 const DEFAULT_API: &str = "https://discord.com/api/v10";
@@ -137,14 +137,6 @@ impl Rest {
     }
 }
 
-fn without_url(e: &reqwest::Error) -> String {
-    let mut e = e.to_string();
-    if let Some(i) = e.find(" for url") {
-        e.truncate(i);
-    }
-    e
-}
-
 /// Start the channel: the sender, and the gateway.
 pub fn start(
     rt: &tokio::runtime::Handle,
@@ -153,13 +145,7 @@ pub fn start(
     policy: Policy,
     status: StatusCell,
 ) -> Result<(Arc<dyn Outbound>, tokio::task::JoinHandle<()>), String> {
-    let token = mb
-        .with_store(|s| s.secret_get(TOKEN))?
-        .map_err(|e| e.to_string())?
-        .and_then(|b| String::from_utf8(b).ok())
-        .map(|t| t.trim().to_string())
-        .filter(|t| !t.is_empty())
-        .ok_or_else(|| {
+    let token = secret(&mb, TOKEN)?.ok_or_else(|| {
             format!("no bot token ({TOKEN} is not in the agent's credentials, or they are locked): adf adapters add FILE discord")
         })?;
     let base = adapter.pointer("/config/api_url").and_then(Value::as_str).unwrap_or(DEFAULT_API);

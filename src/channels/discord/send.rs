@@ -88,15 +88,7 @@ impl Outbound for Sender {
             }
             let mut form = reqwest::multipart::Form::new().text("payload_json", payload.to_string());
             for (i, f) in m.files.iter().enumerate() {
-                let part = reqwest::multipart::Part::bytes(f.data.clone())
-                    .file_name(f.name.clone())
-                    .mime_str(&f.mime)
-                    .or_else(|_| {
-                        reqwest::multipart::Part::bytes(f.data.clone())
-                            .file_name(f.name.clone())
-                            .mime_str("application/octet-stream")
-                    })
-                    .map_err(|e| format!("{}: {e}", f.name))?;
+                let part = crate::channels::part(f)?;
                 form = form.part(format!("files[{i}]"), part);
             }
             let v = self.rest.upload(&format!("/channels/{chat}/messages"), form).await.map_err(|e| e.message)?;

@@ -23,7 +23,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
 use super::{Account, Shared};
-use crate::channels::{Delivered, Inbound, Policy, StatusCell, deliver, forms, notify, set_state};
+use crate::channels::{Delivered, Inbound, Policy, StatusCell, deliver, fail, forms, notify, set_state};
 use crate::runtime::mesh::Mailbox;
 
 type Conn = Session<TlsStream<TcpStream>>;
@@ -32,7 +32,6 @@ type Conn = Session<TlsStream<TcpStream>>;
 const MAX_TEXT: usize = 100_000;
 /// The longest a connection waits without a word from the server.
 const HEALTH: Duration = Duration::from_secs(30);
-const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// Messages fetched per round trip.
 const CHUNK: usize = 25;
 
@@ -214,7 +213,7 @@ pub(super) async fn run(acct: Arc<Account>, shared: Arc<Shared>, mb: Arc<Mailbox
     let mut backoff = Duration::from_secs(1);
     loop {
         let why = session(&acct, &shared, &mb, &policy, &status, &mut backoff).await;
-        backoff = fail(&mb, &status, &why, backoff).await;
+        backoff = fail(&mb, &status, "email_error", &why, None, backoff).await;
     }
 }
 
@@ -375,19 +374,6 @@ async fn catch_up(
 async fn fetch(s: &mut Conn, set: &str, what: &str) -> Result<Vec<async_imap::types::Fetch>, String> {
     let stream = s.uid_fetch(set, what).await.map_err(|e| format!("IMAP FETCH: {e}"))?;
     stream.try_collect().await.map_err(|e| format!("IMAP FETCH: {e}"))
-}
-
-/// Say why the channel is down, log it once per change, and wait.
-async fn fail(mb: &Arc<Mailbox>, status: &StatusCell, why: &str, backoff: Duration) -> Duration {
-    let changed = status.lock().map(|s| s.last_error.as_deref() != Some(why)).unwrap_or(true);
-    set_state(status, "backing_off", Some(why.to_string()));
-    if changed {
-        let (mb, msg) = (mb.clone(), why.to_string());
-        let _ =
-            tokio::task::spawn_blocking(move || mb.with_store(|s| s.log("warn", "adapter", "email_error", &msg))).await;
-    }
-    tokio::time::sleep(backoff).await;
-    (backoff * 2).min(MAX_BACKOFF)
 }
 
 #[cfg(test)]

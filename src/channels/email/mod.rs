@@ -28,7 +28,7 @@ use serde_json::Value;
 
 pub use settings::{Server, auto_settings, check_address, settings};
 
-use super::{Outbound, Policy, StatusCell};
+use super::{Outbound, Policy, StatusCell, secret};
 use crate::runtime::mesh::Mailbox;
 
 /// The credential holding the login name (the address unless set).
@@ -80,15 +80,6 @@ impl Shared {
         let f = self.forms.lock().ok()?;
         f.iter().rev().find(|(id, to, _)| to == sender && replied.contains(id)).map(|(_, _, form)| form.clone())
     }
-}
-
-fn secret(mb: &Mailbox, name: &str) -> Result<Option<String>, String> {
-    Ok(mb
-        .with_store(|s| s.secret_get(name))?
-        .map_err(|e| e.to_string())?
-        .and_then(|b| String::from_utf8(b).ok())
-        .map(|t| t.trim().to_string())
-        .filter(|t| !t.is_empty()))
 }
 
 impl Account {

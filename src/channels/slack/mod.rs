@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{Outbound, Policy, StatusCell};
+use super::{Outbound, Policy, StatusCell, secret, without_url};
 use crate::runtime::mesh::Mailbox;
 
 const DEFAULT_API: &str = "https://slack.com/api";
@@ -149,23 +149,6 @@ impl Api {
         }
         Ok(bytes.to_vec())
     }
-}
-
-fn without_url(e: &reqwest::Error) -> String {
-    let mut e = e.to_string();
-    if let Some(i) = e.find(" for url") {
-        e.truncate(i);
-    }
-    e
-}
-
-fn secret(mb: &Mailbox, name: &str) -> Result<Option<String>, String> {
-    Ok(mb
-        .with_store(|s| s.secret_get(name))?
-        .map_err(|e| e.to_string())?
-        .and_then(|b| String::from_utf8(b).ok())
-        .map(|t| t.trim().to_string())
-        .filter(|t| !t.is_empty()))
 }
 
 /// Start the channel: the sender, and the socket.

@@ -64,7 +64,7 @@ impl Sender {
                 .timeout(Duration::from_secs(300))
                 .send()
                 .await
-                .map_err(|e| format!("upload of {}: {}", f.name, super::without_url(&e)))?;
+                .map_err(|e| format!("upload of {}: {}", f.name, crate::channels::without_url(&e)))?;
             if !sent.status().is_success() {
                 return Err(format!("upload of {}: HTTP {}", f.name, sent.status()));
             }

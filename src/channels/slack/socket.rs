@@ -15,11 +15,10 @@ use serde_json::{Map, Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
 use super::{Api, ApiError};
-use crate::channels::{Delivered, Inbound, Policy, StatusCell, deliver, forms, notify, set_state};
+use crate::channels::{Inbound, Policy, StatusCell, deliver_one, fail, forms, notify, set_state};
 use crate::runtime::mesh::Mailbox;
 
 const HEALTH: Duration = Duration::from_secs(30);
-const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 /// Why a connection ended.
 enum Ended {
@@ -44,7 +43,10 @@ pub(super) async fn run(
     loop {
         match session(&api, &app, &tls, &mb, &policy, &status, &mut backoff).await {
             Ended::Refresh => set_state(&status, "connecting", None),
-            Ended::Failed(e) => backoff = fail(&mb, &status, &e, backoff).await,
+            Ended::Failed(e) => {
+                let wait = e.retry_after.map(Duration::from_secs);
+                backoff = fail(&mb, &status, "slack_error", &e.message, wait, backoff).await
+            }
         }
     }
 }
@@ -132,7 +134,7 @@ async fn session(
             _ => None,
         };
         if let Some(m) = m {
-            match put(mb, policy, status, m).await {
+            match deliver_one(mb, policy, status, m).await {
                 Ok(rows) => notify(mb, rows),
                 // Not acknowledged: Slack brings it again.
                 Err(e) => return failed(format!("inbox: {e}")),
@@ -141,20 +143,6 @@ async fn session(
         if let Err(e) = ws.send(Message::Text(json!({"envelope_id": id}).to_string().into())).await {
             return failed(format!("Socket Mode: {e}"));
         }
-    }
-}
-
-/// Deliver one message off the async workers: the rows to tell the agent.
-async fn put(
-    mb: &Arc<Mailbox>,
-    policy: &Policy,
-    status: &StatusCell,
-    m: Inbound,
-) -> Result<Vec<Map<String, Value>>, String> {
-    let (mb, p, s) = (mb.clone(), policy.clone(), status.clone());
-    match tokio::task::spawn_blocking(move || deliver(&mb, &p, &m, &s)).await.map_err(|e| e.to_string())?? {
-        Delivered::New(row) => Ok(vec![row]),
-        _ => Ok(Vec::new()),
     }
 }
 
@@ -202,7 +190,7 @@ async fn catch_up(api: &Api, mb: &Arc<Mailbox>, policy: &Policy, status: &Status
             ev["channel_type"] = json!(kind);
             if let Some(m) = inbound(api, &ev).await {
                 rows.extend(
-                    put(mb, policy, status, m)
+                    deliver_one(mb, policy, status, m)
                         .await
                         .map_err(|e| ApiError { message: format!("inbox: {e}"), retry_after: None })?,
                 );
@@ -354,18 +342,4 @@ fn command(p: &Value, envelope: &str) -> Option<Inbound> {
         context,
         ..Default::default()
     })
-}
-
-/// Say why the channel is down, log it once per change, and wait.
-async fn fail(mb: &Arc<Mailbox>, status: &StatusCell, e: &ApiError, backoff: Duration) -> Duration {
-    let changed = status.lock().map(|s| s.last_error.as_deref() != Some(e.message.as_str())).unwrap_or(true);
-    set_state(status, "backing_off", Some(e.message.clone()));
-    if changed {
-        let (mb, msg) = (mb.clone(), e.message.clone());
-        let _ =
-            tokio::task::spawn_blocking(move || mb.with_store(|s| s.log("warn", "adapter", "slack_error", &msg))).await;
-    }
-    let wait = e.retry_after.map(Duration::from_secs).unwrap_or(backoff).min(MAX_BACKOFF);
-    tokio::time::sleep(wait).await;
-    (backoff * 2).min(MAX_BACKOFF)
 }
