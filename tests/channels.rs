@@ -217,14 +217,6 @@ fn inbox(path: &std::path::Path) -> Vec<(String, String, String)> {
     st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).unwrap().collect::<Result<_, _>>().unwrap()
 }
 
-async fn wait(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn telegram_catches_up_admits_by_policy_replies_threaded_and_survives_a_429() {
     let _one = SERIAL.lock().await;
@@ -405,9 +397,7 @@ async fn a_revoked_token_backs_off_with_the_cause_and_the_agent_keeps_running() 
     ok(&adf(d, &["new", "a.adf", "--provider", "anthropic", "--model", "m"], None));
     ok(&adf(d, &["adapters", "add", "a.adf", "telegram", "--api-url", &api], Some(b"999:REVOKED\n")));
     unsafe { std::env::set_var("ADF_HOME", d.join(".adf-home")) };
-    let factory: ProviderFactory = Arc::new(|_| {
-        Ok(Arc::new(Scripted::new([]).with_fallback(|_| Reply::Text("ok".into()))) as Arc<dyn adf::providers::Provider>)
-    });
+    let factory = quiet_model();
     let mut fleet = Fleet::new(Bus::new(), factory);
     fleet.load(&d.join("a.adf")).unwrap();
     let id = fleet.list()[0].id.clone();
@@ -553,9 +543,7 @@ async fn an_agent_switches_a_channel_on_itself_after_one_approval() {
     let in_loop = bytes.windows(10).filter(|w| *w == b"123:SECRET").count();
     assert!(in_loop <= 1, "only the model's own call in the loop holds it, never a second copy");
     // Loaded, the channel connects with the sealed token.
-    let factory: ProviderFactory = Arc::new(|_| {
-        Ok(Arc::new(Scripted::new([]).with_fallback(|_| Reply::Text("ok".into()))) as Arc<dyn adf::providers::Provider>)
-    });
+    let factory = quiet_model();
     let mut fleet = Fleet::new(Bus::new(), factory);
     fleet.load(&d.join("a.adf")).unwrap();
     wait("the channel to poll with the sealed token", || fake.lock().unwrap().tokens.iter().any(|t| t == "123:SECRET"))

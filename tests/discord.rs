@@ -299,34 +299,6 @@ fn msg(n: u64, channel: &str, user: (&str, &str), text: &str) -> Value {
     d
 }
 
-fn inbox(path: &std::path::Path) -> Vec<Value> {
-    let c = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
-    let mut st = c
-        .prepare("SELECT id, \"from\", content, source_context, attachments FROM adf_inbox ORDER BY sent_at, id")
-        .unwrap();
-    st.query_map([], |r| {
-        Ok(json!({"id": r.get::<_, String>(0)?, "from": r.get::<_, String>(1)?, "content": r.get::<_, String>(2)?,
-            "context": r.get::<_, Option<String>>(3)?, "attachments": r.get::<_, Option<String>>(4)?}))
-    })
-    .unwrap()
-    .collect::<Result<_, _>>()
-    .unwrap()
-}
-
-async fn wait(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-fn quiet() -> ProviderFactory {
-    Arc::new(|_| {
-        Ok(Arc::new(Scripted::new([]).with_fallback(|_| Reply::Text("ok".into()))) as Arc<dyn adf::providers::Provider>)
-    })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn discord_admits_by_policy_replies_resumes_and_catches_up_after_a_restart() {
     let _one = SERIAL.lock().await;
@@ -365,7 +337,7 @@ async fn discord_admits_by_policy_replies_resumes_and_catches_up_after_a_restart
         Ok(Arc::new(Scripted::new([]).with_fallback(move |_| {
             let mut n = n.lock().unwrap();
             if *n == 0
-                && let Some(ops) = inbox(&p).into_iter().find(|r| r["from"] == "discord:100")
+                && let Some(ops) = inbox_rows(&p).into_iter().find(|r| r["from"] == "discord:100")
             {
                 *n += 1;
                 return Reply::Tools(vec![(
@@ -380,8 +352,8 @@ async fn discord_admits_by_policy_replies_resumes_and_catches_up_after_a_restart
     let mut fleet = Fleet::new(Bus::new(), factory);
     fleet.load(&path).unwrap();
     let id = fleet.list()[0].id.clone();
-    wait("three messages", || inbox(&path).len() == 3).await;
-    let rows = inbox(&path);
+    wait("three messages", || inbox_rows(&path).len() == 3).await;
+    let rows = inbox_rows(&path);
     assert_eq!(rows[0]["content"], "hello");
     assert_eq!((rows[1]["from"].as_str(), rows[1]["content"].as_str()), (Some("discord:100"), Some("status?")));
     let att: Value = serde_json::from_str(rows[2]["attachments"].as_str().unwrap()).unwrap();
@@ -408,7 +380,7 @@ async fn discord_admits_by_policy_replies_resumes_and_catches_up_after_a_restart
         f.reconnect = true;
     }
     wait("the resume", || !fake.lock().unwrap().resumes.is_empty()).await;
-    wait("the message after it", || inbox(&path).len() == 4).await;
+    wait("the message after it", || inbox_rows(&path).len() == 4).await;
     assert_eq!(fake.lock().unwrap().identifies, 1, "resumed, not identified again");
     assert!(fake.lock().unwrap().resumes[0] >= 6, "from the last sequence seen");
     let st = fleet.channel_status(&id);
@@ -424,10 +396,10 @@ async fn discord_admits_by_policy_replies_resumes_and_catches_up_after_a_restart
             msg(8, "901", ("U_ANN", "ann"), "while you were off"),
         ],
     );
-    let mut fleet = Fleet::new(Bus::new(), quiet());
+    let mut fleet = Fleet::new(Bus::new(), quiet_model());
     fleet.load(&path).unwrap();
-    wait("the catch-up", || inbox(&path).len() == 5).await;
-    assert_eq!(inbox(&path)[4]["content"], "while you were off");
+    wait("the catch-up", || inbox_rows(&path).len() == 5).await;
+    assert_eq!(inbox_rows(&path)[4]["content"], "while you were off");
     fleet.shutdown().await;
 }
 
@@ -458,7 +430,7 @@ async fn discord_forms_are_buttons_files_go_with_the_message_and_slash_commands_
             let mut n = n.lock().unwrap();
             *n += 1;
             if *n == 1 {
-                let first = inbox(&p).into_iter().next().unwrap();
+                let first = inbox_rows(&p).into_iter().next().unwrap();
                 return Reply::Tools(vec![
                     ("msg_send".into(), json!({"parent_id": first["id"], "content": "Today's menu", "attachments": ["menu.txt"]})),
                     ("msg_send".into(), json!({"recipient": "discord:100", "content": f.to_string(), "content_type": "application/vnd.adf.form+json"})),
@@ -471,8 +443,8 @@ async fn discord_forms_are_buttons_files_go_with_the_message_and_slash_commands_
     unsafe { std::env::set_var("ADF_HOME", d.join(".adf-home")) };
     let mut fleet = Fleet::new(Bus::new(), factory);
     fleet.load(&path).unwrap();
-    wait("the command", || !inbox(&path).is_empty()).await;
-    assert_eq!(inbox(&path)[0]["content"], "/scout plan lunch");
+    wait("the command", || !inbox_rows(&path).is_empty()).await;
+    assert_eq!(inbox_rows(&path)[0]["content"], "/scout plan lunch");
     wait("its answer", || !fake.lock().unwrap().callbacks.is_empty()).await;
     assert_eq!(fake.lock().unwrap().callbacks[0]["body"]["type"], 4, "answered within Discord's 3 s");
     wait("the file and the form", || fake.lock().unwrap().posted.len() >= 3).await;
@@ -498,9 +470,9 @@ async fn discord_forms_are_buttons_files_go_with_the_message_and_slash_commands_
         reply["message_reference"] = json!({"message_id": ask_id});
         f.queue.push(("MESSAGE_CREATE".into(), reply));
     }
-    wait("both answers", || inbox(&path).len() == 3).await;
+    wait("both answers", || inbox_rows(&path).len() == 3).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let answers: Vec<Value> = inbox(&path)
+    let answers: Vec<Value> = inbox_rows(&path)
         .iter()
         .filter_map(|r| serde_json::from_str::<Value>(r["context"].as_str()?).ok())
         .filter(|c| c["form_id"] == "lunch")
@@ -508,7 +480,7 @@ async fn discord_forms_are_buttons_files_go_with_the_message_and_slash_commands_
     assert_eq!(answers.len(), 2, "{answers:?}");
     assert!(answers.iter().any(|a| a["answer_value"] == "Sushi"));
     assert!(answers.iter().any(|a| a["question_id"] == "q2" && a["answer_value"] == "no onions"));
-    assert_eq!(inbox(&path).len(), 3, "the forged press is not an answer");
+    assert_eq!(inbox_rows(&path).len(), 3, "the forged press is not an answer");
     assert!(fake.lock().unwrap().callbacks.iter().any(|c| c["body"]["type"] == 6), "the press was acknowledged");
     fleet.shutdown().await;
 }
@@ -523,7 +495,7 @@ async fn a_wrong_discord_token_backs_off_with_the_cause() {
     ok(&adf(d, &["new", "a.adf", "--provider", "anthropic", "--model", "m"], None));
     ok(&adf(d, &["adapters", "add", "a.adf", "discord", "--api-url", &api], Some(b"WRONG\n")));
     unsafe { std::env::set_var("ADF_HOME", d.join(".adf-home")) };
-    let mut fleet = Fleet::new(Bus::new(), quiet());
+    let mut fleet = Fleet::new(Bus::new(), quiet_model());
     fleet.load(&d.join("a.adf")).unwrap();
     let id = fleet.list()[0].id.clone();
     let deadline = Instant::now() + Duration::from_secs(20);

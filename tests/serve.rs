@@ -7,11 +7,8 @@
 
 mod common;
 
-use std::sync::Arc;
-
-use adf::providers::scripted::{Reply, Scripted};
 use adf::runtime::bus::Bus;
-use adf::runtime::fleet::{Fleet, ProviderFactory};
+use adf::runtime::fleet::Fleet;
 use common::*;
 use serde_json::json;
 
@@ -55,9 +52,7 @@ async fn public_and_shared_files_are_served_with_etags_and_ranges_and_nothing_el
         None,
     ));
     unsafe { std::env::set_var("ADF_HOME", d.join(".adf-home")) };
-    let factory: ProviderFactory = Arc::new(|_| {
-        Ok(Arc::new(Scripted::new([]).with_fallback(|_| Reply::Text("ok".into()))) as Arc<dyn adf::providers::Provider>)
-    });
+    let factory = quiet_model();
     let mut fleet = Fleet::new(Bus::new(), factory);
     fleet.load(&d.join("site.adf")).unwrap();
     let addr = adf::runtime::mesh::server::serve(fleet.mesh.clone(), "127.0.0.1", 0).await.unwrap().to_string();

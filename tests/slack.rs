@@ -248,28 +248,6 @@ fn message(envelope: &str, channel: &str, kind: &str, user: &str, ts: &str, text
             "event": {"type": "message", "channel": channel, "channel_type": kind, "user": user, "ts": ts, "text": text}}})
 }
 
-fn inbox(path: &std::path::Path) -> Vec<Value> {
-    let c = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
-    let mut st = c
-        .prepare("SELECT id, \"from\", content, source_context, attachments FROM adf_inbox ORDER BY sent_at, id")
-        .unwrap();
-    st.query_map([], |r| {
-        Ok(json!({"id": r.get::<_, String>(0)?, "from": r.get::<_, String>(1)?, "content": r.get::<_, String>(2)?,
-            "context": r.get::<_, Option<String>>(3)?, "attachments": r.get::<_, Option<String>>(4)?}))
-    })
-    .unwrap()
-    .collect::<Result<_, _>>()
-    .unwrap()
-}
-
-async fn wait(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slack_admits_by_policy_acks_threads_replies_and_catches_up_after_a_refresh() {
     let _one = SERIAL.lock().await;
@@ -321,7 +299,7 @@ async fn slack_admits_by_policy_acks_threads_replies_and_catches_up_after_a_refr
             // Once the mention is in: reply to it.
             let mut n = n.lock().unwrap();
             if *n == 0
-                && let Some(ops) = inbox(&p).into_iter().find(|r| r["from"] == "slack:C_OPS")
+                && let Some(ops) = inbox_rows(&p).into_iter().find(|r| r["from"] == "slack:C_OPS")
             {
                 *n += 1;
                 return Reply::Tools(vec![(
@@ -337,7 +315,7 @@ async fn slack_admits_by_policy_acks_threads_replies_and_catches_up_after_a_refr
     fleet.load(&path).unwrap();
     let id = fleet.list()[0].id.clone();
     wait("four acknowledgements", || fake.lock().unwrap().acks.len() >= 4).await;
-    let rows = inbox(&path);
+    let rows = inbox_rows(&path);
     let from: Vec<&str> = rows.iter().map(|r| r["from"].as_str().unwrap()).collect();
     assert_eq!(from, ["slack:D_ANN", "slack:C_OPS"], "Ann's DM and the mention; Bob and the unmentioned refused");
     assert_eq!(rows[1]["content"], "status?", "the mention is taken out of the text");
@@ -367,8 +345,8 @@ async fn slack_admits_by_policy_acks_threads_replies_and_catches_up_after_a_refr
             "url_private_download": format!("http://{addr}/files/notes.txt")}]);
         f.queue.push_back(file);
     }
-    wait("the thread reply and the file", || inbox(&path).len() == 4).await;
-    let rows = inbox(&path);
+    wait("the thread reply and the file", || inbox_rows(&path).len() == 4).await;
+    let rows = inbox_rows(&path);
     assert_eq!(rows[2]["content"], "thanks");
     let att: Value = serde_json::from_str(rows[3]["attachments"].as_str().unwrap()).unwrap();
     assert_eq!(att[0]["transfer"], "imported", "{att}");
@@ -384,8 +362,8 @@ async fn slack_admits_by_policy_acks_threads_replies_and_catches_up_after_a_refr
         );
         f.disconnect = true;
     }
-    wait("the catch-up", || inbox(&path).len() == 5).await;
-    assert_eq!(inbox(&path)[4]["content"], "while you were away");
+    wait("the catch-up", || inbox_rows(&path).len() == 5).await;
+    assert_eq!(inbox_rows(&path)[4]["content"], "while you were away");
     assert_eq!(fake.lock().unwrap().connections, 2);
     let st = fleet.channel_status(&id);
     assert_eq!(st[0].0, "slack");
@@ -416,7 +394,7 @@ async fn slack_forms_are_buttons_files_are_uploaded_and_slash_commands_arrive() 
         Ok(Arc::new(Scripted::new([]).with_fallback(move |_| {
             let mut n = n.lock().unwrap();
             *n += 1;
-            let first = inbox(&p).into_iter().next().unwrap();
+            let first = inbox_rows(&p).into_iter().next().unwrap();
             match *n {
                 1 => Reply::Tools(vec![
                     ("msg_send".into(), json!({"parent_id": first["id"], "content": "Today's menu", "attachments": ["menu.txt"]})),
@@ -430,8 +408,8 @@ async fn slack_forms_are_buttons_files_are_uploaded_and_slash_commands_arrive() 
     unsafe { std::env::set_var("ADF_HOME", d.join(".adf-home")) };
     let mut fleet = Fleet::new(Bus::new(), factory);
     fleet.load(&path).unwrap();
-    wait("the slash command", || !inbox(&path).is_empty()).await;
-    assert_eq!(inbox(&path)[0]["content"], "/scout plan lunch");
+    wait("the slash command", || !inbox_rows(&path).is_empty()).await;
+    assert_eq!(inbox_rows(&path)[0]["content"], "/scout plan lunch");
     wait("the upload and the form", || fake.lock().unwrap().posted.len() >= 3).await;
     let posted = fake.lock().unwrap().posted.clone();
     let up = posted.iter().find(|p| p["method"] == "files.completeUploadExternal").expect("an upload");
@@ -456,17 +434,17 @@ async fn slack_forms_are_buttons_files_are_uploaded_and_slash_commands_arrive() 
         reply["payload"]["event"]["thread_ts"] = json!(ask_ts);
         f.queue.push_back(reply);
     }
-    wait("both answers", || inbox(&path).len() == 3).await;
+    wait("both answers", || inbox_rows(&path).len() == 3).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let answers: Vec<Value> = inbox(&path)
+    let answers: Vec<Value> = inbox_rows(&path)
         .iter()
         .filter_map(|r| serde_json::from_str::<Value>(r["context"].as_str()?).ok())
         .filter(|c| c["form_id"] == "lunch")
         .collect();
-    assert_eq!(answers.len(), 2, "{answers:?} {:?}", inbox(&path));
+    assert_eq!(answers.len(), 2, "{answers:?} {:?}", inbox_rows(&path));
     assert!(answers.iter().any(|a| a["answer_id"] == "b" && a["answer_value"] == "Sushi"));
     assert!(answers.iter().any(|a| a["question_id"] == "q2" && a["answer_value"] == "no onions"));
-    assert_eq!(inbox(&path).len(), 3, "the forged press is not an answer");
+    assert_eq!(inbox_rows(&path).len(), 3, "the forged press is not an answer");
     // chat_info asked Slack.
     let c = rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
     let info: i64 =
@@ -486,9 +464,7 @@ async fn a_revoked_slack_token_backs_off_with_the_cause() {
     ok(&adf(d, &["new", "a.adf", "--provider", "anthropic", "--model", "m"], None));
     ok(&adf(d, &["adapters", "add", "a.adf", "slack", "--api-url", &api_url], Some(b"xoxb-REVOKED\nxapp-T\n")));
     unsafe { std::env::set_var("ADF_HOME", d.join(".adf-home")) };
-    let factory: ProviderFactory = Arc::new(|_| {
-        Ok(Arc::new(Scripted::new([]).with_fallback(|_| Reply::Text("ok".into()))) as Arc<dyn adf::providers::Provider>)
-    });
+    let factory = quiet_model();
     let mut fleet = Fleet::new(Bus::new(), factory);
     fleet.load(&d.join("a.adf")).unwrap();
     let id = fleet.list()[0].id.clone();

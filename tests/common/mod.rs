@@ -166,3 +166,37 @@ pub fn tool_results(s: &adf::store::Store) -> Vec<(String, bool)> {
         .map(|b| (b["content"].as_str().unwrap_or("").to_string(), b["is_error"] == serde_json::json!(true)))
         .collect()
 }
+
+/// Wait until `f` holds (20 s at most, checked every 50 ms).
+pub async fn wait(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !f() {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// An agent's inbox, oldest first: id, from, content, source_context,
+/// attachments (channel tests).
+pub fn inbox_rows(path: &Path) -> Vec<serde_json::Value> {
+    let c = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    let mut st = c
+        .prepare("SELECT id, \"from\", content, source_context, attachments FROM adf_inbox ORDER BY sent_at, id")
+        .unwrap();
+    st.query_map([], |r| {
+        Ok(serde_json::json!({"id": r.get::<_, String>(0)?, "from": r.get::<_, String>(1)?, "content": r.get::<_, String>(2)?,
+            "context": r.get::<_, Option<String>>(3)?, "attachments": r.get::<_, Option<String>>(4)?}))
+    })
+    .unwrap()
+    .collect::<Result<_, _>>()
+    .unwrap()
+}
+
+/// A model that answers "ok" to everything.
+pub fn quiet_model() -> adf::runtime::fleet::ProviderFactory {
+    use adf::providers::scripted::{Reply, Scripted};
+    std::sync::Arc::new(|_| {
+        Ok(std::sync::Arc::new(Scripted::new([]).with_fallback(|_| Reply::Text("ok".into())))
+            as std::sync::Arc<dyn adf::providers::Provider>)
+    })
+}
