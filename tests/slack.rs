@@ -483,3 +483,50 @@ async fn a_revoked_slack_token_backs_off_with_the_cause() {
     assert_eq!(fake.lock().unwrap().connections, 0, "no socket without a working bot token");
     fleet.shutdown().await;
 }
+
+/// A channel's messages pass the agent's inbox middleware like any other:
+/// rewritten, or refused (logged, counted, never answered).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn channel_messages_pass_the_inbox_middleware() {
+    use adf::store::{Caller, Store};
+    let _one = SERIAL.lock().await;
+    let dir = tmp();
+    let d = dir.path();
+    let fake: Shared = Arc::new(Mutex::new(Fake::default()));
+    let api_url = serve(fake.clone()).await;
+    {
+        let mut f = fake.lock().unwrap();
+        f.queue.push_back(message("m1", "D_ANN", "im", "U_ANN", "1700000001.000100", "hello there"));
+        f.queue.push_back(message("m2", "D_ANN", "im", "U_ANN", "1700000002.000100", "buy spam now"));
+    }
+    ok(&adf(d, &["new", "a.adf", "--provider", "anthropic", "--model", "m"], None));
+    ok(&adf(d, &["adapters", "add", "a.adf", "slack", "--api-url", &api_url], Some(b"xoxb-T xapp-T")));
+    {
+        let mut s = Store::open(&d.join("a.adf")).unwrap();
+        let code = "export function inbox({data}) {\n\
+            if (String(data.payload.content).includes('spam')) return {reject: {code: 451, reason: 'no spam'}};\n\
+            data.payload.content = String(data.payload.content).toUpperCase();\n\
+            return {data};\n}\n";
+        s.file_write(Caller::Owner, "mw.js", code.as_bytes(), &Default::default()).unwrap();
+        s.file_set_authorized("mw.js", true).unwrap();
+        s.config_set(Caller::Owner, "security.middleware", json!({"inbox": [{"lambda": "mw.js:inbox"}]})).unwrap();
+        s.close().unwrap();
+    }
+    unsafe { std::env::set_var("ADF_HOME", d.join(".adf-home")) };
+    let path = d.join("a.adf");
+    let mut fleet = Fleet::new(Bus::new(), quiet_model());
+    fleet.load(&path).unwrap();
+    let id = fleet.list()[0].id.clone();
+    wait("both acknowledged", || fake.lock().unwrap().acks.len() >= 2).await;
+    wait("the first", || !inbox_rows(&path).is_empty()).await;
+    let rows = inbox_rows(&path);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["content"], "HELLO THERE", "rewritten by the middleware");
+    let c = rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    let refused: String =
+        c.query_row("SELECT message FROM adf_logs WHERE event = 'message_refused'", [], |r| r.get(0)).unwrap();
+    assert!(refused.contains("rejected by inbox middleware: no spam"), "{refused}");
+    assert_eq!(fleet.channel_status(&id)[0].1.refused, 1);
+    drop(c);
+    fleet.shutdown().await;
+}

@@ -464,14 +464,58 @@ pub fn deliver(mb: &Mailbox, policy: &Policy, m: &Inbound, status: &StatusCell) 
     Ok(Delivered::New(row))
 }
 
-/// Deliver one message off the async workers: the rows to tell the agent
-/// about (none for a duplicate or a refusal).
+/// The agent's inbox middleware (runtime.md §10) over a channel message,
+/// as for any other: it may rewrite the text (`payload.content`) or
+/// refuse the message (logged as a refusal, never answered). `false`:
+/// refused.
+pub async fn middleware(mb: &Arc<Mailbox>, m: &mut Inbound, status: &StatusCell) -> Result<bool, String> {
+    let m2 = mb.clone();
+    let cfg = tokio::task::spawn_blocking(move || m2.with_store(|s| s.config_value()))
+        .await
+        .map_err(|e| e.to_string())??
+        .map_err(|e| e.to_string())?;
+    if cfg.pointer("/security/middleware/inbox").and_then(Value::as_array).is_none_or(|a| a.is_empty()) {
+        return Ok(true);
+    }
+    let mut runner = (mb.runner)().ok_or("cannot run the inbox middleware")?;
+    let msg = json!({"from": format!("{}:{}", m.kind, m.chat_id), "source": m.kind,
+        "payload": {"content": m.text, "sender_alias": m.sender_label(), "content_type": "text/plain"},
+        "meta": {"channel": m.kind}, "source_context": Value::Object(m.context.clone())});
+    let out = runner.middleware_coded(&cfg, "inbox", "/security/middleware/inbox", msg, Vec::new()).await;
+    let _ = runner.store_into().close();
+    match out {
+        Ok(data) => {
+            if let Some(text) = data.pointer("/payload/content").and_then(Value::as_str) {
+                m.text = text.to_string();
+            }
+            Ok(true)
+        }
+        Err((_, reason)) => {
+            let (mb, note) = (mb.clone(), format!("{}:{}: rejected by inbox middleware: {reason}", m.kind, m.chat_id));
+            tokio::task::spawn_blocking(move || mb.with_store(|s| s.log("info", "adapter", "message_refused", &note)))
+                .await
+                .map_err(|e| e.to_string())??
+                .map_err(|e| e.to_string())?;
+            if let Ok(mut st) = status.lock() {
+                st.refused += 1;
+            }
+            Ok(false)
+        }
+    }
+}
+
+/// Deliver one message off the async workers — who may talk first, then
+/// the inbox middleware, then de-duplication and the row: the rows to
+/// tell the agent about (none for a duplicate or a refusal).
 pub async fn deliver_one(
     mb: &Arc<Mailbox>,
     policy: &Policy,
     status: &StatusCell,
-    m: Inbound,
+    mut m: Inbound,
 ) -> Result<Vec<Map<String, Value>>, String> {
+    if policy.admit(&m).is_ok() && !middleware(mb, &mut m, status).await? {
+        return Ok(Vec::new());
+    }
     let (mb, p, s) = (mb.clone(), policy.clone(), status.clone());
     match tokio::task::spawn_blocking(move || deliver(&mb, &p, &m, &s)).await.map_err(|e| e.to_string())?? {
         Delivered::New(row) => Ok(vec![row]),

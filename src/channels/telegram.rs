@@ -622,8 +622,19 @@ async fn run(bot: Arc<Bot>, mb: Arc<Mailbox>, policy: Policy, status: StatusCell
                     {
                         m.attachments.push(a);
                     }
-                    let (mb2, p2, s2) = (mb.clone(), policy.clone(), status.clone());
-                    let done = tokio::task::spawn_blocking(move || deliver(&mb2, &p2, &m, &s2)).await;
+                    // The inbox middleware may rewrite or refuse it.
+                    let passed =
+                        if policy.admit(&m).is_ok() { super::middleware(&mb, &mut m, &status).await } else { Ok(true) };
+                    let done = match passed {
+                        Ok(true) => {
+                            let (mb2, p2, s2) = (mb.clone(), policy.clone(), status.clone());
+                            tokio::task::spawn_blocking(move || deliver(&mb2, &p2, &m, &s2))
+                                .await
+                                .map_err(|e| e.to_string())
+                        }
+                        Ok(false) => Ok(Ok(Delivered::Refused)),
+                        Err(e) => Ok(Err(e)),
+                    };
                     let err = match done {
                         Ok(Ok(Delivered::New(row))) => {
                             batch.push(row);

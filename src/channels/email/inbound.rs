@@ -23,7 +23,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
 use super::{Account, Shared};
-use crate::channels::{Delivered, Inbound, Policy, StatusCell, deliver, fail, forms, notify, set_state};
+use crate::channels::{Inbound, Policy, StatusCell, deliver_one, fail, forms, notify, set_state};
 use crate::runtime::mesh::Mailbox;
 
 type Conn = Session<TlsStream<TcpStream>>;
@@ -315,43 +315,42 @@ async fn catch_up(
             }
         }
         fetched.sort_by_key(|f| f.uid);
-        // Parse and deliver off the async workers.
-        let (a, sh, m, p, st, fo) =
-            (acct.clone(), shared.clone(), mb.clone(), policy.clone(), status.clone(), folder.to_string());
-        let done = tokio::task::spawn_blocking(move || {
-            let mut out = Vec::new();
-            for f in &fetched {
-                let result = match parse(f, &fo, validity, &a) {
-                    Ok(mut msg) => {
+        // Parse off the async workers (an unreadable one is logged), then
+        // deliver each: who may write, the inbox middleware, the row.
+        let (a, sh, m, fo) = (acct.clone(), shared.clone(), mb.clone(), folder.to_string());
+        let parsed = tokio::task::spawn_blocking(move || {
+            fetched
+                .iter()
+                .map(|f| {
+                    let msg = parse(f, &fo, validity, &a).map(|mut msg| {
                         answer_form(&mut msg, &sh);
-                        deliver(&m, &p, &msg, &st)
-                    }
-                    Err(why) => {
+                        msg
+                    });
+                    if let Err(why) = &msg {
                         let note = format!("email:{fo} uid {}: {why}", f.uid);
-                        m.with_store(|s| s.log("warn", "adapter", "message_unreadable", &note))
-                            .and_then(|r| r.map_err(|e| e.to_string()))
-                            .map(|()| Delivered::Refused)
+                        let _ = m.with_store(|s| s.log("warn", "adapter", "message_unreadable", &note));
                     }
-                };
-                let stop = result.is_err();
-                out.push((f.uid, result));
-                if stop {
-                    break;
-                }
-            }
-            out
+                    (f.uid, msg.ok())
+                })
+                .collect::<Vec<_>>()
         })
         .await
         .map_err(|e| e.to_string())?;
         let mut seen = Vec::new();
-        for (uid, r) in done {
-            match r {
-                Ok(Delivered::New(row)) => {
-                    rows.push(row);
+        for (uid, msg) in parsed {
+            let Some(msg) = msg else {
+                seen.push(uid);
+                continue;
+            };
+            match deliver_one(mb, policy, status, msg).await {
+                Ok(new) => {
+                    rows.extend(new);
                     seen.push(uid);
                 }
-                Ok(_) => seen.push(uid),
-                Err(e) => failed = Some(format!("inbox: {e}")),
+                Err(e) => {
+                    failed = Some(format!("inbox: {e}"));
+                    break;
+                }
             }
         }
         if !seen.is_empty() {
