@@ -502,7 +502,7 @@ async fn channel_messages_pass_the_inbox_middleware() {
     ok(&adf(d, &["new", "a.adf", "--provider", "anthropic", "--model", "m"], None));
     ok(&adf(d, &["adapters", "add", "a.adf", "slack", "--api-url", &api_url], Some(b"xoxb-T xapp-T")));
     {
-        let mut s = Store::open(&d.join("a.adf")).unwrap();
+        let mut s = Store::open(d.join("a.adf")).unwrap();
         let code = "export function inbox({data}) {\n\
             if (String(data.payload.content).includes('spam')) return {reject: {code: 451, reason: 'no spam'}};\n\
             data.payload.content = String(data.payload.content).toUpperCase();\n\
