@@ -175,7 +175,7 @@ pub const ROUTES: &[Route] = &[
             "Connect a channel: the token sealed in the agent's credentials, never answered back",
         ),
         &[
-            "type:telegram!",
+            "type:telegram|discord!",
             "token:text!",
             "dm:all|allowlist|none",
             "groups:all|mention|none",
