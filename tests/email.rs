@@ -340,7 +340,8 @@ async fn bad_settings_are_refused_and_a_failing_server_backs_off_with_its_cause(
     let expect = [
         ("a.adf", vec!["IMAP login as ann@adf.test refused", "AUTHENTICATIONFAILED"]),
         ("b.adf", vec!["IMAP 127.0.0.1:10999 TLS", "refused"]),
-        ("c.adf", vec!["TLS with 127.0.0.1", "UnknownIssuer"]),
+        // A machine without system roots says that instead: the same refusal.
+        ("c.adf", vec!["127.0.0.1"]),
     ];
     for (id, (file, needles)) in ids.iter().zip(expect) {
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -350,6 +351,9 @@ async fn bad_settings_are_refused_and_a_failing_server_backs_off_with_its_cause(
                 let err = s.last_error.clone().unwrap_or_default();
                 for n in &needles {
                     assert!(err.contains(n), "{file}: {n:?} not in {err:?}");
+                }
+                if file == "c.adf" {
+                    assert!(err.contains("UnknownIssuer") || err.contains("No CA certificates"), "{err}");
                 }
                 assert!(!err.contains("wrong-password") && !err.contains("pw-ann"), "no password shows: {err}");
                 break;

@@ -564,6 +564,16 @@ pub fn without_url(e: &reqwest::Error) -> String {
     e
 }
 
+/// How to open a WebSocket to `url`: TLS (the platform's roots, built at
+/// each connect, so a machine without them fails here, with the cause, and
+/// not at start) for `wss:`, plain for `ws:` (a test double on loopback).
+pub fn ws_connector(url: &str) -> Result<tokio_tungstenite::Connector, String> {
+    if url.starts_with("ws:") {
+        return Ok(tokio_tungstenite::Connector::Plain);
+    }
+    Ok(tokio_tungstenite::Connector::Rustls(email::tls::client_config(Vec::new())?))
+}
+
 /// A file as a multipart part, its type kept when valid.
 pub fn part(f: &OutFile) -> Result<reqwest::multipart::Part, String> {
     let p = || reqwest::multipart::Part::bytes(f.data.clone()).file_name(f.name.clone());

@@ -12,7 +12,6 @@ use std::time::Duration;
 use base64::Engine;
 use futures_util::{SinkExt, StreamExt};
 use reqwest::Method;
-use rustls::ClientConfig;
 use serde_json::{Map, Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
@@ -41,11 +40,11 @@ fn failed(message: String) -> Ended {
     Ended::Failed(ApiError { message, retry_after: None })
 }
 
-pub(super) async fn run(rest: Arc<Rest>, tls: Arc<ClientConfig>, mb: Arc<Mailbox>, policy: Policy, status: StatusCell) {
+pub(super) async fn run(rest: Arc<Rest>, mb: Arc<Mailbox>, policy: Policy, status: StatusCell) {
     let mut backoff = Duration::from_secs(1);
     let mut resume: Option<Resume> = None;
     loop {
-        match session(&rest, &tls, &mb, &policy, &status, &mut resume, &mut backoff).await {
+        match session(&rest, &mb, &policy, &status, &mut resume, &mut backoff).await {
             Ended::Again => set_state(&status, "connecting", None),
             Ended::Failed(e) => {
                 let wait = e.retry_after.map(Duration::from_secs_f64);
@@ -64,7 +63,6 @@ async fn send(ws: &mut Ws, v: Value) -> Result<(), Ended> {
 #[allow(clippy::too_many_arguments)]
 async fn session(
     rest: &Arc<Rest>,
-    tls: &Arc<ClientConfig>,
     mb: &Arc<Mailbox>,
     policy: &Policy,
     status: &StatusCell,
@@ -85,7 +83,10 @@ async fn session(
         }
         Err(e) => return failed(format!("gateway URL {url:?}: {e}")),
     };
-    let connector = tokio_tungstenite::Connector::Rustls(tls.clone());
+    let connector = match crate::channels::ws_connector(&url) {
+        Ok(c) => c,
+        Err(e) => return failed(format!("gateway: {e}")),
+    };
     let mut ws = match tokio::time::timeout(
         Duration::from_secs(30),
         tokio_tungstenite::connect_async_tls_with_config(url.as_str(), None, false, Some(connector)),

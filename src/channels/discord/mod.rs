@@ -159,9 +159,8 @@ pub fn start(
         forms: Mutex::default(),
         asks: Mutex::default(),
     });
-    let tls = super::email::tls::client_config(Vec::new())?;
     let sender: Arc<dyn Outbound> = Arc::new(send::Sender { rest: rest.clone() });
-    let task = rt.spawn(gateway::run(rest, tls, mb, policy, status));
+    let task = rt.spawn(gateway::run(rest, mb, policy, status));
     Ok((sender, task))
 }
 

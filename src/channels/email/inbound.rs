@@ -190,8 +190,11 @@ async fn login(a: &Account) -> Result<Conn, String> {
         .await
         .map_err(|_| format!("IMAP {s}: no answer in 30 s"))?
         .map_err(|e| format!("IMAP {s}: {e}"))?;
+    // The roots are read at each connect: a machine without them fails
+    // here, with the cause, and backs off.
+    let config = super::tls::client_config(a.extra_roots.clone()).map_err(|e| format!("IMAP {s}: {e}"))?;
     let client = if s.implicit_tls {
-        let tls = super::tls::wrap(&a.tls, &s.host, tcp).await.map_err(|e| format!("IMAP {e}"))?;
+        let tls = super::tls::wrap(&config, &s.host, tcp).await.map_err(|e| format!("IMAP {e}"))?;
         let mut c = Client::new(tls);
         c.read_response().await.map_err(|e| format!("IMAP {s}: {e}"))?.ok_or(format!("IMAP {s}: closed"))?;
         c
@@ -201,7 +204,7 @@ async fn login(a: &Account) -> Result<Conn, String> {
         c.run_command_and_check_ok("STARTTLS", None)
             .await
             .map_err(|e| format!("IMAP {s}: STARTTLS refused ({e}); adf does not read mail without TLS"))?;
-        let tls = super::tls::wrap(&a.tls, &s.host, c.into_inner()).await.map_err(|e| format!("IMAP {e}"))?;
+        let tls = super::tls::wrap(&config, &s.host, c.into_inner()).await.map_err(|e| format!("IMAP {e}"))?;
         Client::new(tls)
     };
     client.login(&a.username, &a.password).await.map_err(|(e, _)| format!("IMAP login as {} refused: {e}", a.username))
@@ -387,7 +390,6 @@ mod tests {
             password: "pw".into(),
             imap,
             smtp,
-            tls: super::super::tls::client_config(Vec::new()).unwrap(),
             extra_roots: Vec::new(),
             poll: Duration::from_secs(30),
             idle: true,

@@ -22,7 +22,6 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rustls::ClientConfig;
 use rustls::pki_types::CertificateDer;
 use serde_json::Value;
 
@@ -43,7 +42,6 @@ pub(crate) struct Account {
     pub password: String,
     pub imap: Server,
     pub smtp: Server,
-    pub tls: Arc<ClientConfig>,
     pub extra_roots: Vec<CertificateDer<'static>>,
     /// How often to look for mail without IDLE (and at most how long an
     /// IDLE lasts before the connection is checked).
@@ -102,7 +100,6 @@ impl Account {
         Ok(Account {
             imap: Server::of(&c["imap"]).unwrap_or(auto_imap),
             smtp: Server::of(&c["smtp"]).unwrap_or(auto_smtp),
-            tls: tls::client_config(extra_roots.clone())?,
             extra_roots,
             poll: Duration::from_millis(c["poll_interval"].as_u64().unwrap_or(30_000).clamp(1_000, 3_600_000)),
             idle: c["idle"].as_bool().unwrap_or(true),
@@ -126,7 +123,7 @@ pub fn start(
 ) -> Result<(Arc<dyn Outbound>, tokio::task::JoinHandle<()>), String> {
     let acct = Arc::new(Account::load(&mb, adapter)?);
     let shared = Arc::new(Shared::default());
-    let sender: Arc<dyn Outbound> = Arc::new(outbound::Sender::new(acct.clone(), shared.clone())?);
+    let sender: Arc<dyn Outbound> = Arc::new(outbound::Sender { acct: acct.clone(), shared: shared.clone() });
     if let Ok(mut s) = status.lock() {
         s.account = Some(acct.address.clone());
     }

@@ -22,27 +22,28 @@ use crate::channels::{FORM_TYPE, Outbound, Outgoing, form_text};
 const DEFAULT_SUBJECT: &str = "Message from your agent";
 
 pub(super) struct Sender {
-    acct: Arc<Account>,
-    shared: Arc<Shared>,
-    smtp: AsyncSmtpTransport<Tokio1Executor>,
+    pub acct: Arc<Account>,
+    pub shared: Arc<Shared>,
 }
 
 impl Sender {
-    pub(super) fn new(acct: Arc<Account>, shared: Arc<Shared>) -> Result<Sender, String> {
-        let mut params = TlsParameters::builder(acct.smtp.host.clone());
-        for root in &acct.extra_roots {
+    /// The SMTP connection's settings, made at each send: the roots are
+    /// read then, so a machine without them fails that send with the cause.
+    fn transport(&self) -> Result<AsyncSmtpTransport<Tokio1Executor>, String> {
+        let a = &self.acct;
+        let mut params = TlsParameters::builder(a.smtp.host.clone());
+        for root in &a.extra_roots {
             let cert = Certificate::from_der(root.to_vec()).map_err(|e| format!("ca_pem: {e}"))?;
             params = params.add_root_certificate(cert);
         }
-        let params = params.build_rustls().map_err(|e| format!("SMTP TLS: {e}"))?;
-        let tls = if acct.smtp.implicit_tls { Tls::Wrapper(params) } else { Tls::Required(params) };
-        let smtp = AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(acct.smtp.host.as_str())
-            .port(acct.smtp.port)
+        let params = params.build_rustls().map_err(|e| format!("SMTP {}: TLS: {e}", a.smtp))?;
+        let tls = if a.smtp.implicit_tls { Tls::Wrapper(params) } else { Tls::Required(params) };
+        Ok(AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(a.smtp.host.as_str())
+            .port(a.smtp.port)
             .tls(tls)
-            .credentials(Credentials::new(acct.username.clone(), acct.password.clone()))
+            .credentials(Credentials::new(a.username.clone(), a.password.clone()))
             .timeout(Some(Duration::from_secs(60)))
-            .build();
-        Ok(Sender { acct, shared, smtp })
+            .build())
     }
 }
 
@@ -149,7 +150,7 @@ impl Sender {
             }
         }
         .map_err(|e| format!("the message could not be built: {e}"))?;
-        self.smtp.send(message).await.map_err(|e| format!("SMTP {}: {e}", self.acct.smtp))?;
+        self.transport()?.send(message).await.map_err(|e| format!("SMTP {}: {e}", self.acct.smtp))?;
         Ok(id)
     }
 }

@@ -176,9 +176,8 @@ pub fn start(
         threads: Mutex::default(),
         names: Mutex::default(),
     });
-    let tls = super::email::tls::client_config(Vec::new())?;
     let sender: Arc<dyn Outbound> = Arc::new(send::Sender { api: api.clone() });
-    let task = rt.spawn(socket::run(api, app, tls, mb, policy, status));
+    let task = rt.spawn(socket::run(api, app, mb, policy, status));
     Ok((sender, task))
 }
 

@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use base64::Engine;
 use futures_util::{SinkExt, StreamExt};
-use rustls::ClientConfig;
 use serde_json::{Map, Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
@@ -31,17 +30,10 @@ fn failed(message: String) -> Ended {
     Ended::Failed(ApiError { message, retry_after: None })
 }
 
-pub(super) async fn run(
-    api: Arc<Api>,
-    app: String,
-    tls: Arc<ClientConfig>,
-    mb: Arc<Mailbox>,
-    policy: Policy,
-    status: StatusCell,
-) {
+pub(super) async fn run(api: Arc<Api>, app: String, mb: Arc<Mailbox>, policy: Policy, status: StatusCell) {
     let mut backoff = Duration::from_secs(1);
     loop {
-        match session(&api, &app, &tls, &mb, &policy, &status, &mut backoff).await {
+        match session(&api, &app, &mb, &policy, &status, &mut backoff).await {
             Ended::Refresh => set_state(&status, "connecting", None),
             Ended::Failed(e) => {
                 let wait = e.retry_after.map(Duration::from_secs);
@@ -55,7 +47,6 @@ pub(super) async fn run(
 async fn session(
     api: &Arc<Api>,
     app: &str,
-    tls: &Arc<ClientConfig>,
     mb: &Arc<Mailbox>,
     policy: &Policy,
     status: &StatusCell,
@@ -78,7 +69,10 @@ async fn session(
         Ok(u) => u,
         Err(e) => return Ended::Failed(e),
     };
-    let connector = tokio_tungstenite::Connector::Rustls(tls.clone());
+    let connector = match crate::channels::ws_connector(&url) {
+        Ok(c) => c,
+        Err(e) => return failed(format!("Socket Mode: {e}")),
+    };
     let connected = tokio::time::timeout(
         HEALTH,
         tokio_tungstenite::connect_async_tls_with_config(url.as_str(), None, false, Some(connector)),
