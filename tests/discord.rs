@@ -11,7 +11,7 @@ mod common;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use adf::providers::scripted::{Reply, Scripted};
 use adf::runtime::bus::Bus;
@@ -498,17 +498,8 @@ async fn a_wrong_discord_token_backs_off_with_the_cause() {
     let mut fleet = Fleet::new(Bus::new(), quiet_model());
     fleet.load(&d.join("a.adf")).unwrap();
     let id = fleet.list()[0].id.clone();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let st = fleet.channel_status(&id);
-        if st.first().is_some_and(|(_, s)| s.state == "backing_off") {
-            let e = st[0].1.last_error.clone().unwrap_or_default();
-            assert!(e.contains("401: Unauthorized") && !e.contains("WRONG"), "{e}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "{st:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let e = backing_off(&fleet, &id).await;
+    assert!(e.contains("401: Unauthorized") && !e.contains("WRONG"), "{e}");
     assert_eq!(fleet.state(&id), "idle");
     fleet.shutdown().await;
 }

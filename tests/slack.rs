@@ -11,7 +11,7 @@ mod common;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use adf::providers::scripted::{Reply, Scripted};
 use adf::runtime::bus::Bus;
@@ -468,17 +468,7 @@ async fn a_revoked_slack_token_backs_off_with_the_cause() {
     let mut fleet = Fleet::new(Bus::new(), factory);
     fleet.load(&d.join("a.adf")).unwrap();
     let id = fleet.list()[0].id.clone();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let st = fleet.channel_status(&id);
-        if st.first().is_some_and(|(_, s)| s.state == "backing_off") {
-            let e = st[0].1.last_error.clone().unwrap_or_default();
-            assert_eq!(e, "auth.test: invalid_auth");
-            break;
-        }
-        assert!(Instant::now() < deadline, "{st:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    assert_eq!(backing_off(&fleet, &id).await, "auth.test: invalid_auth");
     assert_eq!(fleet.state(&id), "idle", "the agent keeps running");
     assert_eq!(fake.lock().unwrap().connections, 0, "no socket without a working bot token");
     fleet.shutdown().await;

@@ -200,3 +200,16 @@ pub fn quiet_model() -> adf::runtime::fleet::ProviderFactory {
             as std::sync::Arc<dyn adf::providers::Provider>)
     })
 }
+
+/// Wait until an agent's first channel backs off; its last error.
+pub async fn backing_off(fleet: &adf::runtime::fleet::Fleet, id: &str) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let st = fleet.channel_status(id);
+        if let Some((_, s)) = st.first().filter(|(_, s)| s.state == "backing_off") {
+            return s.last_error.clone().unwrap_or_default();
+        }
+        assert!(std::time::Instant::now() < deadline, "no back-off: {st:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
