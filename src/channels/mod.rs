@@ -218,27 +218,16 @@ impl Registry {
                     continue;
                 }
             };
-            match started {
-                Ok((out, task)) => {
-                    if let Ok(mut r) = self.running.write()
-                        && let Some(old) = r.insert((mb.id.clone(), kind.clone()), Running { out, status, task })
-                    {
-                        old.task.abort();
-                    }
-                }
-                Err(e) => {
-                    let _ =
-                        mb.with_store(|s| s.log("error", "adapter", "adapter_start_failed", &format!("{kind}: {e}")));
-                    // Stopped, with why: `adapters status` and the app say it.
-                    set_state(&status, "stopped", Some(e.clone()));
-                    let out: Arc<dyn Outbound> = Arc::new(NotStarted(e));
-                    let task = rt.spawn(async {});
-                    if let Ok(mut r) = self.running.write()
-                        && let Some(old) = r.insert((mb.id.clone(), kind.clone()), Running { out, status, task })
-                    {
-                        old.task.abort();
-                    }
-                }
+            let (out, task) = started.unwrap_or_else(|e| {
+                let _ = mb.with_store(|s| s.log("error", "adapter", "adapter_start_failed", &format!("{kind}: {e}")));
+                // Stopped, with why: `adapters status` and the app say it.
+                set_state(&status, "stopped", Some(e.clone()));
+                (Arc::new(NotStarted(e)) as Arc<dyn Outbound>, rt.spawn(async {}))
+            });
+            if let Ok(mut r) = self.running.write()
+                && let Some(old) = r.insert((mb.id.clone(), kind.clone()), Running { out, status, task })
+            {
+                old.task.abort();
             }
         }
     }
@@ -555,6 +544,21 @@ pub fn secret(mb: &Mailbox, name: &str) -> Result<Option<String>, String> {
         .filter(|t| !t.is_empty()))
 }
 
+/// A credential a channel cannot start without, or what to do about it.
+pub fn required_secret(mb: &Mailbox, name: &str, what: &str, kind: &str) -> Result<String, String> {
+    secret(mb, name)?.ok_or_else(|| {
+        format!(
+            "no {what} ({name} is not in the agent's credentials, or they are locked): adf adapters add FILE {kind}"
+        )
+    })
+}
+
+/// The largest file a channel takes in (`limits.max_attachment_size`,
+/// 20 MB by default).
+pub fn max_attachment(adapter: &Value) -> u64 {
+    adapter.pointer("/limits/max_attachment_size").and_then(Value::as_u64).unwrap_or(20 * 1024 * 1024)
+}
+
 /// A reqwest error without its URL (which may carry a token).
 pub fn without_url(e: &reqwest::Error) -> String {
     let mut e = e.to_string();
@@ -630,6 +634,15 @@ pub fn connect(store: &mut crate::store::Store, input: &Value) -> Result<String,
     if !adapter["config"].is_object() {
         adapter["config"] = json!({});
     }
+    // A server of its own (email's `api_url` is its IMAP URL, read below).
+    if kind != "email"
+        && let Some(u) = input["api_url"].as_str()
+    {
+        match url::Url::parse(u) {
+            Ok(p) if matches!(p.scheme(), "http" | "https") => adapter["config"]["api_url"] = json!(u),
+            _ => return Err(format!("api_url {u:?} is not an http(s) URL")),
+        }
+    }
     let (sealed, said) = if kind == "email" {
         let (config, username) = email::settings(input, &adapter["config"])?;
         let said = format!(
@@ -646,24 +659,12 @@ pub fn connect(store: &mut crate::store::Store, input: &Value) -> Result<String,
         // told apart by prefix) or `token` and `app_token`.
         let both = format!("{token} {}", input["app_token"].as_str().unwrap_or(""));
         let (bot, app) = slack::tokens(&both)?;
-        if let Some(u) = input["api_url"].as_str() {
-            match url::Url::parse(u) {
-                Ok(p) if matches!(p.scheme(), "http" | "https") => adapter["config"]["api_url"] = json!(u),
-                _ => return Err(format!("api_url {u:?} is not an http(s) URL")),
-            }
-        }
         let said = format!(
             "slack switched on ({dm} direct messages, channels: {groups}); it connects in the background. \
              The tokens are sealed in your credentials and will not be shown again."
         );
         (vec![(slack::BOT_TOKEN.to_string(), bot), (slack::APP_TOKEN.to_string(), app)], said)
     } else {
-        if let Some(u) = input["api_url"].as_str() {
-            match url::Url::parse(u) {
-                Ok(p) if matches!(p.scheme(), "http" | "https") => adapter["config"]["api_url"] = json!(u),
-                _ => return Err(format!("api_url {u:?} is not an http(s) URL")),
-            }
-        }
         let said = format!(
             "{kind} switched on ({dm} direct messages, groups: {groups}); it connects in the background. \
              The token is sealed in your credentials and will not be shown again."

@@ -19,9 +19,7 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use serde_json::{Map, Value, json};
 
-use super::{
-    Delivered, Inbound, Outbound, Outgoing, Policy, StatusCell, deliver, fail, notify, set_state, without_url,
-};
+use super::{Inbound, Outbound, Outgoing, Policy, StatusCell, fail, notify, set_state, without_url};
 use crate::runtime::mesh::Mailbox;
 
 const DEFAULT_API: &str = "https://api.telegram.org";
@@ -531,12 +529,10 @@ pub fn start(
     policy: Policy,
     status: StatusCell,
 ) -> Result<(Arc<dyn Outbound>, tokio::task::JoinHandle<()>), String> {
-    let token = super::secret(&mb, TOKEN)?.ok_or_else(|| {
-            format!("no bot token ({TOKEN} is not in the agent's credentials, or they are locked): adf adapters add FILE telegram")
-        })?;
+    let token = super::required_secret(&mb, TOKEN, "bot token", "telegram")?;
     let api = adapter.pointer("/config/api_url").and_then(Value::as_str).unwrap_or(DEFAULT_API).trim_end_matches('/');
     let poll = adapter.pointer("/config/poll_timeout_s").and_then(Value::as_u64).unwrap_or(25).min(50);
-    let max_file = adapter.pointer("/limits/max_attachment_size").and_then(Value::as_u64).unwrap_or(20 * 1024 * 1024);
+    let max_file = super::max_attachment(adapter);
     let bot = Arc::new(Bot {
         http: crate::providers::http_client(),
         base: format!("{api}/bot{token}"),
@@ -622,27 +618,13 @@ async fn run(bot: Arc<Bot>, mb: Arc<Mailbox>, policy: Policy, status: StatusCell
                     {
                         m.attachments.push(a);
                     }
-                    // The inbox middleware may rewrite or refuse it.
-                    let passed =
-                        if policy.admit(&m).is_ok() { super::middleware(&mb, &mut m, &status).await } else { Ok(true) };
-                    let done = match passed {
-                        Ok(true) => {
-                            let (mb2, p2, s2) = (mb.clone(), policy.clone(), status.clone());
-                            tokio::task::spawn_blocking(move || deliver(&mb2, &p2, &m, &s2))
-                                .await
-                                .map_err(|e| e.to_string())
-                        }
-                        Ok(false) => Ok(Ok(Delivered::Refused)),
-                        Err(e) => Ok(Err(e)),
-                    };
-                    let err = match done {
-                        Ok(Ok(Delivered::New(row))) => {
-                            batch.push(row);
+                    // Who may talk, the inbox middleware, the row.
+                    let err = match super::deliver_one(&mb, &policy, &status, m).await {
+                        Ok(rows) => {
+                            batch.extend(rows);
                             None
                         }
-                        Ok(Ok(Delivered::Duplicate | Delivered::Refused)) => None,
-                        Ok(Err(e)) => Some(e),
-                        Err(e) => Some(e.to_string()),
+                        Err(e) => Some(e),
                     };
                     if let Some(e) = err {
                         // Not confirmed: the next poll brings it again.

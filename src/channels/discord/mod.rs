@@ -20,7 +20,7 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::Value;
 
-use super::{Outbound, Policy, StatusCell, secret, without_url};
+use super::{Outbound, Policy, StatusCell, max_attachment, required_secret, without_url};
 use crate::runtime::mesh::Mailbox;
 
 const DEFAULT_API: &str = "https://discord.com/api/v10";
@@ -145,15 +145,13 @@ pub fn start(
     policy: Policy,
     status: StatusCell,
 ) -> Result<(Arc<dyn Outbound>, tokio::task::JoinHandle<()>), String> {
-    let token = secret(&mb, TOKEN)?.ok_or_else(|| {
-            format!("no bot token ({TOKEN} is not in the agent's credentials, or they are locked): adf adapters add FILE discord")
-        })?;
+    let token = required_secret(&mb, TOKEN, "bot token", "discord")?;
     let base = adapter.pointer("/config/api_url").and_then(Value::as_str).unwrap_or(DEFAULT_API);
     let rest = Arc::new(Rest {
         http: crate::providers::http_client(),
         base: base.trim_end_matches('/').to_string(),
         token,
-        max_file: adapter.pointer("/limits/max_attachment_size").and_then(Value::as_u64).unwrap_or(20 * 1024 * 1024),
+        max_file: max_attachment(adapter),
         me: Mutex::default(),
         app: Mutex::default(),
         forms: Mutex::default(),

@@ -10,15 +10,11 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use super::Rest;
+use crate::channels::markup::pieces;
 use crate::channels::{FORM_TYPE, Outbound, Outgoing};
 
 pub(super) struct Sender {
     pub rest: Arc<Rest>,
-}
-
-/// Text in pieces of Discord's 2,000 characters.
-fn pieces(text: &str) -> Vec<String> {
-    crate::channels::markup::pieces(text, 2000)
 }
 
 fn reference(reply_to: Option<&str>) -> Value {
@@ -51,7 +47,7 @@ impl Outbound for Sender {
     ) -> BoxFuture<'a, Result<String, String>> {
         Box::pin(async move {
             let mut first = None;
-            for (i, p) in pieces(text).into_iter().enumerate() {
+            for (i, p) in pieces(text, 2000).into_iter().enumerate() {
                 let id = self.post(chat, json!({"content": p}), reply_to.filter(|_| i == 0)).await?;
                 first.get_or_insert(id);
             }
@@ -73,7 +69,7 @@ impl Outbound for Sender {
                 return Err("Discord takes at most 10 files in a message; nothing was sent".into());
             }
             // The text beyond what one message holds goes first on its own.
-            let mut parts = pieces(&m.text);
+            let mut parts = pieces(&m.text, 2000);
             let last = parts.pop().unwrap_or_default();
             let mut reply_to = m.reply_to.as_deref();
             let mut first = None;

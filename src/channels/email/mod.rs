@@ -27,7 +27,7 @@ use serde_json::Value;
 
 pub use settings::{Server, auto_settings, check_address, settings};
 
-use super::{Outbound, Policy, StatusCell, secret};
+use super::{Outbound, Policy, StatusCell, max_attachment, required_secret, secret};
 use crate::runtime::mesh::Mailbox;
 
 /// The credential holding the login name (the address unless set).
@@ -85,9 +85,7 @@ impl Account {
         let c = &adapter["config"];
         let address = check_address(c["address"].as_str().unwrap_or_default())
             .map_err(|e| format!("adapters.email.config.address: {e}"))?;
-        let password = secret(mb, PASSWORD)?.ok_or_else(|| {
-            format!("no password ({PASSWORD} is not in the agent's credentials, or they are locked): adf adapters add FILE email")
-        })?;
+        let password = required_secret(mb, PASSWORD, "password", "email")?;
         let username = secret(mb, USERNAME)?.unwrap_or_else(|| address.clone());
         let (auto_imap, auto_smtp) = auto_settings(&address);
         let extra_roots = match c["ca_pem"].as_str() {
@@ -105,7 +103,7 @@ impl Account {
             idle: c["idle"].as_bool().unwrap_or(true),
             folders: if folders.is_empty() { vec!["INBOX".into()] } else { folders },
             max_message: limit("max_message_size", 25 * 1024 * 1024),
-            max_file: limit("max_attachment_size", 20 * 1024 * 1024),
+            max_file: max_attachment(adapter),
             address,
             username,
             password,

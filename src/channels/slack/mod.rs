@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{Outbound, Policy, StatusCell, secret, without_url};
+use super::{Outbound, Policy, StatusCell, max_attachment, required_secret, without_url};
 use crate::runtime::mesh::Mailbox;
 
 const DEFAULT_API: &str = "https://slack.com/api";
@@ -159,17 +159,14 @@ pub fn start(
     policy: Policy,
     status: StatusCell,
 ) -> Result<(Arc<dyn Outbound>, tokio::task::JoinHandle<()>), String> {
-    let missing = |name: &str, what: &str| {
-        format!("no {what} ({name} is not in the agent's credentials, or they are locked): adf adapters add FILE slack")
-    };
-    let bot = secret(&mb, BOT_TOKEN)?.ok_or_else(|| missing(BOT_TOKEN, "bot token"))?;
-    let app = secret(&mb, APP_TOKEN)?.ok_or_else(|| missing(APP_TOKEN, "app-level token"))?;
+    let bot = required_secret(&mb, BOT_TOKEN, "bot token", "slack")?;
+    let app = required_secret(&mb, APP_TOKEN, "app-level token", "slack")?;
     let base = adapter.pointer("/config/api_url").and_then(Value::as_str).unwrap_or(DEFAULT_API);
     let api = Arc::new(Api {
         http: crate::providers::http_client(),
         base: base.trim_end_matches('/').to_string(),
         bot,
-        max_file: adapter.pointer("/limits/max_attachment_size").and_then(Value::as_u64).unwrap_or(20 * 1024 * 1024),
+        max_file: max_attachment(adapter),
         me: Mutex::default(),
         forms: Mutex::default(),
         asks: Mutex::default(),

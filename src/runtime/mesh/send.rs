@@ -201,7 +201,6 @@ impl Executor {
         })?;
         let (handle, did) = self.handle_and_did();
         let mut row = Map::new();
-        let content_type = if m.content_type.is_empty() { "text/plain" } else { m.content_type.as_str() };
         for (k, v) in [
             ("from", json!(did)),
             ("to", json!(format!("{kind}:{chat}"))),
@@ -210,7 +209,7 @@ impl Executor {
             ("parent_id", json!(parent)),
             ("subject", json!(m.subject)),
             ("content", json!(m.text)),
-            ("content_type", json!(content_type)),
+            ("content_type", json!(m.content_type)),
             ("sender_alias", json!(handle)),
             ("created_at", json!(crate::store::now_ms())),
             ("status", json!("pending")),
@@ -270,6 +269,9 @@ impl Executor {
         let mut address = s(&input["address"]);
         let mut thread = s(&input["thread_id"]);
         let parent = s(&input["parent_id"]);
+        // The message replied to, read once: its sender, return path,
+        // thread, and what a channel recorded about it.
+        let mut parent_row = None;
         if let Some(pid) = &parent {
             let row = self
                 .store
@@ -279,6 +281,7 @@ impl Executor {
             recipient = s(&row["from"]).or_else(|| s(&row["sender_alias"]));
             address = s(&row["return_path"]).or_else(|| s(&row["reply_to"])).filter(|a| a.starts_with("http"));
             thread = thread.or_else(|| s(&row["thread_id"])).or_else(|| Some(pid.clone()));
+            parent_row = Some(row);
         } else if mode == "respond_only" {
             return Err("messaging.mode is respond_only: reply to an inbox message with parent_id".into());
         }
@@ -287,7 +290,7 @@ impl Executor {
         if let Some((kind, chat)) = recipient.as_deref().and_then(crate::channels::address) {
             // What the channel recorded about the message replied to.
             let mut replied = Value::Null;
-            if let Some(row) = parent.as_ref().and_then(|pid| self.store.inbox_get(pid).ok().flatten()) {
+            if let Some(row) = &parent_row {
                 replied = row
                     .get("source_context")
                     .and_then(Value::as_str)
