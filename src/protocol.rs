@@ -46,6 +46,9 @@ pub mod kind {
     pub const LOOP_STATE_CHANGED: &str = "loop.state.changed";
     /// `loop_send` delivered a message to another loop.
     pub const LOOP_MESSAGE_SENT: &str = "loop.message.sent";
+    /// The built-in memory linter ran for a `lint` loop's scheduled run
+    /// (`loop`, `summary`, `counts`).
+    pub const LOOP_MEMORY_LINTED: &str = "loop.memory_linted";
     pub const PROVIDER_RETRY_SCHEDULED: &str = "provider.retry_scheduled";
     pub const PROVIDER_RETRY_STARTED: &str = "provider.retry_started";
     pub const PROVIDER_RETRY_CANCELLED: &str = "provider.retry_cancelled";

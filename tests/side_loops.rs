@@ -327,8 +327,70 @@ async fn the_actor_runs_woken_scheduled_and_continuous_loops() {
     // Continuous: turns again after each completed turn, up to its limit.
     let worker = ex.store.side_rows("worker").unwrap();
     let turns = worker.iter().filter(|r| r.role == "assistant").count() as u32;
-    assert_eq!(turns, adf::runtime::executor::side::CONTINUOUS_TURNS, "{}", visible_text(&worker));
+    assert_eq!(turns, adf::store::loops::DEFAULT_MAX_TURNS, "{}", visible_text(&worker));
     assert_eq!(ex.state, "idle");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_continuous_loop_stops_at_its_own_turn_limit_or_its_budget() {
+    use adf::runtime::agent::{AgentCommand, spawn_with_tick, waiting_owner};
+    use std::time::Duration;
+    let dir = tmp();
+    let mut s = agent(dir.path());
+    let mut cfg = s.config_value().unwrap();
+    cfg["model"]["max_tokens"] = json!(100);
+    s.config_replace(cfg).unwrap();
+    let continuous =
+        |max_turns, budget| LoopSpec { mode: Some(LoopMode::Continuous), max_turns, budget, ..Default::default() };
+    s.loop_create("capped", &continuous(Some(3), None)).unwrap();
+    // A turn limit far off: the budget is what stops it.
+    s.loop_create("spender", &continuous(Some(1000), Some(json!({"tokens_total": 6000})))).unwrap();
+    for bad in [1001, u32::MAX] {
+        let e = s.loop_create("over", &continuous(Some(bad), None)).unwrap_err().to_string();
+        assert!(e.contains("1 to 1000"), "{e}");
+    }
+    assert!(s.loop_get("over").unwrap().is_none(), "nothing half-created");
+    let provider = Arc::new(Scripted::new([]).with_fallback(|_| Reply::Text("working".into())));
+    let owner = waiting_owner();
+    let ex = Executor::new(s, provider.clone(), Bus::new(), owner.clone()).unwrap();
+    let (h, task) = spawn_with_tick(ex, owner, Duration::from_millis(30));
+    for name in ["capped", "spender"] {
+        h.send(AgentCommand::LoopChat { name: name.into(), text: "start".into(), turn_id: None });
+    }
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    drop(h);
+    let ex = task.await.unwrap();
+    let turns = |name: &str| ex.store.side_rows(name).unwrap().iter().filter(|r| r.role == "assistant").count();
+    assert_eq!(turns("capped"), 3, "{}", visible_text(&ex.store.side_rows("capped").unwrap()));
+    let spent = turns("spender");
+    assert!((2..1000).contains(&spent), "the budget stopped it after {spent} turns");
+    let d = ex.store.loop_get("spender").unwrap().unwrap();
+    assert_eq!(d.status, "paused", "paused at its budget until the owner raises it");
+    assert!(visible_text(&ex.store.side_rows("spender").unwrap()).contains("budget.tokens_total of 6000 reached"));
+    assert_eq!(ex.store.loop_get("capped").unwrap().unwrap().status, "idle");
+    assert_eq!(adf::store::loops::to_json(&d)["turn_limit"], 1000);
+}
+
+#[test]
+fn adf_loops_set_changes_a_loop_and_refuses_a_bad_turn_limit() {
+    let dir = tmp();
+    let d = dir.path();
+    ok(&adf(d, &["new", "a.adf"], None));
+    ok(&adf(d, &["loops", "new", "a.adf", "worker", "--mode", "continuous", "--max-turns", "5"], None));
+    let ls = json(&adf(d, &["loops", "ls", "a.adf", "--json"], None));
+    let worker = ls["loops"].as_array().unwrap().iter().find(|l| l["name"] == "worker").unwrap().clone();
+    assert_eq!((worker["max_turns"].clone(), worker["turn_limit"].clone()), (json!(5), json!(5)));
+    let before = std::fs::read(d.join("a.adf")).unwrap();
+    fails(&adf(d, &["loops", "set", "a.adf", "worker", "--max-turns", "5000"], None), &["max_turns 5000", "1 to 1000"]);
+    fails(&adf(d, &["loops", "set", "a.adf", "worker"], None), &["nothing to change"]);
+    fails(&adf(d, &["loops", "set", "a.adf", "nope", "--max-turns", "3"], None), &["no loop named \"nope\""]);
+    assert_eq!(std::fs::read(d.join("a.adf")).unwrap(), before, "refusals changed nothing");
+    let set =
+        json(&adf(d, &["loops", "set", "a.adf", "worker", "--max-turns", "0", "--goal", "keep going", "--json"], None));
+    assert_eq!(
+        (set["max_turns"].clone(), set["turn_limit"].clone(), set["goal"].clone()),
+        (Value::Null, json!(20), json!("keep going"))
+    );
 }
 
 #[test]

@@ -1091,6 +1091,8 @@ async fn side_loops_show_in_the_tree_with_their_own_chat_and_composer() {
     store.loop_create("critic", &LoopSpec { goal: Some("Find the holes.".into()), ..Default::default() }).unwrap();
     let hourly = LoopSpec { mode: Some(LoopMode::Scheduled), schedule: Some("0 * * * *".into()), ..Default::default() };
     store.loop_create("mem", &hourly).unwrap();
+    let drafting = LoopSpec { mode: Some(LoopMode::Continuous), max_turns: Some(5), ..Default::default() };
+    store.loop_create("drafter", &drafting).unwrap();
     let replies =
         vec![Reply::Text("Main is fine.".into()), Reply::Text("Objection 1: the plan has no deadline.".into())];
     let mut ex = Executor::new(store, Arc::new(Scripted::new(replies)), Bus::new(), Arc::new(Absent)).unwrap();
@@ -1102,7 +1104,7 @@ async fn side_loops_show_in_the_tree_with_their_own_chat_and_composer() {
     a.set_agents(vec![AgentInfo { id: id.clone(), name: "scribe".into(), handle: String::new(), path }], root);
     a.sel = 0;
     a.focus = Focus::Fleet;
-    assert_eq!(a.agents[0].loops.len(), 2);
+    assert_eq!(a.agents[0].loops.len(), 3);
     assert_eq!(a.current_loop(), None);
     key(&mut a, KeyCode::Char(']'));
     assert_eq!(a.current_loop().as_deref(), Some("critic"));
@@ -1110,6 +1112,7 @@ async fn side_loops_show_in_the_tree_with_their_own_chat_and_composer() {
     let screen = render(&a, 120, 40);
     assert!(screen.contains("scribe · critic") && screen.contains("Objection 1"), "{screen}");
     assert!(screen.contains("mem") && screen.contains("0 * * * *"), "the schedule shows: {screen}");
+    assert!(screen.contains("drafter idle · 5 turns"), "a continuous loop's turn limit shows: {screen}");
     assert!(!screen.contains("Main is fine."), "main's rows are not in the side loop's chat");
     // The composer writes to the loop on screen.
     a.focus = Focus::Main;

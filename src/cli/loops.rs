@@ -32,6 +32,45 @@ fn one(out: &Out, d: &Value, verb: &str) -> anyhow::Result<()> {
     if out.json { out.json(d) } else { out.line(format!("{verb} loop {}", d["name"].as_str().unwrap_or(""))) }
 }
 
+/// The loop fields `new` and `set` take, as the API's JSON input.
+struct Fields {
+    template: Option<String>,
+    goal: Option<String>,
+    tools: Option<Vec<String>>,
+    model: Option<String>,
+    mode: Option<String>,
+    schedule: Option<String>,
+    compact_threshold: Option<u64>,
+    max_turns: Option<u64>,
+}
+
+impl Fields {
+    fn input(self, mut input: Value) -> Value {
+        let texts = [
+            ("template", self.template),
+            ("goal", self.goal),
+            ("model", self.model),
+            ("mode", self.mode),
+            ("schedule", self.schedule),
+        ];
+        for (k, v) in texts {
+            if let Some(v) = v {
+                input[k] = json!(v);
+            }
+        }
+        if let Some(t) = self.tools {
+            input["tools"] = json!(t);
+        }
+        if let Some(c) = self.compact_threshold {
+            input["compact_threshold"] = json!(c);
+        }
+        if let Some(n) = self.max_turns {
+            input["max_turns"] = json!(n);
+        }
+        input
+    }
+}
+
 pub fn run(out: &Out, cmd: LoopsCmd) -> anyhow::Result<()> {
     match cmd {
         LoopsCmd::Ls { path } => {
@@ -75,21 +114,43 @@ pub fn run(out: &Out, cmd: LoopsCmd) -> anyhow::Result<()> {
             };
             if out.json { out.json(&d) } else { out.line(format!("loop {name}: budget {}", d["budget"])) }
         }
-        LoopsCmd::New { path, name, template, goal, tools, model, mode, schedule, compact_threshold, budget } => {
-            let mut input = json!({"name": name});
-            for (k, v) in
-                [("template", template), ("goal", goal), ("model", model), ("mode", mode), ("schedule", schedule)]
-            {
-                if let Some(v) = v {
-                    input[k] = json!(v);
+        LoopsCmd::Set { path, name, goal, tools, model, mode, schedule, compact_threshold, max_turns } => {
+            let fields = Fields { template: None, goal, tools, model, mode, schedule, compact_threshold, max_turns };
+            let input = fields.input(json!({}));
+            if input.as_object().is_some_and(|o| o.is_empty()) {
+                anyhow::bail!(
+                    "{}: nothing to change: give --goal, --tools, --model, --mode, --schedule, --compact-threshold \
+                     or --max-turns",
+                    path.display()
+                );
+            }
+            let spec = crate::runtime::executor::side::spec_from(&input)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            let d = match open_for_write(&path)? {
+                Target::Local(mut store) => {
+                    let d = store.loop_update(&name, &spec).map_err(|e| at(&path, e))?;
+                    close(store)?;
+                    loops::to_json(&d)
                 }
-            }
-            if let Some(t) = tools {
-                input["tools"] = json!(t);
-            }
-            if let Some(c) = compact_threshold {
-                input["compact_threshold"] = json!(c);
-            }
+                Target::Held(via) => via.call(Method::PATCH, &["loops", &name], &[], Some(&input))?["loop"].clone(),
+            };
+            one(out, &d, "changed")
+        }
+        LoopsCmd::New {
+            path,
+            name,
+            template,
+            goal,
+            tools,
+            model,
+            mode,
+            schedule,
+            compact_threshold,
+            max_turns,
+            budget,
+        } => {
+            let fields = Fields { template, goal, tools, model, mode, schedule, compact_threshold, max_turns };
+            let mut input = fields.input(json!({"name": name}));
             if let Some(b) = budget {
                 input["budget"] = serde_json::from_str(&b).map_err(|e| {
                     anyhow::anyhow!("{}: --budget is not JSON: {e} (e.g. '{{\"usd_day\": 1}}')", path.display())
@@ -144,6 +205,25 @@ pub fn run(out: &Out, cmd: LoopsCmd) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// `adf lint FILE [--stale-days N]`: the memory linter, exit 1 when it
+/// found something (as `diff` does on a difference).
+pub fn lint(out: &Out, path: &std::path::Path, stale_days: u32) -> anyhow::Result<u8> {
+    let store = open_for_read(path)?;
+    let report = store.memory_lint(crate::store::lint::LintOptions { stale_days });
+    close(store)?;
+    let report = report.map_err(|e| at(path, e))?;
+    if out.json {
+        out.json(&report)?;
+    } else {
+        out.line(report.summary())?;
+        for f in &report.findings {
+            let place = f.line.map(|l| format!("{}:{l}", f.page)).unwrap_or_else(|| f.page.clone());
+            out.line(format!("{place}: {}: {}", f.kind.replace('_', " "), f.detail))?;
+        }
+    }
+    Ok(if report.is_clean() { 0 } else { 1 })
 }
 
 /// `adf context FILE [--loop NAME]`.

@@ -407,6 +407,14 @@ pub enum Command {
     /// Resolve a `[S<seq>]` citation to the loop row it names (live, or
     /// from the audit archive after compaction).
     Cite { path: PathBuf, citation: String },
+    /// Lint the agent's memory pages: dangling citations, broken links,
+    /// orphan and stale pages, contradicting facts. Exits 1 on findings.
+    Lint {
+        path: PathBuf,
+        /// Days a page may stay unchanged while the agent works (default 30).
+        #[arg(long, default_value_t = crate::store::lint::DEFAULT_STALE_DAYS, value_parser = clap::value_parser!(u32).range(1..=36500))]
+        stale_days: u32,
+    },
     /// Send a message. With an agent file: run one turn in-process, the
     /// reply streaming to stdout. With an agent's name: through the daemon.
     Chat {
@@ -492,9 +500,36 @@ pub enum LoopsCmd {
         schedule: Option<String>,
         #[arg(long)]
         compact_threshold: Option<u64>,
+        /// Turns a continuous loop takes on one wake (1 to 1000; default 20).
+        #[arg(long)]
+        max_turns: Option<u64>,
         /// Its own budget, as limits.budget: '{"usd_day": 1}'.
         #[arg(long)]
         budget: Option<String>,
+    },
+    /// Change a side loop: only what is given changes (`--max-turns 0`
+    /// and `--model ''` go back to the defaults).
+    Set {
+        path: PathBuf,
+        name: String,
+        #[arg(long)]
+        goal: Option<String>,
+        /// Comma-separated allowlist (fs_read,loop_send).
+        #[arg(long, value_delimiter = ',')]
+        tools: Option<Vec<String>>,
+        #[arg(long)]
+        model: Option<String>,
+        /// reactive, scheduled or continuous.
+        #[arg(long)]
+        mode: Option<String>,
+        /// A cron expression ("0 * * * *") or "every 30m".
+        #[arg(long)]
+        schedule: Option<String>,
+        #[arg(long)]
+        compact_threshold: Option<u64>,
+        /// Turns a continuous loop takes on one wake (1 to 1000; 0: the default, 20).
+        #[arg(long)]
+        max_turns: Option<u64>,
     },
     /// Set (or with 'null' remove) a side loop's own budget.
     Budget { path: PathBuf, name: String, budget: String },
@@ -720,6 +755,10 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Some(Command::Budget { cmd }) => return usage::budget(&out, cmd.as_ref()).map(|()| 0),
         Some(Command::Token(cmd)) => return token::run(&out, cmd).map(|()| 0),
         Some(Command::Fork { src, at_row, dst }) => return clone::fork(&out, src, at_row, dst).map(|()| 0),
+        Some(Command::Lint { path, stale_days }) => {
+            missing(path)?;
+            return loops::lint(&out, path, *stale_days);
+        }
         Some(Command::Diff { a, b }) => {
             missing(a)?;
             missing(b)?;

@@ -133,11 +133,19 @@ pub const ROUTES: &[Route] = &[
             "mode:reactive|continuous",
             "schedule:every",
             "compact_threshold:integer",
+            "max_turns:turns",
         ],
     ),
     b(
         r("patch", "/agents/{id}/loops/{name}", "Change a side loop; status paused|idle pauses or resumes it"),
-        &["goal:string", "model:string", "mode:reactive|continuous", "schedule:every", "status:paused|idle"],
+        &[
+            "goal:string",
+            "model:string",
+            "mode:reactive|continuous",
+            "schedule:every",
+            "status:paused|idle",
+            "max_turns:turns",
+        ],
     ),
     r("delete", "/agents/{id}/loops/{name}", "Delete a side loop (its stream is archived to audit)"),
     b(
@@ -238,6 +246,7 @@ fn field(spec: &str) -> (String, Value, bool) {
         "integer" => json!({"type": "integer", "minimum": 0, "maximum": 9_007_199_254_740_991u64}),
         "path" => json!({"type": "string", "minLength": 1}),
         "boolean" => json!({"type": "boolean"}),
+        "turns" => json!({"type": "integer", "minimum": 0, "maximum": crate::store::loops::MAX_TURNS_LIMIT}),
         // Non-empty text with something besides spaces.
         "text" => json!({"type": "string", "pattern": "\\S"}),
         "string" => json!({"type": "string"}),

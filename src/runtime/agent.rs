@@ -500,17 +500,19 @@ pub fn spawn_with(
                 cut = None;
             }
             queue_loop_wakes(&mut ex, &mut timer_wakes, &mut loop_runs, &mut continuous);
+            // A continuous loop turns again up to its own turn limit; a
+            // paused one (its budget spent, or the owner's pause) stops.
             if let Some(name) = continuing
-                && ex
+                && let Some(def) = ex
                     .store
                     .loop_get(&name)
                     .ok()
                     .flatten()
-                    .is_some_and(|d| d.mode == crate::store::loops::LoopMode::Continuous)
+                    .filter(|d| d.mode == crate::store::loops::LoopMode::Continuous && d.status != "paused")
             {
                 let n = continuous.entry(name.clone()).or_insert(0);
                 *n += 1;
-                if *n < super::executor::side::CONTINUOUS_TURNS && !loop_runs.iter().any(|r| r.name == name) {
+                if *n < def.turn_limit() && !loop_runs.iter().any(|r| r.name == name) {
                     loop_runs.push_back(LoopRun {
                         name,
                         text: Some("[Continue toward your goal.]".into()),

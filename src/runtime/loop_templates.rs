@@ -55,10 +55,12 @@ pub fn spec(name: &str) -> Result<LoopSpec, String> {
             Some("every 6h"),
         ),
         "lint" => (
-            "Lint memory: read mind.md and mind/*.md and report contradictions between pages, stale pages, pages \
-             no index links to, and [S<seq>] citations that resolve to no loop row or audit entry. Write the \
-             report to mind/lint.md and send main a summary with loop_send.",
-            tools(&["fs_read", "fs_write", "fs_list", "db_query", "memory_cite", "loop_send"]),
+            "Lint memory. Each scheduled run opens with the built-in lint's report (memory_lint runs it again): \
+             citations that resolve to nothing, broken links, pages no link from mind.md reaches, stale pages and \
+             facts stated with different values. Read the pages involved, decide which statement holds (memory_cite \
+             shows the row a citation names), look for contradictions the checks cannot see, fix the pages, and \
+             write the report to mind/lint.md. Send main a summary with loop_send when something needs it.",
+            tools(&["fs_read", "fs_write", "fs_list", "db_query", "memory_cite", "memory_lint", "loop_send"]),
             LoopMode::Scheduled,
             Some("0 6 * * *"),
         ),
@@ -76,6 +78,7 @@ pub fn spec(name: &str) -> Result<LoopSpec, String> {
         schedule: schedule.map(str::to_string),
         template: Some(name.to_string()),
         budget: None,
+        max_turns: None,
     })
 }
 

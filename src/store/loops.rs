@@ -19,6 +19,11 @@ use super::{Store, now_ms};
 /// Side loops an agent may have beside `main`.
 pub const MAX_SIDE_LOOPS: usize = 16;
 
+/// Turns a continuous loop takes on one wake when it sets no `max_turns`.
+pub const DEFAULT_MAX_TURNS: u32 = 20;
+/// The most a loop may set: a runaway loop is stopped by this or its budget.
+pub const MAX_TURNS_LIMIT: u32 = 1_000;
+
 /// Tools a side loop never gets, whatever its allowlist says (besides every
 /// restricted tool): it attenuates the agent, never escalates it.
 pub const FORBIDDEN: &[&str] = &["sys_update_config", "loop_manage", "sys_create_adf"];
@@ -34,6 +39,7 @@ CREATE TABLE IF NOT EXISTS adfrs_loops (
   schedule TEXT,
   template TEXT,
   budget TEXT,
+  max_turns INTEGER,
   status TEXT NOT NULL DEFAULT 'idle',
   next_run_at INTEGER,
   created_at INTEGER NOT NULL,
@@ -106,6 +112,8 @@ pub struct LoopDef {
     pub template: Option<String>,
     /// Its own budget (`limits.budget`'s shape), on top of the agent's.
     pub budget: Option<Value>,
+    /// Turns a continuous loop takes on one wake (`None`: the default, 20).
+    pub max_turns: Option<u32>,
     /// `idle`, `active`, `paused` or `error`.
     pub status: String,
     pub next_run_at: Option<i64>,
@@ -124,6 +132,8 @@ pub struct LoopSpec {
     pub schedule: Option<String>,
     pub template: Option<String>,
     pub budget: Option<Value>,
+    /// `Some(0)` on update clears it back to the default.
+    pub max_turns: Option<u32>,
 }
 
 /// A message waiting for a loop's next model boundary.
@@ -196,11 +206,49 @@ fn def_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<LoopDef> {
         next_run_at: r.get(10)?,
         created_at: r.get(11)?,
         updated_at: r.get(12)?,
+        max_turns: r.get::<_, Option<i64>>(13)?.and_then(|v| u32::try_from(v).ok()).filter(|v| *v > 0),
     })
 }
 
 const DEF_COLUMNS: &str = "name, goal, tools, model, compact_threshold, mode, schedule, template, budget, status, \
-                           next_run_at, created_at, updated_at";
+                           next_run_at, created_at, updated_at, max_turns";
+/// The same for a table made before `max_turns` existed (read as unset).
+const DEF_COLUMNS_OLD: &str = "name, goal, tools, model, compact_threshold, mode, schedule, template, budget, status, \
+                               next_run_at, created_at, updated_at, NULL";
+
+/// Columns added to `adfrs_loops` after its first version, added to an
+/// older file's table by the first write that needs them.
+const ADDED_COLUMNS: &[(&str, &str)] = &[("budget", "budget TEXT"), ("max_turns", "max_turns INTEGER")];
+
+fn add_missing_columns(tx: &Connection) -> rusqlite::Result<()> {
+    let have = super::schema::table_columns(tx, "adfrs_loops")?;
+    for (col, def) in ADDED_COLUMNS {
+        if !have.iter().any(|c| c.eq_ignore_ascii_case(col)) {
+            tx.execute_batch(&format!("ALTER TABLE adfrs_loops ADD COLUMN {def}"))?;
+        }
+    }
+    Ok(())
+}
+
+fn no_such_column(e: &rusqlite::Error) -> bool {
+    e.to_string().contains("no such column")
+}
+
+/// Check a `max_turns`: 1 to `MAX_TURNS_LIMIT` (0 clears it on update).
+pub fn check_max_turns(n: u64) -> std::result::Result<u32, String> {
+    u32::try_from(n).ok().filter(|n| *n <= MAX_TURNS_LIMIT).ok_or_else(|| {
+        format!(
+            "max_turns {n}: a loop takes 1 to {MAX_TURNS_LIMIT} turns a wake (0 sets the default, {DEFAULT_MAX_TURNS})"
+        )
+    })
+}
+
+impl LoopDef {
+    /// Turns this loop takes on one wake when continuous.
+    pub fn turn_limit(&self) -> u32 {
+        self.max_turns.unwrap_or(DEFAULT_MAX_TURNS)
+    }
+}
 
 /// The next seq of the shared space, taken from `adf_loop`'s counter (one
 /// more than any seq ever used by any loop), inside the caller's write.
@@ -246,6 +294,10 @@ impl Store {
         let mut stmt = match self.conn().prepare_cached(&sql) {
             Ok(s) => s,
             Err(e) if no_such_table(&e) => return Ok(Vec::new()),
+            Err(e) if no_such_column(&e) => self
+                .conn()
+                .prepare_cached(&format!("SELECT {DEF_COLUMNS_OLD} FROM adfrs_loops ORDER BY name"))
+                .at(self.path())?,
             Err(e) => return Err(e).at(self.path()),
         };
         stmt.query_map([], def_from_row).at(self.path())?.collect::<rusqlite::Result<Vec<_>>>().at(self.path())
@@ -257,6 +309,10 @@ impl Store {
         match self.conn().query_row(&sql, [name], def_from_row).optional() {
             Ok(d) => Ok(d),
             Err(e) if no_such_table(&e) => Ok(None),
+            Err(e) if no_such_column(&e) => {
+                let sql = format!("SELECT {DEF_COLUMNS_OLD} FROM adfrs_loops WHERE name = ?1");
+                self.conn().query_row(&sql, [name], def_from_row).optional().at(self.path())
+            }
             Err(e) => Err(e).at(self.path()),
         }
     }
@@ -271,12 +327,16 @@ impl Store {
         }
         check_name(name).map_err(StoreError::Invalid)?;
         check_budget(spec.budget.as_ref())?;
+        if let Some(n) = spec.max_turns {
+            check_max_turns(u64::from(n)).map_err(StoreError::Invalid)?;
+        }
         let mode = spec.mode.unwrap_or_default();
         let now = now_ms();
         let next = first_run(mode, spec.schedule.as_deref(), now)?;
         let path = self.path().to_path_buf();
         self.write(|tx| {
             tx.execute_batch(DDL).at(&path)?;
+            add_missing_columns(tx).at(&path)?;
             let n: i64 = tx.query_row("SELECT COUNT(*) FROM adfrs_loops", [], |r| r.get(0)).at(&path)?;
             let exists: bool = tx
                 .query_row("SELECT 1 FROM adfrs_loops WHERE name = ?1", [name], |_| Ok(true))
@@ -293,8 +353,8 @@ impl Store {
             }
             tx.execute(
                 "INSERT INTO adfrs_loops(name, goal, tools, model, compact_threshold, mode, schedule, template,
-                   budget, status, next_run_at, created_at, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?11, 'idle', ?9, ?10, ?10)",
+                   budget, max_turns, status, next_run_at, created_at, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?11, ?12, 'idle', ?9, ?10, ?10)",
                 params![
                     name,
                     spec.goal.as_deref().unwrap_or(""),
@@ -306,7 +366,8 @@ impl Store {
                     spec.template,
                     next,
                     now,
-                    spec.budget.as_ref().filter(|b| !b.is_null()).map(Value::to_string)
+                    spec.budget.as_ref().filter(|b| !b.is_null()).map(Value::to_string),
+                    spec.max_turns.filter(|n| *n > 0).map(i64::from)
                 ],
             )
             .at(&path)?;
@@ -318,6 +379,9 @@ impl Store {
     /// Change a side loop's definition (absent fields keep their value).
     pub fn loop_update(&mut self, name: &str, spec: &LoopSpec) -> Result<LoopDef> {
         check_budget(spec.budget.as_ref())?;
+        if let Some(n) = spec.max_turns {
+            check_max_turns(u64::from(n)).map_err(StoreError::Invalid)?;
+        }
         let Some(mut d) = self.loop_get(name)? else {
             return Err(StoreError::Missing(format!("no loop named {name:?}")));
         };
@@ -342,13 +406,17 @@ impl Store {
         if let Some(b) = &spec.budget {
             d.budget = Some(b.clone()).filter(|b| !b.is_null());
         }
+        if let Some(n) = spec.max_turns {
+            d.max_turns = Some(n).filter(|n| *n > 0);
+        }
         let now = now_ms();
         let next = first_run(d.mode, d.schedule.as_deref(), now)?;
         let path = self.path().to_path_buf();
         self.write(|tx| {
+            add_missing_columns(tx).at(&path)?;
             tx.execute(
                 "UPDATE adfrs_loops SET goal = ?2, tools = ?3, model = ?4, compact_threshold = ?5, mode = ?6,
-                   schedule = ?7, next_run_at = ?8, updated_at = ?9, budget = ?10 WHERE name = ?1",
+                   schedule = ?7, next_run_at = ?8, updated_at = ?9, budget = ?10, max_turns = ?11 WHERE name = ?1",
                 params![
                     name,
                     d.goal,
@@ -359,7 +427,8 @@ impl Store {
                     d.schedule,
                     next,
                     now,
-                    d.budget.as_ref().map(Value::to_string)
+                    d.budget.as_ref().map(Value::to_string),
+                    d.max_turns.map(i64::from)
                 ],
             )
             .at(&path)
@@ -574,8 +643,11 @@ pub fn allowed(def: &LoopDef, name: &str, enabled: bool, restricted: bool) -> bo
 }
 
 /// The loop definition as the JSON the CLI and API show.
+/// `turn_limit` is what a continuous loop takes a wake, set or default.
 pub fn to_json(def: &LoopDef) -> Value {
-    serde_json::to_value(def).unwrap_or(Value::Null)
+    let mut v = serde_json::to_value(def).unwrap_or(Value::Null);
+    v["turn_limit"] = Value::from(def.turn_limit());
+    v
 }
 
 #[cfg(test)]
@@ -594,6 +666,10 @@ mod tests {
         assert!(next_run("every 3x", 0).is_err());
         assert!(next_run("0 * * * *", 0).unwrap() > 0);
         assert!(next_run("not cron", 0).is_err());
+        assert_eq!(check_max_turns(5), Ok(5));
+        for bad in [1_001, u64::from(u32::MAX) + 1] {
+            assert!(check_max_turns(bad).unwrap_err().contains("1 to 1000"), "{bad}");
+        }
         let mut d = LoopDef {
             name: "r".into(),
             goal: String::new(),
@@ -604,6 +680,7 @@ mod tests {
             schedule: None,
             template: None,
             budget: None,
+            max_turns: None,
             status: "idle".into(),
             next_run_at: None,
             created_at: 0,
@@ -617,5 +694,21 @@ mod tests {
         assert!(allowed(&d, "fs_write", true, false));
         assert!(!allowed(&d, "db_execute", true, true), "restricted tools never");
         assert!(!allowed(&d, "loop_manage", true, false));
+    }
+
+    #[test]
+    fn a_table_made_before_max_turns_reads_and_takes_it_on_the_next_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, _) = Store::create(dir.path().join("a.adf"), &crate::store::NewAgent::default()).unwrap();
+        store.loop_create("old", &LoopSpec::default()).unwrap();
+        // The table as an earlier adf made it: no max_turns column.
+        store.conn().execute_batch("ALTER TABLE adfrs_loops DROP COLUMN max_turns").unwrap();
+        let d = store.loop_get("old").unwrap().unwrap();
+        assert_eq!((d.max_turns, d.turn_limit()), (None, DEFAULT_MAX_TURNS));
+        assert_eq!(store.loops_list().unwrap().len(), 1);
+        let spec = LoopSpec { max_turns: Some(7), ..Default::default() };
+        assert_eq!(store.loop_update("old", &spec).unwrap().turn_limit(), 7);
+        store.loop_create("new", &spec).unwrap();
+        assert_eq!(store.loop_get("new").unwrap().unwrap().max_turns, Some(7));
     }
 }

@@ -20,6 +20,7 @@ pub mod fork;
 pub mod grants;
 pub mod identity;
 pub mod keyring;
+pub mod lint;
 pub mod lock;
 pub mod logs;
 pub mod loop_rows;

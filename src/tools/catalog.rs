@@ -206,6 +206,10 @@ static CATALOG: &[ToolDef] = &[
         "properties": {"citation": {"type": "string", "description": "S123, [S123] or 123"}},
         "required": ["citation"]
     }),
+    tool!("memory_lint", "Check the memory pages (mind.md and mind/*.md): [S<seq>] citations that resolve to nothing, links to missing pages, pages no link from mind.md reaches, pages unchanged for stale_days while the agent kept working, and one subject's key: value stated with different values.", {
+        "type": "object",
+        "properties": {"stale_days": {"type": "integer", "minimum": 1, "maximum": 36500, "default": 30}}
+    }),
     tool!("loop_list", "List this agent's loops (main and its side loops) with their mode, schedule, status and waiting messages.", {
         "type": "object",
         "properties": {}
@@ -221,6 +225,7 @@ static CATALOG: &[ToolDef] = &[
             "compact_threshold": {"type": "integer", "minimum": 1000},
             "mode": {"type": "string", "enum": ["reactive", "scheduled", "continuous"]},
             "schedule": {"type": "string", "description": "A cron expression (0 * * * *) or every <n>s|m|h|d"},
+            "max_turns": {"type": "integer", "minimum": 0, "maximum": 1000, "description": "Turns a continuous loop takes on one wake (default 20; 0 restores it)"},
             "template": {"type": "string"}
         },
         "required": ["action", "name"]

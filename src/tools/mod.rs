@@ -170,6 +170,16 @@ pub fn execute(ctx: &mut Ctx<'_>, name: &str, input: &Value) -> ToolOutput {
             },
             Err(e) => ToolOutput::err(e),
         },
+        "memory_lint" => {
+            let stale_days = clean["stale_days"].as_u64().map(|d| d.min(36_500) as u32);
+            let opts = crate::store::lint::LintOptions {
+                stale_days: stale_days.unwrap_or(crate::store::lint::DEFAULT_STALE_DAYS),
+            };
+            match ctx.store.memory_lint(opts) {
+                Ok(r) => ToolOutput::json(&serde_json::to_value(&r).unwrap_or_default()),
+                Err(e) => e.into(),
+            }
+        }
         "fs_transfer" if clean["from"] == clean["to"] => ToolOutput::err(format!(
             "'from' and 'to' must be different (both are '{}').",
             clean["from"].as_str().unwrap_or_default()

@@ -172,7 +172,11 @@ pub fn tree_lines(app: &App, a: &super::app::AgentEntry, indent: &str, width: us
         let g = if k + 1 == n { app.glyphs.last } else { app.glyphs.branch };
         let what = match (l["mode"].as_str(), l["schedule"].as_str()) {
             (Some("scheduled"), Some(s)) => format!("{status} · {s}"),
-            (Some("continuous"), _) => format!("{status} · continuous"),
+            // Continuous: the turns it takes a wake.
+            (Some("continuous"), _) => match l["turn_limit"].as_u64() {
+                Some(n) => format!("{status} · {n} turns"),
+                None => format!("{status} · continuous"),
+            },
             _ => status.to_string(),
         };
         let on = here.is_some_and(|h| h == name);

@@ -25,9 +25,6 @@ use crate::store::config::AgentConfig;
 use crate::store::loops::{self, LoopDef, LoopMode, LoopSpec};
 use crate::tools::ToolOutput;
 
-/// Turns a continuous loop takes on one wake before it waits again.
-pub const CONTINUOUS_TURNS: u32 = 20;
-
 /// The side loop whose turn is running.
 pub(crate) struct Side {
     pub(crate) def: LoopDef,
@@ -136,6 +133,14 @@ impl Executor {
             // Woken for mail a turn of it already read: nothing to do.
             return Ok(TurnEnd::Completed { text: String::new() });
         }
+        // A `lint` loop's scheduled run starts from the built-in checks.
+        let linted;
+        let text = if event_type == "schedule" && def.template.as_deref() == Some("lint") {
+            linted = self.scheduled_lint(name, text.unwrap_or("[Scheduled run]"))?;
+            Some(linted.as_str())
+        } else {
+            text
+        };
         self.enter_side(def);
         // The owner's `/compact` and `/clear` act on this loop.
         use crate::runtime::slash::{Slash, parse};
@@ -159,6 +164,27 @@ impl Executor {
         }
         self.leave_side();
         end
+    }
+
+    /// Run the built-in memory linter for loop `name`'s scheduled run:
+    /// the owner is told in the log (a warning when it found something)
+    /// and on the bus, and the loop's turn opens with the report, so the
+    /// model judges what only it can (which side of a contradiction holds).
+    fn scheduled_lint(&mut self, name: &str, head: &str) -> Result<String, StoreError> {
+        let report = self.store.memory_lint(crate::store::lint::LintOptions::default())?;
+        let summary = report.summary();
+        let level = if report.is_clean() { "info" } else { "warn" };
+        self.log(level, "memory_lint", "lint", &format!("loop {name}: {summary}"))?;
+        self.emit(
+            kind::LOOP_MEMORY_LINTED,
+            "system:executor",
+            json!({"loop": name, "summary": summary, "counts": report.counts, "findings": report.findings.len()}),
+        );
+        Ok(format!(
+            "{head}\n\nThe built-in memory lint ran first; its report:\n\n{}\nCheck each finding (memory_cite \
+             resolves a citation), fix what you can, and write the report with your judgement to mind/lint.md.",
+            report.markdown()
+        ))
     }
 
     /// A state set during a side turn is the loop's status: published as
@@ -397,6 +423,13 @@ pub fn spec_from(input: &Value) -> Result<LoopSpec, String> {
     if let Some(c) = input["compact_threshold"].as_u64() {
         spec.compact_threshold = Some(c);
     }
+    match input.get("max_turns") {
+        None | Some(Value::Null) => {}
+        Some(v) => {
+            let n = v.as_u64().ok_or_else(|| format!("max_turns {v}: a whole number of turns, 1 to 1000"))?;
+            spec.max_turns = Some(loops::check_max_turns(n)?);
+        }
+    }
     if let Some(m) = input["mode"].as_str() {
         spec.mode =
             Some(LoopMode::parse(m).ok_or_else(|| format!("mode {m:?}: use reactive, scheduled or continuous"))?);
@@ -419,11 +452,11 @@ pub(crate) fn manages_loops(cfg: &Value) -> bool {
     cfg["tools"].as_array().is_some_and(|t| t.iter().any(|t| t["name"] == "loop_manage" && t["enabled"] == json!(true)))
 }
 
-/// Declare `loop_send`, `loop_list` and `memory_cite` (enabled) in a config that has
+/// Declare `loop_send`, `loop_list`, `memory_cite` and `memory_lint` (enabled) in a config that has
 /// side loops (or may make them) and does not declare them itself.
 pub(crate) fn declare_loop_tools(cfg: &mut Value) {
     let Some(tools) = cfg.get_mut("tools").and_then(Value::as_array_mut) else { return };
-    for name in ["loop_send", "loop_list", "memory_cite"] {
+    for name in ["loop_send", "loop_list", "memory_cite", "memory_lint"] {
         if !tools.iter().any(|t| t["name"] == name) {
             tools.push(crate::store::defaults::tool_declaration(name, true, true, false));
         }
