@@ -46,6 +46,9 @@ pub enum Suite {
     /// Serving: a static file from an agent's public/ through the mesh
     /// server, one at a time and with 16 clients.
     Serve,
+    /// Side loops: memory per warm loop (16 on one agent, 100 agents × 4),
+    /// loop_send to the woken loop's turn, a 100 k-token context breakdown.
+    Loops,
 }
 
 #[derive(Debug, Serialize)]
@@ -84,7 +87,38 @@ pub fn run(out: &Out, suite: Suite, iterations: usize, short: bool, check: bool)
         Suite::Control => control(out, iterations, short),
         Suite::Channels => channels(out, short),
         Suite::Serve => serve(out, if short { 500 } else { iterations.max(2000) }),
+        Suite::Loops => loops(out, if short { 50 } else { iterations }),
     }
+}
+
+fn loops(out: &Out, iterations: usize) -> anyhow::Result<()> {
+    let r = crate::runtime::loops_bench::run(iterations)?;
+    if out.json {
+        return out.json(&r);
+    }
+    let rows = vec![
+        vec![
+            "memory per warm side loop, 16 loops an agent (10 agents)".into(),
+            format!("{:.1} KB", r.kb_per_loop_16),
+            "< 100 KB".into(),
+        ],
+        vec![
+            "memory per warm side loop, 100 agents × 4 loops".into(),
+            format!("{:.1} KB", r.kb_per_loop_100x4),
+            "< 100 KB".into(),
+        ],
+        vec![
+            format!("loop_send (wake) to the woken loop's model call, p50 / p99 of {}", r.loop_send_samples),
+            format!("{:.3} / {:.3} ms", r.loop_send_to_turn_p50_ms, r.loop_send_to_turn_p99_ms),
+            "< 5 ms".into(),
+        ],
+        vec![
+            format!("context breakdown of a {}-token loop, p50 / p99", r.breakdown_tokens),
+            format!("{:.3} / {:.3} ms", r.breakdown_p50_ms, r.breakdown_p99_ms),
+            "< 2 ms".into(),
+        ],
+    ];
+    out.table(&["measure", "result", "target"], &rows)
 }
 
 fn serve(out: &Out, requests: usize) -> anyhow::Result<()> {

@@ -99,18 +99,9 @@ pub fn measure(
         let chars = t.name.len() + t.description.len() + t.input_schema.to_string().len();
         parts.push(Part { kind: "tool", name: t.name, tokens: tokens(chars) });
     }
-    let rows = match &def {
-        Some(d) => store.side_rows(&d.name)?,
-        None => store.loop_rows(None)?,
-    };
-    let history: usize =
-        rows.iter().filter(|r| !super::prompt::is_context_row(r)).map(|r| r.content.to_string().len()).sum();
-    parts.push(Part { kind: "history", name: format!("{} rows", rows.len()), tokens: tokens(history) });
-    let reported_last_call = rows.iter().rev().filter(|r| r.role == "assistant").find_map(|r| {
-        let t = r.tokens.as_ref()?;
-        let input = t.get("input").and_then(Value::as_u64)?;
-        Some(input + t.get("cache_read").and_then(Value::as_u64).unwrap_or(0))
-    });
+    let history = store.history_size(def.as_ref().map(|d| d.name.as_str()))?;
+    parts.push(Part { kind: "history", name: format!("{} rows", history.rows), tokens: tokens(history.chars) });
+    let reported_last_call = history.last_input;
     parts.sort_by(|a, b| b.tokens.cmp(&a.tokens).then_with(|| a.name.cmp(&b.name)));
     let estimated: u64 = parts.iter().map(|p| p.tokens).sum();
     let model = cfg.pointer("/model/model_id").and_then(Value::as_str).unwrap_or("").to_string();

@@ -16,6 +16,7 @@ pub mod fleet;
 pub mod identity_code;
 pub mod inject;
 pub mod loop_templates;
+pub mod loops_bench;
 pub mod mesh;
 pub mod prompt;
 pub mod shell;

@@ -53,6 +53,62 @@ impl NewLoopRow<'_> {
 }
 
 impl Store {
+    /// The history size of `main` (`None`) or a side loop (see
+    /// `HistorySize`). Only a user row that may be a context row is parsed.
+    pub fn history_size(&self, side: Option<&str>) -> Result<HistorySize> {
+        let (table, filter) = match side {
+            Some(_) => ("adfrs_loop_rows", "WHERE loop = ?1"),
+            None => ("adf_loop", "WHERE ?1 IS NULL"),
+        };
+        let sql = format!(
+            "SELECT role, length(CAST(content_json AS BLOB)),
+                    CASE WHEN role = 'user' AND instr(content_json, '[Context: ') > 0 THEN content_json END
+             FROM {table} {filter}"
+        );
+        let mut stmt = match self.conn().prepare_cached(&sql) {
+            Ok(s) => s,
+            Err(e) if super::error::no_such_table(&e) => return Ok(HistorySize::default()),
+            Err(e) => return Err(e).at(self.path()),
+        };
+        let mut size = HistorySize::default();
+        let mut rows = stmt.query([side]).at(self.path())?;
+        while let Some(r) = rows.next().at(self.path())? {
+            size.rows += 1;
+            let len: i64 = r.get(1).at(self.path())?;
+            if let Some(text) = r.get::<_, Option<String>>(2).at(self.path())? {
+                let row = LoopRow {
+                    seq: 0,
+                    role: "user".into(),
+                    content: serde_json::from_str(&text).unwrap_or(Value::String(text)),
+                    model: None,
+                    tokens: None,
+                    created_at: 0,
+                    ord: None,
+                };
+                if crate::runtime::prompt::is_context_row(&row) {
+                    continue;
+                }
+            }
+            size.chars += len.max(0) as usize;
+        }
+        drop(rows);
+        let sql = format!(
+            "SELECT tokens FROM {table} {filter} AND role = 'assistant' AND tokens IS NOT NULL
+             ORDER BY COALESCE(ord, seq) DESC, seq DESC"
+        );
+        let mut stmt = self.conn().prepare_cached(&sql).at(self.path())?;
+        let mut rows = stmt.query([side]).at(self.path())?;
+        while let Some(r) = rows.next().at(self.path())? {
+            let Ok(Some(t)) = r.get::<_, Option<String>>(0) else { continue };
+            let Ok(t) = serde_json::from_str::<Value>(&t) else { continue };
+            if let Some(input) = t.get("input").and_then(Value::as_u64) {
+                size.last_input = Some(input + t.get("cache_read").and_then(Value::as_u64).unwrap_or(0));
+                break;
+            }
+        }
+        Ok(size)
+    }
+
     /// Append one row; returns its `seq`.
     pub fn loop_append(&mut self, row: &NewLoopRow<'_>) -> Result<i64> {
         self.loop_append_at(row, now_ms())
@@ -154,6 +210,16 @@ impl Store {
     }
 }
 
+/// What the context gauge needs of a loop's history, read without taking
+/// the rows whole: their count, the characters of all but `[Context: …]`
+/// rows, and the input tokens the last call reported.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HistorySize {
+    pub rows: usize,
+    pub chars: usize,
+    pub last_input: Option<u64>,
+}
+
 /// A loop row from `seq, role, content_json, model, tokens, created_at, ord`.
 pub(crate) fn row_from(r: &rusqlite::Row<'_>) -> rusqlite::Result<LoopRow> {
     let content = text_lossy(r, 2)?;
@@ -228,5 +294,46 @@ impl Store {
             .at(&file)?;
             Ok(Some(tx.last_insert_rowid()))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// The gauge's reading without the rows matches one that reads them.
+    #[test]
+    fn history_size_matches_reading_every_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut s, _) = Store::create(dir.path().join("a.adf"), &crate::store::NewAgent::default()).unwrap();
+        s.loop_create("side", &crate::store::loops::LoopSpec::default()).unwrap();
+        let rows = [
+            ("user", json!([{"type": "text", "text": "hello é ✓"}]), None),
+            ("user", json!([{"type": "text", "text": "[Context: the time is 09:00]"}]), None),
+            ("user", json!([{"type": "text", "text": "quoting [Context: not at the start]"}]), None),
+            ("assistant", json!([{"type": "text", "text": "hi"}]), Some(json!({"input": 40, "cache_read": 2}))),
+            ("assistant", json!([{"type": "text", "text": "later"}]), Some(json!(7))),
+        ];
+        for (role, content, tokens) in &rows {
+            let row = NewLoopRow { role, content, model: None, tokens: tokens.as_ref(), ord: None };
+            s.loop_append(&row).unwrap();
+            s.side_append_row("side", &row).unwrap();
+        }
+        let read = |rows: Vec<LoopRow>| {
+            let chars = rows
+                .iter()
+                .filter(|r| !crate::runtime::prompt::is_context_row(r))
+                .map(|r| r.content.to_string().len())
+                .sum::<usize>();
+            (rows.len(), chars)
+        };
+        let main = s.history_size(None).unwrap();
+        let side = s.history_size(Some("side")).unwrap();
+        let base = s.loop_rows(None).unwrap().len() - rows.len();
+        assert_eq!((side.rows, side.chars), read(s.side_rows("side").unwrap()));
+        assert_eq!((main.rows - base, main.chars), (rows.len(), read(s.loop_rows(None).unwrap()).1));
+        assert_eq!((main.last_input, side.last_input), (Some(42), Some(42)), "the newest row that says its input");
+        assert_eq!(s.history_size(Some("nope")).unwrap(), HistorySize::default());
     }
 }
