@@ -143,7 +143,10 @@ impl Executor {
             "cat" | "ls" | "rm" | "cp" | "mv" | "touch" | "mkdir" | "find" | "du" | "chmod" | "unzip" | "yq" => {
                 self.files_cmd(sh, name, args, stdin).await
             }
-            "jq" => super::data::jq(args, &stdin, |p| self.shell_read_text(sh, p)),
+            "jq" => match super::data::JqJob::new(args, &stdin, |p| self.shell_read_text(sh, p)) {
+                Ok(job) => job.run_off_runtime().await,
+                Err(out) => out,
+            },
             "sqlite3" => self.sqlite3(sh, args, stdin).await,
             "xargs" => self.xargs(sh, args, stdin).await,
             "help" => help(args),

@@ -16,89 +16,145 @@ use super::{Out, Sh, fail, ok};
 use crate::protocol::kind;
 use crate::runtime::executor::Executor;
 
-/// `jq [-r] [-c] [-s] [-n] [-e] [--arg K V] [--argjson K JSON] FILTER [FILE…]`.
-pub(super) fn jq(args: &[String], stdin: &str, mut read: impl FnMut(&str) -> Result<String, String>) -> Out {
-    // --arg/--argjson take two values: pull them out first.
-    let mut vars: Vec<(String, Val)> = Vec::new();
-    let mut rest: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < args.len() {
-        match args[i].as_str() {
-            "--arg" | "--argjson" => {
-                let (Some(k), Some(v)) = (args.get(i + 1), args.get(i + 2)) else {
-                    return fail(2, format!("jq: {} needs a name and a value", args[i]));
-                };
-                let val = if args[i] == "--arg" {
-                    Val::utf8_str(v.clone().into_bytes())
-                } else {
-                    match jaq_json::read::parse_single(v.as_bytes()) {
-                        Ok(x) => x,
-                        Err(e) => return fail(2, format!("jq: --argjson {k}: not JSON: {e}")),
-                    }
-                };
-                vars.push((k.clone(), val));
-                i += 3;
-            }
-            _ => {
-                rest.push(args[i].clone());
-                i += 1;
+/// `jq [-r] [-c] [-s] [-n] [-e] [--arg K V] [--argjson K JSON] FILTER [FILE…]`,
+/// run where it is called (yq, tests).
+pub(super) fn jq(args: &[String], stdin: &str, read: impl FnMut(&str) -> Result<String, String>) -> Out {
+    match JqJob::new(args, stdin, read) {
+        Ok(job) => job.run().0,
+        Err(out) => out,
+    }
+}
+
+/// A `jq` call with its input read and nothing borrowed.
+pub(super) struct JqJob {
+    filter: String,
+    input: String,
+    /// (name, value, whether the value is JSON: `--argjson`).
+    vars: Vec<(String, String, bool)>,
+    raw: bool,
+    compact: bool,
+    slurp: bool,
+    null_input: bool,
+    join: bool,
+    exit_status: bool,
+}
+
+impl JqJob {
+    /// The call's options and input (files read through `read`), or the
+    /// error that stops it before it runs.
+    pub(super) fn new(
+        args: &[String],
+        stdin: &str,
+        mut read: impl FnMut(&str) -> Result<String, String>,
+    ) -> Result<Self, Out> {
+        // --arg/--argjson take two values: pull them out first.
+        let mut vars = Vec::new();
+        let mut rest: Vec<String> = Vec::new();
+        let mut i = 0;
+        while i < args.len() {
+            match args[i].as_str() {
+                "--arg" | "--argjson" => {
+                    let (Some(k), Some(v)) = (args.get(i + 1), args.get(i + 2)) else {
+                        return Err(fail(2, format!("jq: {} needs a name and a value", args[i])));
+                    };
+                    vars.push((k.clone(), v.clone(), args[i] == "--argjson"));
+                    i += 3;
+                }
+                _ => {
+                    rest.push(args[i].clone());
+                    i += 1;
+                }
             }
         }
-    }
-    let o = match getopt("jq", &rest, "") {
-        Ok(o) => o,
-        Err(e) => return fail(2, e),
-    };
-    let mut pos = o.pos.clone();
-    if pos.is_empty() {
-        return fail(2, "usage: jq [-r] [-c] [-s] [-n] [--arg K V] FILTER [FILE…]");
-    }
-    let filter_src = pos.remove(0);
-    let mut input = String::new();
-    if pos.is_empty() {
-        input.push_str(stdin);
-    } else {
-        for p in &pos {
-            match read(p) {
-                Ok(t) => input.push_str(&t),
-                Err(e) => return fail(2, format!("jq: {e}")),
+        let o = getopt("jq", &rest, "").map_err(|e| fail(2, e))?;
+        let mut pos = o.pos.clone();
+        if pos.is_empty() {
+            return Err(fail(2, "usage: jq [-r] [-c] [-s] [-n] [--arg K V] FILTER [FILE…]"));
+        }
+        let filter = pos.remove(0);
+        let mut input = String::new();
+        if pos.is_empty() {
+            input.push_str(stdin);
+        } else {
+            for p in &pos {
+                input.push_str(&read(p).map_err(|e| fail(2, format!("jq: {e}")))?);
             }
         }
+        Ok(JqJob {
+            filter,
+            input,
+            vars,
+            raw: o.has("r") || o.has("raw-output") || o.has("j"),
+            compact: o.has("c") || o.has("compact-output"),
+            slurp: o.has("s") || o.has("slurp"),
+            null_input: o.has("n") || o.has("null-input"),
+            join: o.has("j"),
+            exit_status: o.has("e"),
+        })
     }
-    let raw = o.has("r") || o.has("raw-output") || o.has("j");
-    let compact = o.has("c") || o.has("compact-output");
-    let slurp = o.has("s") || o.has("slurp");
-    let null_input = o.has("n") || o.has("null-input");
-    match run_jq(&filter_src, &input, &vars, slurp, null_input) {
-        Ok(vals) => {
-            let pretty = jaq_json::write::Pp { indent: Some("  ".to_string()), sep_space: true, ..Default::default() };
-            let mut s = String::new();
-            let mut last_truthy = true;
-            for v in &vals {
-                last_truthy = !matches!(v, Val::Null | Val::Bool(false));
-                match v {
-                    Val::TStr(b) if raw => s.push_str(&String::from_utf8_lossy(b)),
-                    _ if compact => {
-                        let _ = write!(s, "{v}");
-                    }
-                    _ => {
-                        let mut buf = Vec::new();
-                        match jaq_json::write::write(&mut buf, &pretty, 0, v) {
-                            Ok(()) => s.push_str(&String::from_utf8_lossy(&buf)),
-                            Err(_) => {
-                                let _ = write!(s, "{v}");
-                            }
+
+    /// Run on a blocking thread (a megabyte of JSON is tens of milliseconds
+    /// of work the runtime's other tasks should not wait behind); the
+    /// answer comes back before the values are freed, since freeing a
+    /// parsed megabyte costs as much as parsing it and nothing waits for it.
+    pub(super) async fn run_off_runtime(self) -> Out {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else { return self.run().0 };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        rt.spawn_blocking(move || {
+            let (out, values) = self.run();
+            let _ = tx.send(out);
+            drop(values);
+        });
+        rx.await.unwrap_or_else(|_| fail(5, "jq: error: the filter stopped before it answered"))
+    }
+
+    /// The output, and the values made on the way (for the caller to free
+    /// when it likes).
+    fn run(self) -> (Out, Vec<Val>) {
+        let mut vars = Vec::with_capacity(self.vars.len());
+        for (k, v, is_json) in self.vars {
+            let val = if is_json {
+                match jaq_json::read::parse_single(v.as_bytes()) {
+                    Ok(x) => x,
+                    Err(e) => return (fail(2, format!("jq: --argjson {k}: not JSON: {e}")), Vec::new()),
+                }
+            } else {
+                Val::utf8_str(v.into_bytes())
+            };
+            vars.push((k, val));
+        }
+        let mut kept = Vec::new();
+        let vals = match run_jq(&self.filter, &self.input, &vars, self.slurp, self.null_input, &mut kept) {
+            Ok(vals) => vals,
+            Err(e) => return (fail(if e.starts_with("jq: error") { 5 } else { 3 }, e), kept),
+        };
+        let pretty = jaq_json::write::Pp { indent: Some("  ".to_string()), sep_space: true, ..Default::default() };
+        let mut s = String::new();
+        let mut last_truthy = true;
+        for v in &vals {
+            last_truthy = !matches!(v, Val::Null | Val::Bool(false));
+            match v {
+                Val::TStr(b) if self.raw => s.push_str(&String::from_utf8_lossy(b)),
+                _ if self.compact => {
+                    let _ = write!(s, "{v}");
+                }
+                _ => {
+                    let mut buf = Vec::new();
+                    match jaq_json::write::write(&mut buf, &pretty, 0, v) {
+                        Ok(()) => s.push_str(&String::from_utf8_lossy(&buf)),
+                        Err(_) => {
+                            let _ = write!(s, "{v}");
                         }
                     }
                 }
-                if !o.has("j") {
-                    s.push('\n');
-                }
             }
-            let code = if o.has("e") && (vals.is_empty() || !last_truthy) { 1 } else { 0 };
-            Out { code, stdout: s, stderr: String::new() }
+            if !self.join {
+                s.push('\n');
+            }
         }
-        Err(e) => fail(if e.starts_with("jq: error") { 5 } else { 3 }, e),
+        let code = if self.exit_status && (vals.is_empty() || !last_truthy) { 1 } else { 0 };
+        kept.extend(vals);
+        (Out { code, stdout: s, stderr: String::new() }, kept)
     }
 }
 
@@ -139,13 +195,28 @@ fn compile_jq(src: &str, names: &[String]) -> Result<std::sync::Arc<JqFilter>, S
     Ok(filter)
 }
 
-fn run_jq(src: &str, input: &str, vars: &[(String, Val)], slurp: bool, null_input: bool) -> Result<Vec<Val>, String> {
+/// Run a filter over the inputs; `kept` holds a reference to each input,
+/// so the last one is dropped where the caller chooses.
+fn run_jq(
+    src: &str,
+    input: &str,
+    vars: &[(String, Val)],
+    slurp: bool,
+    null_input: bool,
+    kept: &mut Vec<Val>,
+) -> Result<Vec<Val>, String> {
     let names: Vec<String> = vars.iter().map(|(k, _)| format!("${k}")).collect();
     let filter = compile_jq(src, &names)?;
     let mut inputs: Vec<Val> = Vec::new();
     if !null_input {
         for v in jaq_json::read::parse_many(input.as_bytes()) {
-            inputs.push(v.map_err(|e| format!("jq: input is not JSON: {e}"))?);
+            match v {
+                Ok(v) => inputs.push(v),
+                Err(e) => {
+                    kept.append(&mut inputs);
+                    return Err(format!("jq: input is not JSON: {e}"));
+                }
+            }
         }
         if slurp {
             inputs = vec![inputs.into_iter().collect::<Val>()];
@@ -155,13 +226,18 @@ fn run_jq(src: &str, input: &str, vars: &[(String, Val)], slurp: bool, null_inpu
     }
     let mut out = Vec::new();
     for v in inputs {
+        kept.push(v.clone());
         let ctx = Ctx::<data::JustLut<Val>>::new(&filter.lut, Vars::new(vars.iter().map(|(_, v)| v.clone())));
         for r in filter.id.run((ctx, v)).map(unwrap_valr) {
             match r {
                 Ok(x) => out.push(x),
-                Err(e) => return Err(format!("jq: error: {e}")),
+                Err(e) => {
+                    kept.append(&mut out);
+                    return Err(format!("jq: error: {e}"));
+                }
             }
             if out.len() > 1_000_000 {
+                kept.append(&mut out);
                 return Err("jq: error: more than a million results".into());
             }
         }
