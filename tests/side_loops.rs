@@ -380,6 +380,7 @@ fn adf_loops_set_changes_a_loop_and_refuses_a_bad_turn_limit() {
     let ls = json(&adf(d, &["loops", "ls", "a.adf", "--json"], None));
     let worker = ls["loops"].as_array().unwrap().iter().find(|l| l["name"] == "worker").unwrap().clone();
     assert_eq!((worker["max_turns"].clone(), worker["turn_limit"].clone()), (json!(5), json!(5)));
+    assert!(ok(&adf(d, &["loops", "ls", "a.adf"], None)).contains("continuous (5 turns)"));
     let before = std::fs::read(d.join("a.adf")).unwrap();
     fails(&adf(d, &["loops", "set", "a.adf", "worker", "--max-turns", "5000"], None), &["max_turns 5000", "1 to 1000"]);
     fails(&adf(d, &["loops", "set", "a.adf", "worker"], None), &["nothing to change"]);

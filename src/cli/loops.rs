@@ -4,9 +4,9 @@
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use super::LoopsCmd;
 use super::held::{Target, open_for_write};
 use super::output::{Out, at, close, open_for_read};
+use super::{LoopFields, LoopsCmd};
 use crate::store::loops::{self, LoopDef};
 
 fn row(d: &Value) -> Vec<String> {
@@ -17,7 +17,12 @@ fn row(d: &Value) -> Vec<String> {
         .map(|t| t.format("%Y-%m-%d %H:%M UTC").to_string())
         .unwrap_or_else(|| "-".into());
     let goal: String = s("goal").chars().take(60).collect();
-    vec![s("name"), s("mode"), s("status"), d["schedule"].as_str().unwrap_or("-").to_string(), next, goal]
+    // A continuous loop's mode says the turns it takes a wake.
+    let mode = match d["turn_limit"].as_u64() {
+        Some(n) if d["mode"] == "continuous" => format!("continuous ({n} turns)"),
+        _ => s("mode"),
+    };
+    vec![s("name"), mode, s("status"), d["schedule"].as_str().unwrap_or("-").to_string(), next, goal]
 }
 
 fn show(out: &Out, defs: Vec<Value>) -> anyhow::Result<()> {
@@ -32,43 +37,44 @@ fn one(out: &Out, d: &Value, verb: &str) -> anyhow::Result<()> {
     if out.json { out.json(d) } else { out.line(format!("{verb} loop {}", d["name"].as_str().unwrap_or(""))) }
 }
 
-/// The loop fields `new` and `set` take, as the API's JSON input.
-struct Fields {
-    template: Option<String>,
-    goal: Option<String>,
-    tools: Option<Vec<String>>,
-    model: Option<String>,
-    mode: Option<String>,
-    schedule: Option<String>,
-    compact_threshold: Option<u64>,
-    max_turns: Option<u64>,
+/// The fields `new` and `set` give, as the API's JSON input.
+fn input(f: LoopFields, template: Option<String>, mut input: Value) -> Value {
+    let texts =
+        [("template", template), ("goal", f.goal), ("model", f.model), ("mode", f.mode), ("schedule", f.schedule)];
+    for (k, v) in texts {
+        if let Some(v) = v {
+            input[k] = json!(v);
+        }
+    }
+    if let Some(t) = f.tools {
+        input["tools"] = json!(t);
+    }
+    if let Some(c) = f.compact_threshold {
+        input["compact_threshold"] = json!(c);
+    }
+    if let Some(n) = f.max_turns {
+        input["max_turns"] = json!(n);
+    }
+    input
 }
 
-impl Fields {
-    fn input(self, mut input: Value) -> Value {
-        let texts = [
-            ("template", self.template),
-            ("goal", self.goal),
-            ("model", self.model),
-            ("mode", self.mode),
-            ("schedule", self.schedule),
-        ];
-        for (k, v) in texts {
-            if let Some(v) = v {
-                input[k] = json!(v);
-            }
+/// Make or change a loop: in this process on a free file, else through
+/// the process that holds it (`method` on `segments` with `input`).
+fn write_loop(
+    path: &std::path::Path,
+    local: impl FnOnce(&mut crate::store::Store) -> Result<LoopDef, crate::store::StoreError>,
+    method: Method,
+    segments: &[&str],
+    input: &Value,
+) -> anyhow::Result<Value> {
+    Ok(match open_for_write(path)? {
+        Target::Local(mut store) => {
+            let d = local(&mut store).map_err(|e| at(path, e))?;
+            close(store)?;
+            loops::to_json(&d)
         }
-        if let Some(t) = self.tools {
-            input["tools"] = json!(t);
-        }
-        if let Some(c) = self.compact_threshold {
-            input["compact_threshold"] = json!(c);
-        }
-        if let Some(n) = self.max_turns {
-            input["max_turns"] = json!(n);
-        }
-        input
-    }
+        Target::Held(via) => via.call(method, segments, &[], Some(input))?["loop"].clone(),
+    })
 }
 
 pub fn run(out: &Out, cmd: LoopsCmd) -> anyhow::Result<()> {
@@ -104,19 +110,11 @@ pub fn run(out: &Out, cmd: LoopsCmd) -> anyhow::Result<()> {
             })?;
             let input = json!({"budget": b});
             let spec = crate::store::loops::LoopSpec { budget: Some(b), ..Default::default() };
-            let d = match open_for_write(&path)? {
-                Target::Local(mut store) => {
-                    let d = store.loop_update(&name, &spec).map_err(|e| at(&path, e))?;
-                    close(store)?;
-                    loops::to_json(&d)
-                }
-                Target::Held(via) => via.call(Method::PATCH, &["loops", &name], &[], Some(&input))?["loop"].clone(),
-            };
+            let d = write_loop(&path, |s| s.loop_update(&name, &spec), Method::PATCH, &["loops", &name], &input)?;
             if out.json { out.json(&d) } else { out.line(format!("loop {name}: budget {}", d["budget"])) }
         }
-        LoopsCmd::Set { path, name, goal, tools, model, mode, schedule, compact_threshold, max_turns } => {
-            let fields = Fields { template: None, goal, tools, model, mode, schedule, compact_threshold, max_turns };
-            let input = fields.input(json!({}));
+        LoopsCmd::Set { path, name, fields } => {
+            let input = input(fields, None, json!({}));
             if input.as_object().is_some_and(|o| o.is_empty()) {
                 anyhow::bail!(
                     "{}: nothing to change: give --goal, --tools, --model, --mode, --schedule, --compact-threshold \
@@ -126,31 +124,11 @@ pub fn run(out: &Out, cmd: LoopsCmd) -> anyhow::Result<()> {
             }
             let spec = crate::runtime::executor::side::spec_from(&input)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-            let d = match open_for_write(&path)? {
-                Target::Local(mut store) => {
-                    let d = store.loop_update(&name, &spec).map_err(|e| at(&path, e))?;
-                    close(store)?;
-                    loops::to_json(&d)
-                }
-                Target::Held(via) => via.call(Method::PATCH, &["loops", &name], &[], Some(&input))?["loop"].clone(),
-            };
+            let d = write_loop(&path, |s| s.loop_update(&name, &spec), Method::PATCH, &["loops", &name], &input)?;
             one(out, &d, "changed")
         }
-        LoopsCmd::New {
-            path,
-            name,
-            template,
-            goal,
-            tools,
-            model,
-            mode,
-            schedule,
-            compact_threshold,
-            max_turns,
-            budget,
-        } => {
-            let fields = Fields { template, goal, tools, model, mode, schedule, compact_threshold, max_turns };
-            let mut input = fields.input(json!({"name": name}));
+        LoopsCmd::New { path, name, template, fields, budget } => {
+            let mut input = input(fields, template, json!({"name": name}));
             if let Some(b) = budget {
                 input["budget"] = serde_json::from_str(&b).map_err(|e| {
                     anyhow::anyhow!("{}: --budget is not JSON: {e} (e.g. '{{\"usd_day\": 1}}')", path.display())
@@ -158,14 +136,7 @@ pub fn run(out: &Out, cmd: LoopsCmd) -> anyhow::Result<()> {
             }
             let spec = crate::runtime::executor::side::spec_from(&input)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-            let d = match open_for_write(&path)? {
-                Target::Local(mut store) => {
-                    let d = store.loop_create(&name, &spec).map_err(|e| at(&path, e))?;
-                    close(store)?;
-                    loops::to_json(&d)
-                }
-                Target::Held(via) => via.call(Method::POST, &["loops"], &[], Some(&input))?["loop"].clone(),
-            };
+            let d = write_loop(&path, |s| s.loop_create(&name, &spec), Method::POST, &["loops"], &input)?;
             one(out, &d, "created")
         }
         LoopsCmd::Rm { path, name } => {

@@ -474,6 +474,29 @@ pub enum FilesCmd {
     },
 }
 
+/// What `adf loops new` and `adf loops set` give a loop.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LoopFields {
+    #[arg(long)]
+    pub goal: Option<String>,
+    /// Comma-separated allowlist (fs_read,loop_send); default: every tool the agent has.
+    #[arg(long, value_delimiter = ',')]
+    pub tools: Option<Vec<String>>,
+    #[arg(long)]
+    pub model: Option<String>,
+    /// reactive, scheduled or continuous.
+    #[arg(long)]
+    pub mode: Option<String>,
+    /// A cron expression ("0 * * * *") or "every 30m".
+    #[arg(long)]
+    pub schedule: Option<String>,
+    #[arg(long)]
+    pub compact_threshold: Option<u64>,
+    /// Turns a continuous loop takes on one wake (1 to 1000; default 20, which 0 restores).
+    #[arg(long)]
+    pub max_turns: Option<u64>,
+}
+
 #[derive(Debug, Clone, Subcommand)]
 pub enum LoopsCmd {
     /// List an agent's loops (main and its side loops).
@@ -485,24 +508,8 @@ pub enum LoopsCmd {
         /// memory, researcher, critic, reflector or lint (`adf loops templates`).
         #[arg(long)]
         template: Option<String>,
-        #[arg(long)]
-        goal: Option<String>,
-        /// Comma-separated allowlist (fs_read,loop_send); default: every tool the agent has.
-        #[arg(long, value_delimiter = ',')]
-        tools: Option<Vec<String>>,
-        #[arg(long)]
-        model: Option<String>,
-        /// reactive, scheduled or continuous.
-        #[arg(long)]
-        mode: Option<String>,
-        /// A cron expression ("0 * * * *") or "every 30m".
-        #[arg(long)]
-        schedule: Option<String>,
-        #[arg(long)]
-        compact_threshold: Option<u64>,
-        /// Turns a continuous loop takes on one wake (1 to 1000; default 20).
-        #[arg(long)]
-        max_turns: Option<u64>,
+        #[command(flatten)]
+        fields: LoopFields,
         /// Its own budget, as limits.budget: '{"usd_day": 1}'.
         #[arg(long)]
         budget: Option<String>,
@@ -512,24 +519,8 @@ pub enum LoopsCmd {
     Set {
         path: PathBuf,
         name: String,
-        #[arg(long)]
-        goal: Option<String>,
-        /// Comma-separated allowlist (fs_read,loop_send).
-        #[arg(long, value_delimiter = ',')]
-        tools: Option<Vec<String>>,
-        #[arg(long)]
-        model: Option<String>,
-        /// reactive, scheduled or continuous.
-        #[arg(long)]
-        mode: Option<String>,
-        /// A cron expression ("0 * * * *") or "every 30m".
-        #[arg(long)]
-        schedule: Option<String>,
-        #[arg(long)]
-        compact_threshold: Option<u64>,
-        /// Turns a continuous loop takes on one wake (1 to 1000; 0: the default, 20).
-        #[arg(long)]
-        max_turns: Option<u64>,
+        #[command(flatten)]
+        fields: LoopFields,
     },
     /// Set (or with 'null' remove) a side loop's own budget.
     Budget { path: PathBuf, name: String, budget: String },
