@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::ops::Range;
 use std::sync::LazyLock;
 
-use pulldown_cmark::{Event, Options, Parser, Tag};
+use pulldown_cmark::{Event, LinkType, Options, Parser, Tag};
 use regex::Regex;
 use serde::Serialize;
 
@@ -161,14 +161,25 @@ fn link_target(page: &str, dest: &str) -> Option<String> {
     Some(parts.join("/"))
 }
 
+/// Where `[[topic]]` points: a memory page by name (`mind/topic.md`), or
+/// a path from the root when it names a folder (`[[notes/plan]]`).
+fn wiki_target(dest: &str) -> String {
+    let dest = dest.split(['#', '|']).next().unwrap_or("").trim().trim_start_matches('/');
+    let file = if dest.ends_with(".md") { dest.to_string() } else { format!("{dest}.md") };
+    if file.contains('/') { file } else { format!("mind/{file}") }
+}
+
 fn read_page(path: String, text: String, updated_ms: Option<i64>) -> Page {
     let mut skip = Vec::new();
     let mut links = Vec::new();
     let mut facts = Vec::new();
-    for (ev, range) in Parser::new_ext(&text, Options::ENABLE_TABLES).into_offset_iter() {
+    for (ev, range) in Parser::new_ext(&text, Options::ENABLE_TABLES | Options::ENABLE_WIKILINKS).into_offset_iter() {
         match ev {
             Event::Code(_) | Event::Html(_) | Event::InlineHtml(_) => skip.push(range),
             Event::Start(Tag::CodeBlock(_)) => skip.push(range),
+            Event::Start(Tag::Link { link_type: LinkType::WikiLink { .. }, dest_url, .. }) => {
+                links.push((wiki_target(&dest_url), line_of(&text, range.start)));
+            }
             Event::Start(Tag::Link { dest_url, .. }) => {
                 if let Some(t) = link_target(&path, &dest_url) {
                     links.push((t, line_of(&text, range.start)));
@@ -396,6 +407,12 @@ mod tests {
         assert_eq!(link_target("mind.md", "../../x.md"), None, "above the root is no file");
         assert_eq!(link_target("mind.md", "https://example.com/a.md"), None);
         assert_eq!(link_target("mind.md", "#top"), None);
+        assert_eq!(wiki_target("people"), "mind/people.md");
+        assert_eq!(wiki_target("people.md#alice"), "mind/people.md");
+        assert_eq!(wiki_target("notes/plan"), "notes/plan.md");
+        let p = read_page("mind.md".into(), "- [[people]] and [[gone|the old page]]\n".into(), None);
+        let targets: Vec<&str> = p.links.iter().map(|l| l.0.as_str()).collect();
+        assert_eq!(targets, ["mind/people.md", "mind/gone.md"]);
     }
 
     #[test]
