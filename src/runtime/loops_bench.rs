@@ -15,6 +15,7 @@ use crate::providers::scripted::{Reply, Scripted};
 use crate::runtime::agent::{AgentCommand, spawn_with_tick, waiting_owner};
 use crate::runtime::bus::Bus;
 use crate::runtime::executor::{Absent, Executor};
+use crate::runtime::shell::bench::pct;
 use crate::store::loop_rows::NewLoopRow;
 use crate::store::loops::LoopSpec;
 use crate::store::{NewAgent, Store};
@@ -43,14 +44,6 @@ fn rss_kb() -> f64 {
             t.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
         })
         .unwrap_or(0.0)
-}
-
-fn pct(mut v: Vec<f64>, p: f64) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
-    v[((v.len() as f64 - 1.0) * p).round() as usize]
 }
 
 fn instant() -> Arc<Scripted> {

@@ -96,15 +96,7 @@ pub fn is_context_row(r: &LoopRow) -> bool {
 
 /// The text of a `[Context: …]` row.
 pub fn context_text(r: &LoopRow) -> Option<&str> {
-    if r.role != "user" {
-        return None;
-    }
-    match &r.content {
-        Value::String(s) => Some(s.as_str()),
-        Value::Array(a) => a.first().and_then(|b| b["text"].as_str()),
-        _ => None,
-    }
-    .filter(|t| t.starts_with("[Context: "))
+    crate::store::loop_rows::context_text_of(&r.role, &r.content)
 }
 
 fn stamp(created_at: i64) -> String {

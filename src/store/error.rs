@@ -137,3 +137,14 @@ pub(crate) fn disk_full_at(path: &std::path::Path) -> bool {
 pub(crate) fn no_such_table(e: &rusqlite::Error) -> bool {
     matches!(e, rusqlite::Error::SqliteFailure(_, Some(m)) if m.starts_with("no such table"))
 }
+
+/// A statement named a column the table (from an older adf) lacks. SQLite
+/// reports it where in the statement the name stands, so it may come as an
+/// input error with that offset.
+pub(crate) fn no_such_column(e: &rusqlite::Error) -> bool {
+    match e {
+        rusqlite::Error::SqliteFailure(_, Some(m)) => m.starts_with("no such column"),
+        rusqlite::Error::SqlInputError { msg, .. } => msg.starts_with("no such column"),
+        _ => false,
+    }
+}

@@ -76,16 +76,8 @@ impl Store {
             size.rows += 1;
             let len: i64 = r.get(1).at(self.path())?;
             if let Some(text) = r.get::<_, Option<String>>(2).at(self.path())? {
-                let row = LoopRow {
-                    seq: 0,
-                    role: "user".into(),
-                    content: serde_json::from_str(&text).unwrap_or(Value::String(text)),
-                    model: None,
-                    tokens: None,
-                    created_at: 0,
-                    ord: None,
-                };
-                if crate::runtime::prompt::is_context_row(&row) {
+                let content = serde_json::from_str(&text).unwrap_or(Value::String(text));
+                if context_text_of("user", &content).is_some() {
                     continue;
                 }
             }
@@ -210,6 +202,21 @@ impl Store {
     }
 }
 
+/// The text of a `[Context: …]` row (the system prompt, dynamic
+/// instructions, `loop_inject`: audit only, never replayed as history),
+/// from its role and content.
+pub fn context_text_of<'a>(role: &str, content: &'a Value) -> Option<&'a str> {
+    if role != "user" {
+        return None;
+    }
+    match content {
+        Value::String(s) => Some(s.as_str()),
+        Value::Array(a) => a.first().and_then(|b| b["text"].as_str()),
+        _ => None,
+    }
+    .filter(|t| t.starts_with("[Context: "))
+}
+
 /// What the context gauge needs of a loop's history, read without taking
 /// the rows whole: their count, the characters of all but `[Context: …]`
 /// rows, and the input tokens the last call reported.
@@ -323,7 +330,7 @@ mod tests {
         let read = |rows: Vec<LoopRow>| {
             let chars = rows
                 .iter()
-                .filter(|r| !crate::runtime::prompt::is_context_row(r))
+                .filter(|r| context_text_of(&r.role, &r.content).is_none())
                 .map(|r| r.content.to_string().len())
                 .sum::<usize>();
             (rows.len(), chars)

@@ -12,7 +12,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::error::{Ctx, Result, StoreError, no_such_table, opt_text_lossy, text_lossy};
+use super::error::{Ctx, Result, StoreError, no_such_column, no_such_table, opt_text_lossy, text_lossy};
 use super::loop_rows::{LoopRow, NewLoopRow};
 use super::{Store, now_ms};
 
@@ -212,10 +212,6 @@ fn def_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<LoopDef> {
 
 const DEF_COLUMNS: &str = "name, goal, tools, model, compact_threshold, mode, schedule, template, budget, status, \
                            next_run_at, created_at, updated_at, max_turns";
-/// The same for a table made before `max_turns` existed (read as unset).
-const DEF_COLUMNS_OLD: &str = "name, goal, tools, model, compact_threshold, mode, schedule, template, budget, status, \
-                               next_run_at, created_at, updated_at, NULL";
-
 /// Columns added to `adfrs_loops` after its first version, added to an
 /// older file's table by the first write that needs them.
 const ADDED_COLUMNS: &[(&str, &str)] = &[("budget", "budget TEXT"), ("max_turns", "max_turns INTEGER")];
@@ -230,8 +226,16 @@ fn add_missing_columns(tx: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
-fn no_such_column(e: &rusqlite::Error) -> bool {
-    e.to_string().contains("no such column")
+/// `DEF_COLUMNS` for a table an older adf made: a column it lacks reads
+/// as NULL (unset) until a write adds it.
+fn def_columns_of(conn: &Connection) -> rusqlite::Result<String> {
+    let have = super::schema::table_columns(conn, "adfrs_loops")?;
+    let cols: Vec<&str> = DEF_COLUMNS
+        .split(',')
+        .map(str::trim)
+        .map(|c| if have.iter().any(|h| h.eq_ignore_ascii_case(c)) { c } else { "NULL" })
+        .collect();
+    Ok(cols.join(", "))
 }
 
 /// Check a `max_turns`: 1 to `MAX_TURNS_LIMIT` (0 clears it on update).
@@ -294,10 +298,10 @@ impl Store {
         let mut stmt = match self.conn().prepare_cached(&sql) {
             Ok(s) => s,
             Err(e) if no_such_table(&e) => return Ok(Vec::new()),
-            Err(e) if no_such_column(&e) => self
-                .conn()
-                .prepare_cached(&format!("SELECT {DEF_COLUMNS_OLD} FROM adfrs_loops ORDER BY name"))
-                .at(self.path())?,
+            Err(e) if no_such_column(&e) => {
+                let cols = def_columns_of(self.conn()).at(self.path())?;
+                self.conn().prepare_cached(&format!("SELECT {cols} FROM adfrs_loops ORDER BY name")).at(self.path())?
+            }
             Err(e) => return Err(e).at(self.path()),
         };
         stmt.query_map([], def_from_row).at(self.path())?.collect::<rusqlite::Result<Vec<_>>>().at(self.path())
@@ -310,7 +314,8 @@ impl Store {
             Ok(d) => Ok(d),
             Err(e) if no_such_table(&e) => Ok(None),
             Err(e) if no_such_column(&e) => {
-                let sql = format!("SELECT {DEF_COLUMNS_OLD} FROM adfrs_loops WHERE name = ?1");
+                let cols = def_columns_of(self.conn()).at(self.path())?;
+                let sql = format!("SELECT {cols} FROM adfrs_loops WHERE name = ?1");
                 self.conn().query_row(&sql, [name], def_from_row).optional().at(self.path())
             }
             Err(e) => Err(e).at(self.path()),
