@@ -412,6 +412,12 @@ async fn sse_replays_from_a_cursor_and_last_event_id() {
     assert_eq!(read_events(resp, all.len() - 3).await, all[3..].to_vec());
     let (s, _) = d.call("GET", "/events?since=soon", None).await;
     assert_eq!(s, 400);
+    // What is ready goes out together: the replayed ring is one chunk after
+    // `: connected`, not one chunk per event.
+    let mut resp = d.http.get(format!("{}/events?since=0", d.url)).bearer_auth(&d.token).send().await.unwrap();
+    assert_eq!(resp.chunk().await.unwrap().unwrap(), ": connected\n\n");
+    let replay = String::from_utf8(resp.chunk().await.unwrap().unwrap().to_vec()).unwrap();
+    assert!(replay.matches("\n\n").count() >= 6, "the ring in one chunk: {replay}");
     // One agent's stream: the same events, only that agent's.
     let resp = d.http.get(format!("{}/agents/a/events?since=0", d.url)).bearer_auth(&d.token).send().await.unwrap();
     let mine = read_events(resp, all.len() - 1).await;

@@ -17,17 +17,33 @@ use super::routes::Q;
 use super::{ApiError, AppState};
 use crate::runtime::bus::{Filter, Item};
 
-/// One SSE frame for an item of the bus.
-pub fn frame(item: &Item) -> String {
-    match item {
-        Item::Event(e) => format!("id: {}\nevent: {}\ndata: {}\n\n", e.cursor, e.event.event_type, e.json()),
+/// At most this much of a stream goes out as one chunk: what is ready when
+/// a client is written to goes together (one write and one chunk header
+/// instead of one per event), without holding a slow client's backlog.
+const BATCH_BYTES: usize = 64 * 1024;
+
+/// Append one SSE frame for an item of the bus.
+pub fn push_frame(out: &mut String, item: &Item) {
+    use std::fmt::Write;
+    // Writing into a String cannot fail.
+    let _ = match item {
+        Item::Event(e) => write!(out, "id: {}\nevent: {}\ndata: {}\n\n", e.cursor, e.event.event_type, e.json()),
         Item::Lagged { missed } => {
-            format!("event: gap\ndata: {}\n\n", json!({"reason": "lagged", "missed": missed}))
+            write!(out, "event: gap\ndata: {}\n\n", json!({"reason": "lagged", "missed": missed}))
         }
-        Item::Gap { since: requested, oldest } => format!(
+        Item::Gap { since: requested, oldest } => write!(
+            out,
             "event: gap\ndata: {}\n\n",
             json!({"reason": "replay_window", "requested_since": requested, "oldest_cursor": oldest})
         ),
+    };
+}
+
+/// Whether a `loop=NAME` stream leaves this item out.
+fn other_loop(only_loop: Option<&str>, item: &Item) -> bool {
+    match (only_loop, item) {
+        (Some(l), Item::Event(e)) => e.event.payload.get("loop").and_then(|v| v.as_str()).unwrap_or("main") != l,
+        _ => false,
     }
 }
 
@@ -81,13 +97,20 @@ pub async fn events(State(s): State<AppState>, headers: HeaderMap, Query(q): Q) 
                 tokio::select! {
                     r = tokio::time::timeout(heartbeat, sub.next()) => match r {
                         Ok(Some(item)) => {
-                            if let (Some(l), Item::Event(e)) = (&only_loop, &item) {
-                                let tagged = e.event.payload.get("loop").and_then(|v| v.as_str()).unwrap_or("main");
-                                if tagged != &**l {
-                                    continue;
+                            if other_loop(only_loop.as_deref(), &item) {
+                                continue;
+                            }
+                            let mut out = String::with_capacity(512);
+                            push_frame(&mut out, &item);
+                            // Whatever else is ready goes in the same chunk.
+                            while out.len() < BATCH_BYTES {
+                                match sub.try_next() {
+                                    Some(item) if other_loop(only_loop.as_deref(), &item) => {}
+                                    Some(item) => push_frame(&mut out, &item),
+                                    None => break,
                                 }
                             }
-                            return Some((frame(&item), (sub, false, closing)));
+                            return Some((out, (sub, false, closing)));
                         }
                         Ok(None) => return None,
                         Err(_) => {
@@ -107,4 +130,30 @@ pub async fn events(State(s): State<AppState>, headers: HeaderMap, Query(q): Q) 
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, no-transform"));
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
     Ok(resp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::Envelope;
+    use crate::runtime::bus::Bus;
+
+    #[test]
+    fn frames_append_and_a_loop_stream_keeps_its_own() {
+        let bus = Bus::new();
+        bus.publish(Envelope::new("turn.completed", Some("a"), "agent:a", json!({"loop": "research"})));
+        bus.publish(Envelope::new("turn.completed", Some("a"), "agent:a", json!({})));
+        let mut sub = bus.subscribe(Some(0), Filter::default());
+        let (side, main) = (sub.try_next().unwrap(), sub.try_next().unwrap());
+        let mut out = String::new();
+        push_frame(&mut out, &side);
+        push_frame(&mut out, &main);
+        push_frame(&mut out, &Item::Lagged { missed: 3 });
+        assert!(out.starts_with("id: 1\nevent: turn.completed\ndata: {"), "{out}");
+        assert_eq!(out.matches("\n\n").count(), 3);
+        assert!(out.ends_with("event: gap\ndata: {\"reason\":\"lagged\",\"missed\":3}\n\n"), "{out}");
+        assert!(!other_loop(Some("research"), &side) && other_loop(Some("research"), &main));
+        assert!(other_loop(Some("main"), &side) && !other_loop(Some("main"), &main));
+        assert!(!other_loop(None, &side) && !other_loop(Some("x"), &Item::Lagged { missed: 1 }));
+    }
 }

@@ -1,11 +1,14 @@
 //! Creating a new agent file: schema, meta, config, seeded documents and a
-//! fresh Ed25519 identity, written in one transaction into a temporary file
-//! that is renamed into place, so a failed create leaves nothing behind
-//! (format.md §9; the meta protections reproduce the 0.4.2 outcome, §6.3).
+//! fresh Ed25519 identity, built in memory from a once-made image of the
+//! empty schema, written into a hidden temporary file and linked into
+//! place, so a failed create leaves nothing behind (format.md §9; the meta
+//! protections reproduce the 0.4.2 outcome, §6.3).
 
 use std::path::{Path, PathBuf};
 
-use rusqlite::params;
+use std::io::Write;
+
+use rusqlite::{Connection, MAIN_DB, params};
 use serde::Serialize;
 
 use super::defaults::{self, ConfigSeed};
@@ -203,11 +206,52 @@ struct NewFile<'a> {
     seal_to: Option<&'a crate::identity::install::Install>,
 }
 
+/// The empty schema as a database image, built once per process: a new
+/// agent starts as a copy of it instead of running the DDL again.
+fn empty_image() -> Result<&'static [u8]> {
+    static IMAGE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    if let Some(image) = IMAGE.get() {
+        return Ok(image);
+    }
+    let here = Path::new(":memory:");
+    conn::register_sqlite_vec();
+    let mut c = Connection::open_in_memory().at(here)?;
+    schema::create(&c).at(here)?;
+    let image = c.serialize(MAIN_DB).at(here)?.to_vec();
+    Ok(IMAGE.get_or_init(|| image))
+}
+
+/// Offsets 18 and 19 of a SQLite header: the file format's read and write
+/// versions, 1 for a rollback journal and 2 for WAL (SQLite's file format,
+/// §1.3.3). Writing 2 is what `journal_mode = WAL` persists.
+const FORMAT_VERSIONS: std::ops::Range<usize> = 18..20;
+const WAL_FORMAT: [u8; 2] = [2, 2];
+
+/// Build the new file in memory and write it in one go: the hidden work
+/// file gets its bytes, one sync and no journal, WAL or lock traffic.
+/// Atomicity comes from the rename into place, not from a journal, and the
+/// file is in WAL mode from its first open, as every agent file is.
 fn write_new(tmp: &Path, f: &NewFile<'_>, finish: Finish<'_>) -> Result<Option<(Dek, Option<Dek>)>> {
     let _ = std::fs::remove_file(tmp);
-    let mut c = conn::open(tmp, true, false)?;
+    let image = empty_image()?;
+    let mut c = Connection::open_in_memory().at(tmp)?;
+    c.deserialize_read_exact(MAIN_DB, image, image.len(), false).at(tmp)?;
+    let deks = fill(&mut c, tmp, f, finish)?;
+    let data = c.serialize(MAIN_DB).at(tmp)?;
+    if data.len() < FORMAT_VERSIONS.end {
+        return Err(StoreError::Invalid(format!("{}: the new database image is empty", tmp.display())));
+    }
+    let mut out = std::fs::OpenOptions::new().write(true).create_new(true).open(tmp).at(tmp)?;
+    out.write_all(&data[..FORMAT_VERSIONS.start]).at(tmp)?;
+    out.write_all(&WAL_FORMAT).at(tmp)?;
+    out.write_all(&data[FORMAT_VERSIONS.end..]).at(tmp)?;
+    out.sync_data().at(tmp)?;
+    Ok(deks)
+}
+
+/// Everything a new agent holds beyond the empty schema, in one transaction.
+fn fill(c: &mut Connection, tmp: &Path, f: &NewFile<'_>, finish: Finish<'_>) -> Result<Option<(Dek, Option<Dek>)>> {
     let tx = c.transaction().at(tmp)?;
-    schema::create(&tx).at(tmp)?;
     let put = |key: &str, value: &str, p: MetaProtection| Store::meta_put_system(&tx, key, value, p);
     put("adf_version", schema::ADF_FORMAT_VERSION, MetaProtection::Readonly).at(tmp)?;
     put("adf_schema_version", &schema::ADF_SCHEMA_VERSION.to_string(), MetaProtection::Readonly).at(tmp)?;
@@ -256,7 +300,6 @@ fn write_new(tmp: &Path, f: &NewFile<'_>, finish: Finish<'_>) -> Result<Option<(
     };
     put("adf_clean_close", &now_iso(), MetaProtection::Readonly).at(tmp)?;
     tx.commit().at(tmp)?;
-    c.close().map_err(|(_, e)| super::error::classify(tmp, e))?;
     Ok(deks)
 }
 
@@ -278,5 +321,43 @@ mod tests {
         assert_eq!(slug("  --  "), "untitled");
         assert_eq!(slug("Été 2026"), "t-2026");
         assert_eq!(nanoid(12).len(), 12);
+    }
+
+    #[test]
+    fn a_new_file_is_whole_in_wal_mode_with_no_sidecars() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("new.adf");
+        let created = create_file(&path, &NewAgent { name: Some("New"), ..Default::default() }).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(&bytes[..16], b"SQLite format 3\0");
+        assert_eq!(bytes[FORMAT_VERSIONS], WAL_FORMAT);
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left, vec![std::ffi::OsString::from("new.adf")], "nothing but the file");
+        let s = Store::open(&path).unwrap();
+        assert_eq!(s.integrity_check(), super::super::IntegrityCheck::Skipped, "created closed cleanly");
+        assert_eq!(s.meta_get("adf_name").unwrap().unwrap().value, "New");
+        s.close().unwrap();
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left, vec![std::ffi::OsString::from("new.adf")], "an open and close leaves nothing either");
+        // Inspected last: a read-only connection leaves the WAL it opened.
+        {
+            let c = Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+            let mode: String = c.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
+            assert_eq!(mode, "wal");
+            let ok: String = c.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
+            assert_eq!(ok, "ok");
+            let tables: i64 = c
+                .query_row("SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name LIKE 'adf_%'", [], |r| {
+                    r.get(0)
+                })
+                .unwrap();
+            assert!(tables >= 12, "{tables} adf_ tables");
+        }
+        // Two files from one image are two agents.
+        let other = dir.path().join("other.adf");
+        let b = create_file(&other, &NewAgent::default()).unwrap();
+        let a = Store::open_read_only(&other).unwrap();
+        assert_eq!(a.meta_get("adf_did").unwrap().unwrap().value, b.did);
+        assert_ne!(created.did, b.did);
     }
 }

@@ -89,9 +89,7 @@ impl WriterLock {
                 continue;
             }
             let me = serde_json::to_vec(&Holder::me()).unwrap_or_default();
-            file.set_len(0).at(&path)?;
-            file.seek(SeekFrom::Start(0)).at(&path)?;
-            file.write_all(&me).at(&path)?;
+            write_holder(&mut file, &me).at(&path)?;
             return Ok(WriterLock { file, path });
         }
         Err(StoreError::Busy { path: agent.to_path_buf(), detail: "lock file keeps changing".into() })
@@ -118,6 +116,21 @@ pub fn current_holder(agent: &Path) -> Option<Holder> {
         Err(TryLockError::WouldBlock) => read_holder(&mut file),
         Err(TryLockError::Error(_)) => None,
     }
+}
+
+/// Write who holds the lock over what a gone holder left. Truncating to
+/// zero first would be simpler, but ext4 then flushes the file as it is
+/// closed (its replace-by-truncate heuristic) and the unlink that follows
+/// waits for that write and for the discard of its block: most of a
+/// read-only open and close. Shrink only what is longer than us.
+fn write_holder(file: &mut File, me: &[u8]) -> std::io::Result<()> {
+    let old = file.metadata()?.len();
+    file.seek(SeekFrom::Start(0))?;
+    file.write_all(me)?;
+    if old > me.len() as u64 {
+        file.set_len(me.len() as u64)?;
+    }
+    Ok(())
 }
 
 fn read_holder(file: &mut File) -> Option<Holder> {
@@ -171,6 +184,21 @@ mod tests {
         let lock = WriterLock::acquire(&agent).unwrap();
         let text = std::fs::read_to_string(lock_path(&agent)).unwrap();
         assert!(text.contains(&std::process::id().to_string()));
+        drop(lock);
+    }
+
+    #[test]
+    fn a_longer_stale_holder_is_cut_to_ours() {
+        // Written over in place, not truncated first: what was longer must
+        // still be cut, or the holder would not parse.
+        let dir = tempfile::tempdir().unwrap();
+        let agent = dir.path().join("a.adf");
+        let long = format!(r#"{{"pid":999999,"host":"{}","since":"2020-01-01T00:00:00.000Z"}}"#, "h".repeat(500));
+        std::fs::write(lock_path(&agent), long).unwrap();
+        let lock = WriterLock::acquire(&agent).unwrap();
+        let text = std::fs::read_to_string(lock_path(&agent)).unwrap();
+        assert!(text.len() < 300, "{text}");
+        assert_eq!(current_holder(&agent).unwrap().pid, std::process::id());
         drop(lock);
     }
 }
