@@ -102,8 +102,14 @@ pub enum TurnEnd {
 type DeltaSink = Box<dyn FnMut(&ModelEvent) + Send>;
 
 /// The executor of one agent.
+/// Work an actor does as it starts (`Executor::at_start`).
+pub(crate) type StartWork = Box<dyn FnOnce(&mut Executor) + Send>;
+
 pub struct Executor {
     pub store: Store,
+    /// Work its actor does first, before anything it is sent: what a load
+    /// need not wait for (the runtime snapshot, a write).
+    pub(crate) at_start: Vec<StartWork>,
     /// The id the next turn takes (a client that asked for the chat chose
     /// it, so it can follow the turn's events); else one is made.
     pub next_turn_id: Option<String>,
@@ -216,6 +222,7 @@ impl Executor {
         let agent_id = cfg.get("id").and_then(Value::as_str).unwrap_or("").to_string();
         Ok(Executor {
             store,
+            at_start: Vec::new(),
             next_turn_id: None,
             partial: String::new(),
             provider,
@@ -305,18 +312,36 @@ impl Executor {
     /// Offer an event to the triggers; `system_only` leaves agent-scope
     /// targets to the caller (a chat already wakes the agent).
     pub fn trigger(&mut self, ev: super::triggers::TriggerEvent, system_only: bool) {
-        let Some(d) = self.dispatcher.clone() else { return };
+        if let Some((d, dispatches)) = self.dispatches(&ev) {
+            self.fire(&d, dispatches, system_only, &ev.source);
+        }
+    }
+
+    /// What the agent's triggers make of `ev`, when it has a dispatcher and
+    /// something takes it.
+    fn dispatches(
+        &self,
+        ev: &super::triggers::TriggerEvent,
+    ) -> Option<(Arc<super::triggers::Dispatcher>, Vec<super::triggers::Dispatch>)> {
+        let d = self.dispatcher.clone()?;
         // The parsed config when a turn has built it; otherwise the raw
         // document, so an idle agent does not build (and keep) the
         // turn's view of its config just to look at its triggers.
         let rev = self.store.config_rev();
         let dispatches = match &self.cfg {
-            Some(c) if c.rev == rev => super::triggers::evaluate(&c.value, &self.state, &ev),
-            _ => match self.store.config_value() {
-                Ok(v) => super::triggers::evaluate(&v, &self.state, &ev),
-                Err(_) => return,
-            },
+            Some(c) if c.rev == rev => super::triggers::evaluate(&c.value, &self.state, ev),
+            _ => self.store.with_config(|v| super::triggers::evaluate(v, &self.state, ev)).ok()?,
         };
+        (!dispatches.is_empty()).then_some((d, dispatches))
+    }
+
+    fn fire(
+        &mut self,
+        d: &super::triggers::Dispatcher,
+        dispatches: Vec<super::triggers::Dispatch>,
+        system_only: bool,
+        source: &str,
+    ) {
         for dispatch in dispatches {
             if system_only && !dispatch.system {
                 continue;
@@ -324,7 +349,7 @@ impl Executor {
             let payload = json!({"trigger_type": dispatch.trigger, "scope": if dispatch.system { "system" } else { "agent" },
                 "target_lambda": dispatch.lambda});
             if dispatch.system || matches!(dispatch.timing, super::triggers::Timing::Now) {
-                self.emit(kind::TRIGGER_FIRED, &ev.source, payload);
+                self.emit(kind::TRIGGER_FIRED, source, payload);
             }
             d.submit(dispatch);
         }
@@ -384,6 +409,18 @@ impl Executor {
         self.publish(e);
     }
 
+    /// Leave `work` to the actor, to run before the first thing it is sent.
+    pub(crate) fn at_start(&mut self, work: impl FnOnce(&mut Executor) + Send + 'static) {
+        self.at_start.push(Box::new(work));
+    }
+
+    /// Run what was left for the start, in the order it was left.
+    pub(crate) fn run_start_work(&mut self) {
+        for work in std::mem::take(&mut self.at_start) {
+            work(self);
+        }
+    }
+
     fn publish(&mut self, mut e: Envelope) {
         if let Some(side) = &self.loops.side
             && let Some(o) = e.payload.as_object_mut()
@@ -399,22 +436,9 @@ impl Executor {
                     e.payload["operation"].as_str().unwrap_or("modified")
                 };
                 let path = e.payload["path"].as_str().unwrap_or("").to_string();
-                let stat = self.store.file_stat(&path).ok().flatten();
-                let mut data = json!({"path": path, "operation": op, "diff": null});
-                if let Some(b) = before.as_ref().and_then(Value::as_str)
-                    && let Ok(now) = self.store.file_read_text(&path)
-                {
-                    data["diff"] = json!(super::diff::unified(&path, Some(b), &now));
-                    data["_before"] = json!(b);
-                }
-                if let Some(f) = stat {
-                    data["mime_type"] = json!(f.mime_type);
-                    data["size"] = json!(f.size);
-                    data["protection"] = json!(f.protection);
-                    data["authorized"] = json!(f.authorized);
-                    data["created_at"] = json!(f.created_at);
-                    data["updated_at"] = json!(f.updated_at);
-                }
+                // What the dispatch carries (stat, diff) is read only when
+                // a trigger takes the change: its filter needs the path.
+                let data = json!({"path": path, "operation": op, "diff": null});
                 Some(super::triggers::TriggerEvent { ty: "file_change", source: e.source.clone(), data })
             }
             kind::LLM_COMPLETED if self.dispatcher.is_some() => {
@@ -434,8 +458,48 @@ impl Executor {
         };
         self.publish_only(e);
         if let Some(t) = trig {
-            self.trigger(t, false);
+            if t.ty == "file_change" {
+                self.file_trigger(t, before);
+            } else {
+                self.trigger(t, false);
+            }
         }
+    }
+
+    /// Whether a change to `path` by `source` would fire a trigger.
+    pub(crate) fn file_change_wanted(&self, path: &str, source: &str) -> bool {
+        let ev = super::triggers::TriggerEvent {
+            ty: "file_change",
+            source: source.to_string(),
+            data: json!({"path": path, "operation": "modified", "diff": null}),
+        };
+        self.dispatches(&ev).is_some()
+    }
+
+    /// A file change offered to the triggers; what a dispatch carries
+    /// beyond the path is read only when one takes it.
+    fn file_trigger(&mut self, mut ev: super::triggers::TriggerEvent, before: Option<Value>) {
+        let Some((d, mut dispatches)) = self.dispatches(&ev) else { return };
+        let path = ev.data["path"].as_str().unwrap_or("").to_string();
+        if let Some(b) = before.as_ref().and_then(Value::as_str)
+            && let Ok(now) = self.store.file_read_text(&path)
+        {
+            ev.data["diff"] = json!(super::diff::unified(&path, Some(b), &now));
+            ev.data["_before"] = json!(b);
+        }
+        if let Some(f) = self.store.file_stat(&path).ok().flatten() {
+            let data = &mut ev.data;
+            data["mime_type"] = json!(f.mime_type);
+            data["size"] = json!(f.size);
+            data["protection"] = json!(f.protection);
+            data["authorized"] = json!(f.authorized);
+            data["created_at"] = json!(f.created_at);
+            data["updated_at"] = json!(f.updated_at);
+        }
+        for dispatch in &mut dispatches {
+            dispatch.event = ev.clone();
+        }
+        self.fire(&d, dispatches, false, &ev.source);
     }
 
     fn publish_only(&mut self, mut e: Envelope) {

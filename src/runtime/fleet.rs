@@ -375,10 +375,13 @@ impl Fleet {
         let runner_provider = provider.clone();
         let mut ex = Executor::new(store, provider, self.bus.clone(), owner.clone()).map_err(|e| e.to_string())?;
         ex.recover().map_err(|e| e.to_string())?;
-        // What this runtime applies to the agent, in the file (on start).
-        if let Err(e) = ex.record_runtime_snapshot() {
-            let _ = ex.log("warn", "fleet", "runtime_snapshot", &e.to_string());
-        }
+        // What this runtime applies to the agent, in the file, written as
+        // its actor starts (the load does not wait for it).
+        ex.at_start(|ex| {
+            if let Err(e) = ex.record_runtime_snapshot() {
+                let _ = ex.log("warn", "fleet", "runtime_snapshot", &e.to_string());
+            }
+        });
         // Loaded agents mostly wait: keep only what the next turn needs.
         ex.store.release_memory();
         ex.stream_deltas(self.stream_deltas);

@@ -813,6 +813,16 @@ impl Store {
         Ok(v)
     }
 
+    /// `f` on the config, without copying it when it is cached.
+    pub fn with_config<R>(&self, f: impl FnOnce(&Value) -> R) -> Result<R> {
+        self.drop_stale_config();
+        if let Some(v) = self.config_cache.borrow().as_ref() {
+            return Ok(f(v));
+        }
+        let v = self.config_value()?;
+        Ok(f(&v))
+    }
+
     fn read_config(&self) -> Result<Value> {
         let bytes: Option<Vec<u8>> = self
             .conn()

@@ -23,9 +23,12 @@ impl Executor {
         opts: &WriteOptions<'_>,
     ) -> Result<FileEntry, StoreError> {
         let old = self.store.file_stat(path)?;
+        // The text before is for a trigger's diff: read only when one takes
+        // the change.
         let before = old
             .as_ref()
             .filter(|e| e.size <= crate::tools::DIFF_SOURCE_MAX && e.is_text())
+            .filter(|_| self.file_change_wanted(path, "system:owner"))
             .and_then(|_| self.store.file_read_text(path).ok());
         let entry = self.store.file_write(Caller::Owner, path, content, opts)?;
         let operation = if old.is_some() { "modified" } else { "created" };
