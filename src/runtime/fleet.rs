@@ -381,6 +381,8 @@ impl Fleet {
             if let Err(e) = ex.record_runtime_snapshot() {
                 let _ = ex.log("warn", "fleet", "runtime_snapshot", &e.to_string());
             }
+            // What the snapshot read is not kept either.
+            ex.store.release_memory();
         });
         // Loaded agents mostly wait: keep only what the next turn needs.
         ex.store.release_memory();
