@@ -198,7 +198,7 @@ pub fn spawn_with(
     let handle =
         AgentHandle { agent_id: ex.agent_id().to_string(), tx, lanes: dispatcher.as_ref().map(Arc::downgrade) };
     let task = tokio::spawn(async move {
-        ex.run_start_work();
+        ex.on_start();
         let mut announced = false;
         let mut next: Option<String> = None;
         // The id chosen for the turn of `next`, if its sender chose one.

@@ -102,14 +102,21 @@ pub enum TurnEnd {
 type DeltaSink = Box<dyn FnMut(&ModelEvent) + Send>;
 
 /// The executor of one agent.
-/// Work an actor does as it starts (`Executor::at_start`).
-pub(crate) type StartWork = Box<dyn FnOnce(&mut Executor) + Send>;
+/// A file change as the triggers first see it: the path, what happened,
+/// who did it (`Executor::file_trigger` adds the rest for a taker).
+fn file_change(path: &str, operation: &str, source: &str) -> super::triggers::TriggerEvent {
+    super::triggers::TriggerEvent {
+        ty: "file_change",
+        source: source.to_string(),
+        data: json!({"path": path, "operation": operation, "diff": null}),
+    }
+}
 
 pub struct Executor {
     pub store: Store,
-    /// Work its actor does first, before anything it is sent: what a load
-    /// need not wait for (the runtime snapshot, a write).
-    pub(crate) at_start: Vec<StartWork>,
+    /// Record the runtime snapshot (a write) as the actor starts, before
+    /// anything it is sent: a load does not wait for it.
+    pub(crate) snapshot_on_start: bool,
     /// The id the next turn takes (a client that asked for the chat chose
     /// it, so it can follow the turn's events); else one is made.
     pub next_turn_id: Option<String>,
@@ -222,7 +229,7 @@ impl Executor {
         let agent_id = cfg.get("id").and_then(Value::as_str).unwrap_or("").to_string();
         Ok(Executor {
             store,
-            at_start: Vec::new(),
+            snapshot_on_start: false,
             next_turn_id: None,
             partial: String::new(),
             provider,
@@ -409,16 +416,16 @@ impl Executor {
         self.publish(e);
     }
 
-    /// Leave `work` to the actor, to run before the first thing it is sent.
-    pub(crate) fn at_start(&mut self, work: impl FnOnce(&mut Executor) + Send + 'static) {
-        self.at_start.push(Box::new(work));
-    }
-
-    /// Run what was left for the start, in the order it was left.
-    pub(crate) fn run_start_work(&mut self) {
-        for work in std::mem::take(&mut self.at_start) {
-            work(self);
+    /// What the actor does first (`snapshot_on_start`).
+    pub(crate) fn on_start(&mut self) {
+        if !std::mem::take(&mut self.snapshot_on_start) {
+            return;
         }
+        if let Err(e) = self.record_runtime_snapshot() {
+            let _ = self.log("warn", "fleet", "runtime_snapshot", &e.to_string());
+        }
+        // What the snapshot read is not kept: the agent was loaded to wait.
+        self.store.release_memory();
     }
 
     fn publish(&mut self, mut e: Envelope) {
@@ -435,11 +442,9 @@ impl Executor {
                 } else {
                     e.payload["operation"].as_str().unwrap_or("modified")
                 };
-                let path = e.payload["path"].as_str().unwrap_or("").to_string();
                 // What the dispatch carries (stat, diff) is read only when
                 // a trigger takes the change: its filter needs the path.
-                let data = json!({"path": path, "operation": op, "diff": null});
-                Some(super::triggers::TriggerEvent { ty: "file_change", source: e.source.clone(), data })
+                Some(file_change(e.payload["path"].as_str().unwrap_or(""), op, &e.source))
             }
             kind::LLM_COMPLETED if self.dispatcher.is_some() => {
                 let mut data = e.payload.clone();
@@ -468,12 +473,7 @@ impl Executor {
 
     /// Whether a change to `path` by `source` would fire a trigger.
     pub(crate) fn file_change_wanted(&self, path: &str, source: &str) -> bool {
-        let ev = super::triggers::TriggerEvent {
-            ty: "file_change",
-            source: source.to_string(),
-            data: json!({"path": path, "operation": "modified", "diff": null}),
-        };
-        self.dispatches(&ev).is_some()
+        self.dispatches(&file_change(path, "modified", source)).is_some()
     }
 
     /// A file change offered to the triggers; what a dispatch carries

@@ -377,13 +377,7 @@ impl Fleet {
         ex.recover().map_err(|e| e.to_string())?;
         // What this runtime applies to the agent, in the file, written as
         // its actor starts (the load does not wait for it).
-        ex.at_start(|ex| {
-            if let Err(e) = ex.record_runtime_snapshot() {
-                let _ = ex.log("warn", "fleet", "runtime_snapshot", &e.to_string());
-            }
-            // What the snapshot read is not kept either.
-            ex.store.release_memory();
-        });
+        ex.snapshot_on_start = true;
         // Loaded agents mostly wait: keep only what the next turn needs.
         ex.store.release_memory();
         ex.stream_deltas(self.stream_deltas);

@@ -801,26 +801,23 @@ pub fn load_patches(cfg: &mut Value, meta_handle: Option<&str>) -> bool {
 impl Store {
     /// The raw config document.
     pub fn config_value(&self) -> Result<Value> {
-        self.drop_stale_config();
-        if let Some(v) = self.config_cache.borrow().as_ref() {
-            return Ok(v.clone());
-        }
-        let v = self.read_config()?;
-        // Read-only handles share the file with a writer: never cache there.
-        if !self.is_read_only() {
-            *self.config_cache.borrow_mut() = Some(v.clone());
-        }
-        Ok(v)
+        self.with_config(Value::clone)
     }
 
-    /// `f` on the config, without copying it when it is cached.
+    /// `f` on the config, without copying it: the cached document, else
+    /// the file's, which is then cached.
     pub fn with_config<R>(&self, f: impl FnOnce(&Value) -> R) -> Result<R> {
         self.drop_stale_config();
         if let Some(v) = self.config_cache.borrow().as_ref() {
             return Ok(f(v));
         }
-        let v = self.config_value()?;
-        Ok(f(&v))
+        let v = self.read_config()?;
+        let out = f(&v);
+        // Read-only handles share the file with a writer: never cache there.
+        if !self.is_read_only() {
+            *self.config_cache.borrow_mut() = Some(v);
+        }
+        Ok(out)
     }
 
     fn read_config(&self) -> Result<Value> {
