@@ -30,7 +30,7 @@ pub struct Budget {
 impl Budget {
     /// `limits.budget` of a config (`None`: no budget set).
     pub fn of(cfg: &Value) -> Option<Budget> {
-        Self::from_value(cfg.pointer("/limits/budget")?)
+        Self::from_value(cfg.get("limits")?.get("budget")?)
     }
 
     /// A budget as the owner typed it, checked as `limits.budget` is:

@@ -117,6 +117,9 @@ pub struct Executor {
     /// Record the runtime snapshot (a write) as the actor starts, before
     /// anything it is sent: a load does not wait for it.
     pub(crate) snapshot_on_start: bool,
+    /// Number events without writing the counter until the actor starts
+    /// (`Store::meta_reserve_later`): a load then answers before any write.
+    pub(crate) seq_later: bool,
     /// The id the next turn takes (a client that asked for the chat chose
     /// it, so it can follow the turn's events); else one is made.
     pub next_turn_id: Option<String>,
@@ -230,6 +233,7 @@ impl Executor {
         Ok(Executor {
             store,
             snapshot_on_start: false,
+            seq_later: false,
             next_turn_id: None,
             partial: String::new(),
             provider,
@@ -418,6 +422,11 @@ impl Executor {
 
     /// What the actor does first (`snapshot_on_start`).
     pub(crate) fn on_start(&mut self) {
+        if std::mem::take(&mut self.seq_later)
+            && let Err(e) = self.store.meta_reserve_settle(SEQ_KEY)
+        {
+            let _ = self.log("warn", "fleet", "event_seq", &e.to_string());
+        }
         if !std::mem::take(&mut self.snapshot_on_start) {
             return;
         }
@@ -506,7 +515,12 @@ impl Executor {
         if self.seq_next >= self.seq_limit {
             // Blocks are reserved atomically: runner executors on sibling
             // connections number the same agent's events.
-            let start = self.store.meta_reserve(SEQ_KEY, SEQ_BLOCK, self.seq_next).unwrap_or(self.seq_next.max(1));
+            let start = if self.seq_later {
+                self.store.meta_reserve_later(SEQ_KEY, SEQ_BLOCK, self.seq_next)
+            } else {
+                self.store.meta_reserve(SEQ_KEY, SEQ_BLOCK, self.seq_next)
+            };
+            let start = start.unwrap_or(self.seq_next.max(1));
             self.seq_limit = start + SEQ_BLOCK;
             self.seq_next = start;
         }
@@ -550,7 +564,7 @@ impl Executor {
         let row = match &self.loops.side {
             Some(side) => self.store.side_append_row(&side.def.name, &new)?,
             None => {
-                let text = cp.as_ref().map(Value::to_string);
+                let text = cp.as_ref().and_then(|v| serde_json::to_string(v).ok());
                 self.store.loop_append_row_with(&new, text.as_deref().map(|t| (CHECKPOINT, t)))?
             }
         };
@@ -1392,11 +1406,9 @@ impl Executor {
     /// reminder of autonomous agents. Each part can be switched off in
     /// `context.dynamic_instructions`.
     fn dynamic_instructions(&mut self, cfg: &Value) -> Result<Option<String>, StoreError> {
-        let on = |k: &str| {
-            cfg.pointer(&format!("/context/dynamic_instructions/{k}")).and_then(Value::as_bool) != Some(false)
-        };
+        let on = |k: &str| cfg["context"]["dynamic_instructions"][k].as_bool() != Some(false);
         let mut parts = Vec::new();
-        if on("inbox_hints") && cfg.pointer("/messaging/inbox_mode").and_then(Value::as_bool) != Some(false) {
+        if on("inbox_hints") && cfg["messaging"]["inbox_mode"].as_bool() != Some(false) {
             // Counted again only when the inbox changed.
             let rev = self.store.rev(crate::store::revs::Table::Inbox);
             let unread = match self.unread {
@@ -1534,10 +1546,9 @@ impl Executor {
         }
         let messages = self.transcript.view();
         let model = typed.model.clone().unwrap_or_default();
-        let effort =
-            cfg.pointer("/model/reasoning/effort").and_then(Value::as_str).and_then(crate::providers::Effort::parse);
-        let reasoning_tokens = (cfg.pointer("/model/reasoning/enabled") == Some(&json!(true)))
-            .then(|| cfg.pointer("/model/reasoning/max_tokens").and_then(Value::as_u64))
+        let effort = cfg["model"]["reasoning"]["effort"].as_str().and_then(crate::providers::Effort::parse);
+        let reasoning_tokens = (cfg["model"]["reasoning"]["enabled"] == true)
+            .then(|| cfg["model"]["reasoning"]["max_tokens"].as_u64())
             .flatten();
         let trailing = self.dynamic_instructions(cfg)?;
         self.record_context(&system, hash, trailing.as_deref())?;
@@ -1557,8 +1568,8 @@ impl Executor {
     /// One model call, with backoff retries for transient failures
     /// (`recovery`: 5 attempts, 15 s doubling, capped at 300 s, ±20 %).
     async fn call(&mut self, cfg: &Value, req: ModelRequest, source: &str) -> Result<Response, ProviderError> {
-        let r = |k: &str, d: u64| cfg.pointer(&format!("/recovery/{k}")).and_then(Value::as_u64).unwrap_or(d);
-        let auto = cfg.pointer("/recovery/auto_retry").and_then(Value::as_bool).unwrap_or(true);
+        let r = |k: &str, d: u64| cfg["recovery"][k].as_u64().unwrap_or(d);
+        let auto = cfg["recovery"]["auto_retry"].as_bool().unwrap_or(true);
         let (max_attempts, base, max_delay) =
             (r("max_attempts", 5), r("base_delay_ms", 15_000), r("max_delay_ms", 300_000));
         let mut attempt = 0u64;
@@ -2145,9 +2156,9 @@ pub(crate) fn advertised_tools(value: &Value, typed: &AgentConfig) -> Vec<ToolSp
 }
 
 pub fn compact_threshold(cfg: &Value) -> u64 {
-    cfg.pointer("/context/compact_threshold")
-        .and_then(Value::as_u64)
-        .or_else(|| cfg.pointer("/model/compact_threshold").and_then(Value::as_u64))
+    cfg["context"]["compact_threshold"]
+        .as_u64()
+        .or_else(|| cfg["model"]["compact_threshold"].as_u64())
         .unwrap_or(DEFAULT_COMPACT_THRESHOLD)
 }
 

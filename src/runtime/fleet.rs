@@ -378,6 +378,7 @@ impl Fleet {
         // What this runtime applies to the agent, in the file, written as
         // its actor starts (the load does not wait for it).
         ex.snapshot_on_start = true;
+        ex.seq_later = true;
         // Loaded agents mostly wait: keep only what the next turn needs.
         ex.store.release_memory();
         ex.stream_deltas(self.stream_deltas);

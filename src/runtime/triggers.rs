@@ -166,7 +166,7 @@ pub fn agent_may_fire(state: &str, trigger: &str) -> bool {
 /// targets first; `off` fires nothing.
 pub fn evaluate(cfg: &Value, state: &str, ev: &TriggerEvent) -> Vec<Dispatch> {
     let name = ev.trigger_name();
-    let Some(t) = cfg.pointer(&format!("/triggers/{name}")) else { return Vec::new() };
+    let Some(t) = cfg.get("triggers").and_then(|t| t.get(name.as_str())) else { return Vec::new() };
     if t["enabled"] != Value::Bool(true) || state == "off" {
         return Vec::new();
     }

@@ -281,6 +281,7 @@ impl Store {
     /// first; the key then holds the first number not reserved.
     pub fn meta_reserve(&mut self, key: &str, n: u64, floor: u64) -> Result<u64> {
         let file = self.path().to_path_buf();
+        let floor = floor.max(pending::floor(&file, key));
         self.write(|tx| {
             let cur: Option<String> =
                 tx.query_row("SELECT value FROM adf_meta WHERE key = ?1", [key], |r| r.get(0)).optional().at(&file)?;
@@ -290,24 +291,141 @@ impl Store {
         })
     }
 
+    /// `meta_reserve` without the write, for a load that answers before
+    /// its first write (the first write after an open syncs the new WAL and
+    /// its folder): the numbers come from the stored counter (a read), and
+    /// until `meta_reserve_settle` writes it every reservation of this key
+    /// on any connection to the file in this process starts above them.
+    /// Another process cannot reserve meanwhile: it cannot write the file.
+    pub fn meta_reserve_later(&mut self, key: &str, n: u64, floor: u64) -> Result<u64> {
+        let cur: Option<String> = self
+            .conn()
+            .query_row("SELECT value FROM adf_meta WHERE key = ?1", [key], |r| r.get(0))
+            .optional()
+            .at(self.path())?;
+        let start =
+            cur.and_then(|v| v.parse::<u64>().ok()).unwrap_or(1).max(floor).max(pending::floor(self.path(), key));
+        pending::raise(self.path(), key, start + n);
+        Ok(start)
+    }
+
+    /// Write what `meta_reserve_later` handed out (the counter becomes at
+    /// least that), ending its in-process floor.
+    pub fn meta_reserve_settle(&mut self, key: &str) -> Result<()> {
+        let file = self.path().to_path_buf();
+        let floor = pending::floor(&file, key);
+        if floor == 0 {
+            return Ok(());
+        }
+        self.write(|tx| {
+            let cur: Option<String> =
+                tx.query_row("SELECT value FROM adf_meta WHERE key = ?1", [key], |r| r.get(0)).optional().at(&file)?;
+            if cur.and_then(|v| v.parse::<u64>().ok()).is_none_or(|c| c < floor) {
+                Self::meta_put_system(tx, key, &floor.to_string(), MetaProtection::None).at(&file)?;
+            }
+            Ok(())
+        })?;
+        pending::clear(&file, key, floor);
+        Ok(())
+    }
+
     pub(crate) fn meta_put_system(
         conn: &rusqlite::Connection,
         key: &str,
         value: &str,
         protection: MetaProtection,
     ) -> rusqlite::Result<()> {
-        conn.prepare_cached(
-            "INSERT INTO adf_meta(key, value, protection) VALUES (?1, ?2, ?3)
-             ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-        )?
-        .execute(params![key, value, protection.as_str()])?;
+        // An UPDATE of the row that is there is the common case (a turn's
+        // checkpoint, twice a turn) and costs SQLite less than the upsert's
+        // failed insert; a new key is inserted (protection only then).
+        let updated =
+            conn.prepare_cached("UPDATE adf_meta SET value = ?2 WHERE key = ?1")?.execute(params![key, value])?;
+        if updated == 0 {
+            conn.prepare_cached("INSERT INTO adf_meta(key, value, protection) VALUES (?1, ?2, ?3)")?
+                .execute(params![key, value, protection.as_str()])?;
+        }
         Ok(())
+    }
+}
+
+/// Reservations handed out by `meta_reserve_later` and not yet written,
+/// per file (canonical path) and key.
+mod pending {
+    use std::collections::HashMap;
+    use std::path::{Path, PathBuf};
+    use std::sync::Mutex;
+
+    type Floors = HashMap<(PathBuf, String), u64>;
+    static FLOORS: Mutex<Option<Floors>> = Mutex::new(None);
+
+    fn id(path: &Path, key: &str) -> (PathBuf, String) {
+        (std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()), key.to_string())
+    }
+
+    /// The first number above every pending reservation (0: none).
+    pub(super) fn floor(path: &Path, key: &str) -> u64 {
+        let Ok(f) = FLOORS.lock() else { return 0 };
+        match f.as_ref() {
+            Some(m) if !m.is_empty() => m.get(&id(path, key)).copied().unwrap_or(0),
+            _ => 0,
+        }
+    }
+
+    pub(super) fn raise(path: &Path, key: &str, to: u64) {
+        if let Ok(mut f) = FLOORS.lock() {
+            let e = f.get_or_insert_with(Default::default).entry(id(path, key)).or_insert(0);
+            *e = (*e).max(to);
+        }
+    }
+
+    /// Forget the floor once written, unless a later reservation raised it.
+    pub(super) fn clear(path: &Path, key: &str, written: u64) {
+        if let Ok(mut f) = FLOORS.lock()
+            && let Some(m) = f.as_mut()
+        {
+            let k = id(path, key);
+            if m.get(&k).is_some_and(|v| *v <= written) {
+                m.remove(&k);
+            }
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A reservation handed out without a write is honoured by every other
+    /// connection of the process until it is written, and then by the file.
+    #[test]
+    fn a_reservation_made_later_is_a_floor_until_settled() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.adf");
+        let (mut s, _) = Store::create(&path, &crate::store::NewAgent::default()).unwrap();
+        s.meta_reserve("seq", 10, 0).unwrap();
+        let before = std::fs::metadata(&path).unwrap().modified().unwrap();
+        let wal = |p: &std::path::Path| std::fs::metadata(p.with_extension("adf-wal")).map(|m| m.len()).unwrap_or(0);
+        let wal_before = wal(&path);
+        let first = s.meta_reserve_later("seq", 100, 0).unwrap();
+        assert_eq!(first, 11);
+        // Nothing was written: the counter still says 11.
+        assert_eq!(s.meta_get("seq").unwrap().unwrap().value, "11");
+        assert_eq!(wal(&path), wal_before);
+        assert_eq!(std::fs::metadata(&path).unwrap().modified().unwrap(), before);
+        // A sibling connection reserving meanwhile starts above the pending block.
+        let mut sib = Store::sibling(&path).unwrap();
+        assert_eq!(sib.meta_reserve("seq", 5, 0).unwrap(), 111);
+        // Settling keeps the higher counter the sibling wrote.
+        s.meta_reserve_settle("seq").unwrap();
+        assert_eq!(s.meta_get("seq").unwrap().unwrap().value, "116");
+        // Settled alone, the counter becomes the pending block's end.
+        assert_eq!(s.meta_reserve_later("seq", 50, 0).unwrap(), 116);
+        s.meta_reserve_settle("seq").unwrap();
+        assert_eq!(s.meta_get("seq").unwrap().unwrap().value, "166");
+        assert_eq!(pending::floor(&path, "seq"), 0);
+        assert_eq!(s.meta_reserve("seq", 1, 0).unwrap(), 166);
+        drop(sib);
+    }
 
     #[test]
     fn numbers_render_like_the_reference() {

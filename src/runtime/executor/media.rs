@@ -27,10 +27,9 @@ pub struct Modalities {
 
 impl Modalities {
     pub fn of(cfg: &Value) -> Modalities {
-        let on = |k: &str| cfg.pointer(&format!("/model/multimodal/{k}")).and_then(Value::as_bool);
-        let limit =
-            |k: &str, d: u64| cfg.pointer(&format!("/limits/max_{k}_size_bytes")).and_then(Value::as_u64).unwrap_or(d);
-        let image = on("image").or_else(|| cfg.pointer("/model/vision").and_then(Value::as_bool)).unwrap_or(false);
+        let on = |k: &str| cfg["model"]["multimodal"][k].as_bool();
+        let limit = |k: &str, d: u64| cfg["limits"][format!("max_{k}_size_bytes").as_str()].as_u64().unwrap_or(d);
+        let image = on("image").or_else(|| cfg["model"]["vision"].as_bool()).unwrap_or(false);
         Modalities {
             image: image.then(|| limit("image", 5_242_880)),
             audio: on("audio").unwrap_or(false).then(|| limit("audio", 10_485_760)),
