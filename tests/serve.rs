@@ -123,3 +123,182 @@ async fn public_and_shared_files_are_served_with_etags_and_ranges_and_nothing_el
     assert_eq!(r.status(), 403);
     fleet.shutdown().await;
 }
+
+/// API routes (issue 21): `serving.api` answered by the agent's lambdas on
+/// the mesh server, with parameters, query, headers and a typed body; a
+/// string answered as text and any other value as JSON; route middleware
+/// that refuses or rewrites; a warm route keeping its module state; a GET
+/// cache; exact routes before files before wildcard routes; and every bad
+/// input refused with its status while the other routes keep answering.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_routes_are_answered_by_lambdas_and_bad_requests_refused() {
+    let _one = SERIAL.lock().await;
+    let dir = tmp();
+    let d = dir.path();
+    ok(&adf(d, &["new", "api.adf", "--name", "api", "--provider", "anthropic", "--model", "m"], None));
+    let put = |path: &str, body: &[u8]| ok(&adf(d, &["files", "put", "api.adf", path], Some(body)));
+    put(
+        "api.ts",
+        br#"
+export function hello(req: any) {
+  return { status: 200, headers: { "X-Greeting": "yes" }, body: { hello: req.params.name, q: req.query.x ?? null, agent: req.headers["user-agent"] ?? null } };
+}
+export function add(req) { return { status: 201, body: { got: req.body, method: req.method, path: req.path } }; }
+export function text() { return "plain words"; }
+export function boom() { throw new Error("the route broke"); }
+export function spin() { while (true) {} }
+let n = 0;
+export function count() { n += 1; return { n }; }
+export function stamp(req) { return { at: Math.random(), path: req.path }; }
+export function rest(req) { return "rest:" + req.params["*"]; }
+export function guarded(req) { return { who: req.headers["x-user"] }; }
+export function bad() { return { status: 42 }; }
+"#,
+    );
+    put(
+        "mw.ts",
+        br#"
+export function guard(input) {
+  if (input.data.headers["x-key"] !== "k") return { reject: { code: 401, reason: "no key" } };
+  input.data.headers["x-user"] = "ann";
+  return { data: input.data };
+}
+"#,
+    );
+    ok(&adf(d, &["files", "authorize", "api.adf", "mw.ts"], None));
+    put("public/files/real.txt", b"a real file");
+    let api = json!([
+        {"method": "GET", "path": "/hello/:name", "lambda": "api.ts:hello"},
+        {"method": "POST", "path": "/items", "lambda": "api.ts:add"},
+        {"method": "PUT", "path": "/items", "lambda": "api.ts:add"},
+        {"method": "GET", "path": "/text", "lambda": "api.ts:text"},
+        {"method": "GET", "path": "/boom", "lambda": "api.ts:boom"},
+        {"method": "GET", "path": "/spin", "lambda": "api.ts:spin"},
+        {"method": "GET", "path": "/count", "lambda": "api.ts:count", "warm": true},
+        {"method": "GET", "path": "/cold", "lambda": "api.ts:count"},
+        {"method": "GET", "path": "/stamp", "lambda": "api.ts:stamp", "cache_ttl_ms": 60000},
+        {"method": "GET", "path": "/files/*", "lambda": "api.ts:rest"},
+        {"method": "GET", "path": "/guarded", "lambda": "api.ts:guarded", "middleware": [{"lambda": "mw.ts:guard"}]},
+        {"method": "GET", "path": "/bad", "lambda": "api.ts:bad"},
+        {"method": "GET", "path": "/missing", "lambda": "nope.ts:x"}
+    ]);
+    let serving = json!({"public": {"enabled": true}, "shared": {"enabled": false}, "api": api}).to_string();
+    ok(&adf(d, &["config", "set", "api.adf", "serving", &serving], None));
+    ok(&adf(d, &["config", "set", "api.adf", "limits.execution_timeout_ms", "1500"], None));
+    unsafe { std::env::set_var("ADF_HOME", d.join(".adf-home")) };
+    let mut fleet = Fleet::new(Bus::new(), quiet_model());
+    fleet.load(&d.join("api.adf")).unwrap();
+    let addr = adf::runtime::mesh::server::serve(fleet.mesh.clone(), "127.0.0.1", 0).await.unwrap().to_string();
+    let base = format!("http://{addr}/agents/api");
+    let http = reqwest::Client::new();
+
+    // Parameters (decoded within their segment), query and headers.
+    let r = http.get(format!("{base}/hello/w%C3%B6rld%2Fx?x=1")).header("user-agent", "t/1").send().await.unwrap();
+    assert_eq!((r.status().as_u16(), r.headers()["x-greeting"].to_str().unwrap()), (200, "yes"));
+    assert_eq!(r.headers()["content-type"], "application/json");
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(v, json!({"hello": "wörld/x", "q": "1", "agent": "t/1"}));
+    // A JSON body arrives parsed; the status is the lambda's.
+    let r = http.post(format!("{base}/items")).json(&json!({"k": [1, 2]})).send().await.unwrap();
+    assert_eq!(r.status(), 201);
+    assert_eq!(
+        r.json::<serde_json::Value>().await.unwrap(),
+        json!({"got": {"k": [1, 2]}, "method": "POST", "path": "/items"})
+    );
+    let r = http
+        .post(format!("{base}/items"))
+        .header("content-type", "application/json")
+        .body("{nope")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400, "a body that says JSON and is not");
+    // A string is text.
+    let r = http.get(format!("{base}/text")).send().await.unwrap();
+    assert_eq!(r.headers()["content-type"], "text/plain; charset=utf-8");
+    assert_eq!(r.text().await.unwrap(), "plain words");
+    // Warm keeps the module's state; a cold route starts afresh each time.
+    for want in 1..=3 {
+        let v: serde_json::Value = http.get(format!("{base}/count")).send().await.unwrap().json().await.unwrap();
+        assert_eq!(v["n"], want);
+    }
+    for _ in 0..2 {
+        let v: serde_json::Value = http.get(format!("{base}/cold")).send().await.unwrap().json().await.unwrap();
+        assert_eq!(v["n"], 1);
+    }
+    // The cache: the second answer is the first, marked.
+    let a = http.get(format!("{base}/stamp")).send().await.unwrap();
+    assert_eq!(a.headers()["x-cache"], "MISS");
+    let a = a.text().await.unwrap();
+    let b = http.get(format!("{base}/stamp")).send().await.unwrap();
+    assert_eq!(b.headers()["x-cache"], "HIT");
+    assert_eq!(b.text().await.unwrap(), a);
+    // Exact routes, then files, then wildcard routes.
+    assert_eq!(http.get(format!("{base}/files/real.txt")).send().await.unwrap().text().await.unwrap(), "a real file");
+    assert_eq!(http.get(format!("{base}/files/a/b")).send().await.unwrap().text().await.unwrap(), "rest:a/b");
+    // Middleware refuses without the key and rewrites the request with it.
+    let r = http.get(format!("{base}/guarded")).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    assert!(r.text().await.unwrap().contains("no key"));
+    let r = http.get(format!("{base}/guarded")).header("x-key", "k").send().await.unwrap();
+    assert_eq!(r.json::<serde_json::Value>().await.unwrap(), json!({"who": "ann"}));
+
+    // Bad input and broken routes: the right status each, nothing else hurt.
+    let r = http.get(format!("{base}/boom")).send().await.unwrap();
+    assert_eq!(r.status(), 500);
+    assert!(r.text().await.unwrap().contains("the route broke"));
+    assert_eq!(http.get(format!("{base}/bad")).send().await.unwrap().status(), 500, "status 42 is not a status");
+    assert_eq!(http.get(format!("{base}/missing")).send().await.unwrap().status(), 500);
+    let r = http.delete(format!("{base}/items")).send().await.unwrap();
+    assert_eq!(r.status(), 405);
+    assert_eq!(r.headers()["allow"], "POST, PUT");
+    assert_eq!(http.delete(format!("{base}/inbox")).send().await.unwrap().status(), 405, "the inbox is POST only");
+    assert_eq!(http.get(format!("{base}/inbox/x")).send().await.unwrap().status(), 404, "a reserved path");
+    let big = vec![b'x'; (2 << 20) + 1];
+    let r = http.post(format!("{base}/items")).body(big).send().await.unwrap();
+    assert_eq!(r.status(), 413);
+    let got = raw_post_declared(&addr, "/agents/api/items", 1 << 30).await;
+    assert!(got.starts_with("HTTP/1.1 413"), "{got}");
+    // A route that never returns is stopped at the agent's limit (1.5 s
+    // here); the other routes answer meanwhile.
+    let spin = tokio::spawn({
+        let (http, base) = (http.clone(), base.clone());
+        async move {
+            let t = std::time::Instant::now();
+            let r = http.get(format!("{base}/spin")).send().await.unwrap();
+            (r.status().as_u16(), t.elapsed())
+        }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let t = std::time::Instant::now();
+    assert_eq!(http.get(format!("{base}/text")).send().await.unwrap().status(), 200);
+    assert!(t.elapsed() < std::time::Duration::from_millis(1200), "a looping route held up another");
+    let (status, took) = spin.await.unwrap();
+    assert_eq!(status, 504);
+    assert!(took >= std::time::Duration::from_millis(1400), "{took:?}");
+    // The answers are in the agent's log.
+    let id = fleet.list()[0].id.clone();
+    let mb = fleet.mesh.find(&id).unwrap();
+    let q = adf::store::logs::LogQuery { limit: 1000, ..Default::default() };
+    let logs = mb.with_store(|s| s.log_list(&q)).unwrap().unwrap();
+    let lines: Vec<String> =
+        logs.iter().filter(|l| l.event.as_deref() == Some("api_response")).map(|l| l.message.clone()).collect();
+    assert!(lines.iter().any(|l| l.starts_with("GET /boom -> 500")), "{lines:?}");
+    assert!(lines.iter().any(|l| l.starts_with("GET /spin -> 504")), "{lines:?}");
+    fleet.shutdown().await;
+}
+
+/// A POST that declares `len` bytes and sends none: refused on the header.
+async fn raw_post_declared(addr: &str, target: &str, len: u64) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(
+        format!("POST {target} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut out = vec![0u8; 4096];
+    let n = tokio::time::timeout(std::time::Duration::from_secs(5), s.read(&mut out)).await.unwrap().unwrap();
+    String::from_utf8_lossy(&out[..n]).into_owned()
+}

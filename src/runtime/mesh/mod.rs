@@ -5,6 +5,7 @@
 //! so its `on_inbox` triggers fire. Sending (`msg_send`, `agent_discover`)
 //! lives in `send.rs`; cards in `card.rs`.
 
+pub mod api;
 pub mod card;
 pub mod ingress;
 pub mod mdns;
@@ -100,6 +101,8 @@ pub struct Mailbox {
     tx: mpsc::WeakUnboundedSender<AgentCommand>,
     /// A runner executor on a second connection (inbox middleware).
     pub(crate) runner: Runner,
+    /// Its API routes' runners, admission and cache (`api.rs`).
+    pub(crate) serving: api::Serving,
 }
 
 /// Makes a runner executor for an agent's file.
@@ -247,6 +250,7 @@ impl Mesh {
             store: Mutex::new(None),
             tx,
             runner,
+            serving: Default::default(),
         };
         if let Ok(mut b) = self.boxes.write() {
             b.insert(id.to_string(), Arc::new(mb));
@@ -257,6 +261,9 @@ impl Mesh {
     pub fn unregister(&self, id: &str) {
         self.channels.stop_agent(id);
         let gone = self.boxes.write().ok().and_then(|mut b| b.remove(id));
+        if let Some(mb) = &gone {
+            mb.serving.close();
+        }
         if let Some(mb) = gone
             && let Ok(mut s) = mb.store.lock()
             && let Some(store) = s.take()

@@ -15,10 +15,11 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{Method, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::{Mesh, classify, ingress};
+use super::{Mesh, api, classify, ingress};
 use crate::store::Store;
 
 /// What a request resolves to.
@@ -56,20 +57,10 @@ fn read(st: &Store, path: &str) -> Option<Found> {
     Some(Found::File { etag: etag(path, entry.size, &entry.updated_at), mime, bytes })
 }
 
-/// Resolve a path under an agent: its API routes first (not served yet),
-/// then `public/`, then shared patterns.
-fn resolve(st: &Store, cfg: &Value, method: &str, rest: &str) -> Found {
+/// Resolve a path under an agent to one of its files: `public/`, then
+/// shared patterns (API routes are matched before and after, in `serve`).
+fn resolve(st: &Store, cfg: &Value, rest: &str) -> Found {
     let serving = &cfg["serving"];
-    let routed =
-        serving["api"].as_array().into_iter().flatten().any(|r| {
-            r["path"].as_str().is_some_and(|p| route_matches(p, rest)) && r["method"].as_str() == Some(method)
-        });
-    if routed {
-        return Found::Refused(
-            501,
-            json!({"error": "this path is an API route (serving.api); lambda-backed routes are not served by this version yet"}),
-        );
-    }
     if serving["public"]["enabled"] == true {
         let index = serving["public"]["index"].as_str().filter(|i| clean(i)).unwrap_or("index.html");
         let path = if rest.is_empty() || rest.ends_with('/') {
@@ -107,13 +98,6 @@ fn resolve(st: &Store, cfg: &Value, method: &str, rest: &str) -> Found {
     Found::Nothing
 }
 
-/// `/hello/:name` against a request path (no leading slash).
-fn route_matches(route: &str, rest: &str) -> bool {
-    let a: Vec<&str> = route.trim_matches('/').split('/').collect();
-    let b: Vec<&str> = rest.trim_matches('/').split('/').collect();
-    a.len() == b.len() && a.iter().zip(&b).all(|(x, y)| x.starts_with(':') || x == y)
-}
-
 /// One byte range of `len` bytes (`bytes=a-b`, `a-`, `-n`); `None` when
 /// the header asks for several or is not a byte range (the whole file is
 /// sent), `Some(Err)` when it cannot be satisfied.
@@ -147,25 +131,51 @@ fn json_reply(status: u16, body: Value) -> Response {
 pub(super) async fn root(
     s: State<Arc<Mesh>>,
     c: ConnectInfo<SocketAddr>,
+    method: Method,
+    uri: Uri,
     h: HeaderMap,
     Path(handle): Path<String>,
+    body: Body,
 ) -> Response {
-    serve(s, c, h, handle, String::new()).await
+    serve(s, c, Request { method, uri, headers: h, body }, handle, String::new()).await
 }
 
 pub(super) async fn path(
     s: State<Arc<Mesh>>,
     c: ConnectInfo<SocketAddr>,
+    method: Method,
+    uri: Uri,
     h: HeaderMap,
     Path((handle, rest)): Path<(String, String)>,
+    body: Body,
 ) -> Response {
-    serve(s, c, h, handle, rest).await
+    serve(s, c, Request { method, uri, headers: h, body }, handle, rest).await
 }
+
+/// What `serve` needs of the request.
+struct Request {
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+}
+
+/// What the file's side decided.
+enum Step {
+    Route(Box<api::Matched>, Value),
+    Done(Found),
+    /// The path has routes, none for this method.
+    Methods(Vec<String>),
+}
+
+/// Reserved first segments under a handle (messaging.md §11): their own
+/// routes answer them; any other method there is not the agent's to serve.
+const RESERVED: [&str; 3] = ["inbox", "card", "health"];
 
 async fn serve(
     State(m): State<Arc<Mesh>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    h: HeaderMap,
+    req: Request,
     handle: String,
     rest: String,
 ) -> Response {
@@ -173,28 +183,70 @@ async fn serve(
     if !clean(&rest) || rest.starts_with('/') {
         return json_reply(400, json!({"error": "a path segment that is empty, `.`, `..` or has a backslash"}));
     }
+    if RESERVED.contains(&rest.split('/').next().unwrap_or("")) {
+        return json_reply(
+            404,
+            json!({"error": format!("/{} is a reserved protocol path", rest.split('/').next().unwrap_or(""))}),
+        );
+    }
+    // Routes see the path as sent, decoded segment by segment.
+    let raw = req.uri.path().strip_prefix("/agents/").and_then(|r| r.split_once('/')).map_or("", |(_, r)| r);
+    let Some(segments) = api::segments(raw) else {
+        return json_reply(400, json!({"error": "a path segment that is not UTF-8"}));
+    };
     let Some(mb) = m.find(&handle) else {
         return json_reply(404, json!({"error": "No agent with matching handle or DID"}));
     };
     let scope = classify(Some(peer.ip()));
-    let r2 = rest.clone();
-    let found = tokio::task::spawn_blocking(move || {
-        mb.with_store(|st| {
+    // HEAD is a GET without its body (the server drops it).
+    let method = if req.method == Method::HEAD { "GET".to_string() } else { req.method.as_str().to_string() };
+    let files = req.method == Method::GET || req.method == Method::HEAD;
+    let (r2, mb2) = (rest.clone(), mb.clone());
+    let step = tokio::task::spawn_blocking(move || {
+        mb2.with_store(|st| {
             let cfg = match st.config_value() {
                 Ok(c) => c,
-                Err(e) => return Found::Refused(500, json!({"error": e.to_string()})),
+                Err(e) => return Step::Done(Found::Refused(500, json!({"error": e.to_string()}))),
             };
             if let Err((r, extra)) = ingress::visible(&cfg, scope) {
-                return Found::Refused(r.status, ingress::body(&r, Some(extra)));
+                return Step::Done(Found::Refused(r.status, ingress::body(&r, Some(extra))));
             }
-            resolve(st, &cfg, "GET", &r2)
+            // Exact and parameterised routes, then files, then wildcard routes.
+            if let Some(m) = api::find(&cfg, &method, &segments, false) {
+                return Step::Route(Box::new(m), cfg);
+            }
+            if files {
+                let found = resolve(st, &cfg, &r2);
+                if !matches!(found, Found::Nothing) {
+                    return Step::Done(found);
+                }
+            }
+            if let Some(m) = api::find(&cfg, &method, &segments, true) {
+                return Step::Route(Box::new(m), cfg);
+            }
+            match api::methods_for(&cfg, &segments) {
+                m if m.is_empty() => Step::Done(Found::Nothing),
+                m => Step::Methods(m),
+            }
         })
     })
     .await;
-    let found = match found {
+    let step = match step {
         Ok(Ok(f)) => f,
         Ok(Err(e)) => return json_reply(500, json!({"error": e})),
         Err(e) => return json_reply(500, json!({"error": e.to_string()})),
+    };
+    let found = match step {
+        Step::Done(f) => f,
+        Step::Methods(allowed) => {
+            let mut r =
+                json_reply(405, json!({"error": format!("{} is not served here", req.method), "allow": allowed}));
+            if let Ok(v) = HeaderValue::from_str(&allowed.join(", ")) {
+                r.headers_mut().insert(header::ALLOW, v);
+            }
+            return r;
+        }
+        Step::Route(matched, cfg) => return route(mb, &cfg, *matched, req).await,
     };
     match found {
         Found::Refused(s, b) => json_reply(s, b),
@@ -203,8 +255,33 @@ async fn serve(
             let to = format!("/agents/{handle}/{rest}/");
             (StatusCode::PERMANENT_REDIRECT, [(header::LOCATION, to)]).into_response()
         }
-        Found::File { mime, etag, bytes } => file(&h, mime, etag, bytes),
+        Found::File { mime, etag, bytes } => file(&req.headers, mime, etag, bytes),
     }
+}
+
+/// Read the body (at most `api::BODY_LIMIT`) and answer with the route.
+async fn route(mb: Arc<super::Mailbox>, cfg: &Value, m: api::Matched, req: Request) -> Response {
+    let too_big = || {
+        json_reply(413, json!({"error": format!("the body is larger than a route takes ({} bytes)", api::BODY_LIMIT)}))
+    };
+    let declared =
+        req.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > api::BODY_LIMIT as u64) {
+        return too_big();
+    }
+    let body = match axum::body::to_bytes(req.body, api::BODY_LIMIT).await {
+        Ok(b) => b,
+        Err(_) => return too_big(),
+    };
+    let path =
+        format!("/{}", req.uri.path().strip_prefix("/agents/").and_then(|r| r.split_once('/')).map_or("", |(_, r)| r));
+    let method = if req.method == Method::HEAD { "GET" } else { req.method.as_str() };
+    let value =
+        match api::request_value(method, &path, m.params.clone(), req.uri.query().unwrap_or(""), &req.headers, &body) {
+            Ok(v) => v,
+            Err(e) => return json_reply(400, json!({"error": e})),
+        };
+    api::answer(mb, cfg, m, value).await
 }
 
 fn file(h: &HeaderMap, mime: String, etag: String, bytes: Vec<u8>) -> Response {
@@ -266,7 +343,5 @@ mod tests {
         assert_eq!(range("bytes=10-", 10), Some(Err(())));
         assert_eq!(range("bytes=0-1,3-4", 10), None, "several ranges: the whole file");
         assert_eq!(range("items=0-1", 10), None);
-        assert!(route_matches("/hello/:name", "hello/ann"));
-        assert!(!route_matches("/hello/:name", "hello/ann/x"));
     }
 }

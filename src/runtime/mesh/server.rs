@@ -12,7 +12,7 @@ use axum::Json;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use serde_json::{Value, json};
 
 use super::ingress::{self, Origin};
@@ -135,8 +135,8 @@ pub fn router(mesh: Arc<Mesh>) -> axum::Router {
         .route("/agents/{handle}/health", get(agent_health))
         .route("/agents/{handle}/inbox", post(inbox))
         // The agent's site and shared files (`serve.rs`).
-        .route("/agents/{handle}/", get(super::serve::root))
-        .route("/agents/{handle}/{*rest}", get(super::serve::path))
+        .route("/agents/{handle}/", any(super::serve::root))
+        .route("/agents/{handle}/{*rest}", any(super::serve::path))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(mesh)
 }
