@@ -1,6 +1,8 @@
 //! `adf bench serve` (issue 21's figures): a static file from an agent's
 //! `public/` through the mesh server on loopback — its latency one request
-//! at a time, and requests per second with 16 clients at once.
+//! at a time, and requests per second with 16 clients at once; then an API
+//! route answered by a lambda, warm (realm kept) and cold (a fresh realm
+//! each request), one request at a time.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,6 +19,11 @@ pub struct Figures {
     pub p99_ms: f64,
     pub clients: usize,
     pub requests_per_s: f64,
+    /// A `warm` API route's round trip (lambda, runner, HTTP), p50 / p99.
+    pub api_warm_p50_ms: f64,
+    pub api_warm_p99_ms: f64,
+    /// The same route without `warm`: a fresh realm each request.
+    pub api_cold_p50_ms: f64,
 }
 
 fn pct(v: &mut [Duration], p: f64) -> f64 {
@@ -45,7 +52,17 @@ pub fn run(requests: usize) -> anyhow::Result<Figures> {
             &crate::store::NewAgent { name: Some("site"), provider: Some("scripted"), ..Default::default() },
         )?;
         s.file_write(crate::store::Caller::Owner, "public/index.html", page.as_bytes(), &Default::default())?;
-        s.config_set(crate::store::Caller::Owner, "serving", json!({"public": {"enabled": true}}))?;
+        s.file_write(
+            crate::store::Caller::Owner,
+            "api.ts",
+            b"export function item(req) { return { status: 200, body: { id: req.params.id, q: req.query } }; }\n",
+            &Default::default(),
+        )?;
+        let api = json!([
+            {"method": "GET", "path": "/warm/:id", "lambda": "api.ts:item", "warm": true},
+            {"method": "GET", "path": "/cold/:id", "lambda": "api.ts:item"}
+        ]);
+        s.config_set(crate::store::Caller::Owner, "serving", json!({"public": {"enabled": true}, "api": api}))?;
         s.close()?;
     }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
@@ -94,6 +111,22 @@ pub fn run(requests: usize) -> anyhow::Result<Figures> {
             let _ = t.await;
         }
         let rps = done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64();
+        let route = async |kind: &str, n: usize| -> anyhow::Result<Vec<Duration>> {
+            let mut times = Vec::with_capacity(n);
+            for i in 0..n + 20 {
+                let t = Instant::now();
+                let r = http.get(format!("http://{addr}/agents/site/{kind}/{i}?x=1")).send().await?;
+                anyhow::ensure!(r.status() == 200, "{kind} route: HTTP {}", r.status());
+                r.bytes().await?;
+                // The first requests open the runner and start the realm.
+                if i >= 20 {
+                    times.push(t.elapsed());
+                }
+            }
+            Ok(times)
+        };
+        let mut warm = route("warm", requests).await?;
+        let mut cold = route("cold", (requests / 4).max(20)).await?;
         fleet.shutdown().await;
         Ok(Figures {
             file_bytes: page.len(),
@@ -102,6 +135,9 @@ pub fn run(requests: usize) -> anyhow::Result<Figures> {
             p99_ms: pct(&mut times, 0.99),
             clients,
             requests_per_s: rps,
+            api_warm_p50_ms: pct(&mut warm, 0.5),
+            api_warm_p99_ms: pct(&mut warm, 0.99),
+            api_cold_p50_ms: pct(&mut cold, 0.5),
         })
     })
 }
