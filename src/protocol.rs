@@ -55,6 +55,10 @@ pub mod kind {
     pub const MESSAGE_RECEIVED: &str = "message.received";
     pub const MESSAGE_SENT: &str = "message.sent";
     pub const MESSAGE_DELIVERY_FAILED: &str = "message.delivery_failed";
+    /// A WebSocket of an agent opened (past its handshake) or closed.
+    pub const WS_OPENED: &str = "ws.opened";
+    pub const WS_CLOSED: &str = "ws.closed";
+    pub const WS_RECONNECTING: &str = "ws.reconnecting";
     pub const DAEMON_STARTED: &str = "daemon.started";
     pub const DAEMON_AUTOSTART_REPORT: &str = "daemon.autostart.report";
 

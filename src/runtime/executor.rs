@@ -20,6 +20,7 @@ mod park;
 pub mod side;
 mod skills;
 pub mod snapshot;
+mod ws;
 
 use super::bus::Bus;
 use super::inject::{self, InjectError, InjectQueue, Injection};
@@ -1782,6 +1783,7 @@ impl Executor {
             "mcp_restart" => self.mcp_restart_tool(input).await,
             "mcp_uninstall" => self.mcp_uninstall_tool(input),
             "loop_send" | "loop_list" | "loop_manage" => self.loop_tool(name, input),
+            "ws_connect" | "ws_disconnect" | "ws_connections" | "ws_send" => self.ws_tool(name, input).await,
             n if crate::tools::unavailable(n).is_none() && n.starts_with("mcp_") => self.mcp_call(n, input).await,
             _ => self.run_tool(name, input, Caller::AGENT),
         }

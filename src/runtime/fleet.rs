@@ -420,9 +420,17 @@ impl Fleet {
         let (agent, task) = super::agent::spawn_with(ex, owner, super::agent::TIMER_TICK, started.clone());
         let runner: super::mesh::Runner = {
             let (path, bus, provider) = (path.to_path_buf(), self.bus.clone(), runner_provider);
+            // Weak: the mesh holds this closure (through the mailbox).
+            let mesh = Arc::downgrade(&self.mesh);
             Box::new(move || {
                 let store = Store::sibling(&path).ok()?;
-                Executor::new(store, provider.clone(), bus.clone(), Arc::new(super::executor::Absent)).ok()
+                let mut ex =
+                    Executor::new(store, provider.clone(), bus.clone(), Arc::new(super::executor::Absent)).ok()?;
+                // Route and socket lambdas reach the agent's sockets and mail.
+                if let Some(m) = mesh.upgrade() {
+                    ex.set_mesh(m);
+                }
+                Some(ex)
             })
         };
         self.mesh.register(&id, &handle, &did, path, agent.weak(), runner);
@@ -431,6 +439,7 @@ impl Fleet {
             && let Some(mb) = self.mesh.find(&id)
         {
             self.mesh.channels.start(&mb, &cfg);
+            super::mesh::ws::out::start_configured(&self.mesh, &mb, &cfg);
         }
         if foreign {
             self.foreign.insert(id.clone());
@@ -606,6 +615,7 @@ impl Fleet {
             && let Ok(Ok(cfg)) = mb.with_store(|s| s.config_value())
         {
             self.mesh.channels.start(&mb, &cfg);
+            super::mesh::ws::out::start_configured(&self.mesh, &mb, &cfg);
         }
         Ok(())
     }

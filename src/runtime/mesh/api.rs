@@ -44,6 +44,8 @@ pub struct Matched {
     pub warm: bool,
     pub cache_ttl_ms: u64,
     pub params: Map<String, Value>,
+    /// A WS route's send high-water mark.
+    pub high_water: Option<u64>,
 }
 
 /// The first `serving.api` route for `method` matching the path's decoded
@@ -59,10 +61,11 @@ pub fn find(cfg: &Value, method: &str, segments: &[String], wildcard: bool) -> O
         let params = match_path(path, segments)?;
         Some(Matched {
             index,
-            lambda: r["lambda"].as_str()?.to_string(),
+            lambda: r["lambda"].as_str().unwrap_or_default().to_string(),
             warm: r["warm"].as_bool().unwrap_or(false),
             cache_ttl_ms: r["cache_ttl_ms"].as_u64().unwrap_or(0),
             params,
+            high_water: r["high_water_mark_bytes"].as_u64(),
         })
     })
 }
@@ -256,7 +259,7 @@ impl Default for Serving {
 }
 
 impl Serving {
-    fn take_runner(&self) -> Option<Executor> {
+    pub(crate) fn take_runner(&self) -> Option<Executor> {
         let mut r = self.runners.lock().ok()?;
         // Runners left idle are closed (their connection and caches).
         let now = Instant::now();
@@ -270,7 +273,7 @@ impl Serving {
         self.runners.lock().ok()?.pop().map(|(ex, _)| ex)
     }
 
-    fn give_back(&self, ex: Executor) {
+    pub(crate) fn give_back(&self, ex: Executor) {
         if let Ok(mut r) = self.runners.lock()
             && r.len() < CONCURRENT
         {
@@ -416,6 +419,9 @@ async fn run(
                 return (code, Err(refuse(code, format!("refused by route middleware: {reason}"))));
             }
         }
+    }
+    if m.lambda.is_empty() {
+        return (500, Err(refuse(500, "this route names no lambda")));
     }
     let (path, func) = crate::sandbox::prepare::split_target(&m.lambda);
     let timeout = runner.code_timeout(None).min(ROUTE_TIMEOUT);

@@ -13,6 +13,7 @@ pub mod send;
 mod serve;
 pub mod serve_bench;
 pub mod server;
+pub mod ws;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -158,6 +159,8 @@ pub struct Mesh {
     loads: Mutex<Option<mpsc::UnboundedSender<PathBuf>>>,
     /// Channel adapters of the loaded agents (Telegram, …).
     pub channels: crate::channels::Registry,
+    /// Live WebSockets of the loaded agents, in and out (`ws/`).
+    pub sockets: ws::Sockets,
 }
 
 impl Mesh {
@@ -211,6 +214,7 @@ impl Mesh {
             states,
             loads: Mutex::new(None),
             channels: Default::default(),
+            sockets: Default::default(),
         })
     }
 
@@ -260,6 +264,7 @@ impl Mesh {
     /// Forget an agent (its ingress connection closes).
     pub fn unregister(&self, id: &str) {
         self.channels.stop_agent(id);
+        self.sockets.stop_agent(id);
         let gone = self.boxes.write().ok().and_then(|mut b| b.remove(id));
         if let Some(mb) = &gone {
             mb.serving.close();

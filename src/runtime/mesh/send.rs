@@ -350,7 +350,8 @@ impl Executor {
         {
             local = mesh.local_for_address(a);
         }
-        if local.is_none() && address.is_none() {
+        let me = self.agent_id().to_string();
+        if local.is_none() && address.is_none() && mesh.sockets.to_did(&me, &to).is_none() {
             if to.contains(':') && !to.starts_with("did:") {
                 return Err(format!("no channel adapter is connected for {to}"));
             }
@@ -503,6 +504,14 @@ impl Executor {
                     Err((r, _)) => Err((Some(r.status), r.error)),
                 }
             }
+            // An open socket to the recipient's proven DID first
+            // (messaging.md §5), then HTTP.
+            None if let Some(sock) = mesh.sockets.to_did(&me, &to)
+                && sock.send(crate::runtime::mesh::ws::Frame::Text(msg.to_string())).await.is_ok() =>
+            {
+                Ok(None)
+            }
+            None if address.is_none() => Err((None, format!("the socket to {to} closed and there is no address"))),
             None => {
                 let url = address.clone().unwrap_or_default();
                 match mesh.http.post(&url).json(&msg).send().await {

@@ -131,25 +131,19 @@ fn json_reply(status: u16, body: Value) -> Response {
 pub(super) async fn root(
     s: State<Arc<Mesh>>,
     c: ConnectInfo<SocketAddr>,
-    method: Method,
-    uri: Uri,
-    h: HeaderMap,
     Path(handle): Path<String>,
-    body: Body,
+    req: axum::extract::Request,
 ) -> Response {
-    serve(s, c, Request { method, uri, headers: h, body }, handle, String::new()).await
+    serve(s, c, Request::of(req), handle, String::new()).await
 }
 
 pub(super) async fn path(
     s: State<Arc<Mesh>>,
     c: ConnectInfo<SocketAddr>,
-    method: Method,
-    uri: Uri,
-    h: HeaderMap,
     Path((handle, rest)): Path<(String, String)>,
-    body: Body,
+    req: axum::extract::Request,
 ) -> Response {
-    serve(s, c, Request { method, uri, headers: h, body }, handle, rest).await
+    serve(s, c, Request::of(req), handle, rest).await
 }
 
 /// What `serve` needs of the request.
@@ -158,11 +152,31 @@ struct Request {
     uri: Uri,
     headers: HeaderMap,
     body: Body,
+    /// The rest of the head (a WebSocket upgrade takes it).
+    parts: axum::http::request::Parts,
+}
+
+impl Request {
+    fn of(req: axum::extract::Request) -> Request {
+        let (parts, body) = req.into_parts();
+        Request { method: parts.method.clone(), uri: parts.uri.clone(), headers: parts.headers.clone(), body, parts }
+    }
+
+    fn is_upgrade(&self) -> bool {
+        self.method == Method::GET
+            && self
+                .headers
+                .get(header::UPGRADE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
+    }
 }
 
 /// What the file's side decided.
 enum Step {
     Route(Box<api::Matched>, Value),
+    /// A WebSocket route (or none: the upgrade is closed with 4004).
+    Socket(Option<Box<api::Matched>>, Value),
     Done(Found),
     /// The path has routes, none for this method.
     Methods(Vec<String>),
@@ -201,6 +215,7 @@ async fn serve(
     // HEAD is a GET without its body (the server drops it).
     let method = if req.method == Method::HEAD { "GET".to_string() } else { req.method.as_str().to_string() };
     let files = req.method == Method::GET || req.method == Method::HEAD;
+    let upgrade = req.is_upgrade();
     let (r2, mb2) = (rest.clone(), mb.clone());
     let step = tokio::task::spawn_blocking(move || {
         mb2.with_store(|st| {
@@ -210,6 +225,10 @@ async fn serve(
             };
             if let Err((r, extra)) = ingress::visible(&cfg, scope) {
                 return Step::Done(Found::Refused(r.status, ingress::body(&r, Some(extra))));
+            }
+            if upgrade {
+                let m = api::find(&cfg, "WS", &segments, false).or_else(|| api::find(&cfg, "WS", &segments, true));
+                return Step::Socket(m.map(Box::new), cfg);
             }
             // Exact and parameterised routes, then files, then wildcard routes.
             if let Some(m) = api::find(&cfg, &method, &segments, false) {
@@ -247,6 +266,7 @@ async fn serve(
             return r;
         }
         Step::Route(matched, cfg) => return route(mb, &cfg, *matched, req).await,
+        Step::Socket(matched, cfg) => return socket(m, mb, peer, &cfg, matched.map(|m| *m), req).await,
     };
     match found {
         Found::Refused(s, b) => json_reply(s, b),
@@ -257,6 +277,65 @@ async fn serve(
         }
         Found::File { mime, etag, bytes } => file(&req.headers, mime, etag, bytes),
     }
+}
+
+/// Upgrade to a WebSocket on the agent's `WS` route (messaging.md §12):
+/// its lambda gets the frames, or without one they are ALF messages for
+/// the inbox. No route: the upgrade is closed with 4004.
+async fn socket(
+    mesh: Arc<Mesh>,
+    mb: Arc<super::Mailbox>,
+    peer: SocketAddr,
+    cfg: &Value,
+    m: Option<api::Matched>,
+    mut req: Request,
+) -> Response {
+    use super::ws::{self, Direction, Socket, conn};
+    use axum::extract::FromRequestParts;
+    use axum::extract::ws::{CloseFrame, Message, WebSocketUpgrade};
+    let up = match WebSocketUpgrade::from_request_parts(&mut req.parts, &()).await {
+        Ok(u) => u.max_message_size(ws::MAX_FRAME).max_frame_size(ws::MAX_FRAME),
+        Err(rejection) => return rejection.into_response(),
+    };
+    let Some(m) = m else {
+        return up.on_upgrade(|mut socket| async move {
+            let close = CloseFrame { code: 4004, reason: "No WebSocket route configured at this path".into() };
+            let _ = socket.send(Message::Close(Some(close))).await;
+        });
+    };
+    // `url_params`: the route's parameters, then the query's (first wins).
+    let mut params = m.params.clone();
+    for (k, v) in url::form_urlencoded::parse(req.uri.query().unwrap_or("").as_bytes()) {
+        params.entry(k.into_owned()).or_insert(Value::String(v.into_owned()));
+    }
+    let mut headers = serde_json::Map::new();
+    for name in req.headers.keys() {
+        let joined = req.headers.get_all(name).iter().filter_map(|v| v.to_str().ok()).collect::<Vec<_>>().join(", ");
+        headers.insert(name.as_str().to_string(), Value::String(joined));
+    }
+    let require = cfg["security"]["allow_unsigned"] == false;
+    let high_water = m.high_water.map_or(ws::HIGH_WATER, |n| n.clamp(1024, 64 << 20) as usize);
+    let handler = conn::Handler::of(&m.lambda);
+    let target =
+        format!("/{}", req.uri.path().strip_prefix("/agents/").and_then(|r| r.split_once('/')).map_or("", |(_, r)| r));
+    up.on_upgrade(move |socket| async move {
+        let (sock, queue) =
+            Socket::new(crate::store::create::nanoid(10), &mb.id, Direction::Inbound, None, target, high_water);
+        let wire = ws::wire_server(socket, &sock, queue);
+        let setup = conn::Setup {
+            mesh,
+            mb,
+            sock,
+            handler,
+            role: conn::Role::Server { require },
+            keepalive: std::time::Duration::from_secs(30),
+            scope: classify(Some(peer.ip())),
+            peer: Some(peer.ip()),
+            open: json!({"url_params": params, "headers": headers}),
+            ready: None,
+        };
+        conn::drive(setup, wire).await;
+    })
 }
 
 /// Read the body (at most `api::BODY_LIMIT`) and answer with the route.

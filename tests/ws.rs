@@ -1,0 +1,289 @@
+//! WebSockets (issue 21): an agent's `WS` route on the mesh server answered
+//! by its lambda (what it returns is sent back; the open and close events
+//! too), a path without a route closed with 4004, a flood closed at the
+//! frame rate limit while new connections are still taken; and two
+//! runtimes whose agents authenticate each other by DID over a socket
+//! that `ws_connect` opened, `msg_send` then preferring that socket to
+//! HTTP, a forged handshake refused with 4001.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use adf::providers::scripted::{Reply, Scripted};
+use adf::runtime::bus::Bus;
+use adf::runtime::fleet::{Fleet, ProviderFactory};
+use adf::store::{Caller, NewAgent, Store};
+use common::*;
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::Message;
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn agent(path: &std::path::Path, name: &str, set: &[(&str, Value)]) -> String {
+    let (mut s, _) = Store::create(
+        path,
+        &NewAgent { name: Some(name), provider: Some("scripted"), model: Some("m"), ..Default::default() },
+    )
+    .unwrap();
+    for (k, v) in set {
+        s.config_set(Caller::Owner, k, v.clone()).unwrap();
+    }
+    let did = s.meta_get("adf_did").unwrap().unwrap().value;
+    s.close().unwrap();
+    did
+}
+
+fn enable_tools(path: &std::path::Path, names: &[&str]) {
+    let mut s = Store::open(path).unwrap();
+    let mut cfg = s.config_value().unwrap();
+    for t in cfg["tools"].as_array_mut().unwrap() {
+        if names.contains(&t["name"].as_str().unwrap_or_default()) {
+            t["enabled"] = json!(true);
+            t["visible"] = json!(true);
+        }
+    }
+    s.config_replace(cfg).unwrap();
+    s.close().unwrap();
+}
+
+fn text_of(m: Message) -> String {
+    match m {
+        Message::Text(t) => t.to_string(),
+        other => panic!("expected text, got {other:?}"),
+    }
+}
+
+async fn next(
+    ws: &mut (impl StreamExt<Item = Result<Message, tokio_tungstenite::tungstenite::Error>> + Unpin),
+) -> Message {
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), ws.next()).await.expect("a frame within 10 s") {
+            Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+            Some(Ok(m)) => return m,
+            other => panic!("the socket ended: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ws_route_is_answered_by_its_lambda_and_floods_are_closed() {
+    let _one = SERIAL.lock().await;
+    let dir = tmp();
+    let d = dir.path();
+    unsafe { std::env::set_var("ADF_HOME", d.join(".adf-home")) };
+    let path = d.join("echo.adf");
+    agent(
+        &path,
+        "echo",
+        &[("serving", json!({"api": [{"method": "WS", "path": "/chat/:room", "lambda": "ws.ts:on"}]}))],
+    );
+    {
+        let mut s = Store::open(&path).unwrap();
+        s.file_write(
+            Caller::Owner,
+            "ws.ts",
+            br#"
+let seen = 0;
+export function on(ev) {
+  if (ev.type === "open") return JSON.stringify({ hello: ev.url_params.room, q: ev.url_params.q ?? null });
+  if (ev.type === "message") { seen += 1; return ev.binary ? { bytes: ev.data } : "echo:" + ev.data; }
+  return null;
+}
+"#,
+            &Default::default(),
+        )
+        .unwrap();
+        s.close().unwrap();
+    }
+    let mut fleet = Fleet::new(Bus::new(), quiet_model());
+    fleet.load(&path).unwrap();
+    let id = fleet.list()[0].id.clone();
+    let addr = adf::runtime::mesh::server::serve(fleet.mesh.clone(), "127.0.0.1", 0).await.unwrap().to_string();
+    let url = format!("ws://{addr}/agents/echo/chat/r1?q=7");
+    let (mut ws, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
+    // The open event's answer, then each frame's.
+    let v: Value = serde_json::from_str(&text_of(next(&mut ws).await)).unwrap();
+    assert_eq!(v, json!({"hello": "r1", "q": "7"}));
+    ws.send(Message::Text("hi".into())).await.unwrap();
+    assert_eq!(text_of(next(&mut ws).await), "echo:hi");
+    ws.send(Message::Binary(vec![0u8, 255, 1].into())).await.unwrap();
+    let v: Value = serde_json::from_str(&text_of(next(&mut ws).await)).unwrap();
+    assert_eq!(v, json!({"bytes": "AP8B"}));
+    // The runtime lists it for the agent.
+    let socks = fleet.mesh.sockets.of(&id);
+    assert_eq!(socks.len(), 1);
+    assert_eq!(socks[0].info()["direction"], "inbound");
+    assert_eq!(socks[0].info()["target"], "/chat/r1");
+
+    // No route at a path: closed with 4004.
+    let (mut none, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/agents/echo/nothing")).await.unwrap();
+    match next(&mut none).await {
+        Message::Close(Some(c)) => assert_eq!(u16::from(c.code), 4004),
+        other => panic!("expected a close, got {other:?}"),
+    }
+
+    // A flood: far more frames a second than a connection may send is
+    // closed with 1008; the route still takes new connections.
+    let (mut flood, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
+    let _ = next(&mut flood).await;
+    let (mut sink, mut stream) = flood.split();
+    let sender = tokio::spawn(async move {
+        for i in 0..3000 {
+            if sink.send(Message::Text(format!("f{i}").into())).await.is_err() {
+                break;
+            }
+        }
+    });
+    let code = loop {
+        match tokio::time::timeout(Duration::from_secs(60), stream.next()).await.expect("closed within 60 s") {
+            Some(Ok(Message::Close(Some(c)))) => break u16::from(c.code),
+            Some(Ok(_)) => continue,
+            other => panic!("ended without a close frame: {other:?}"),
+        }
+    };
+    assert_eq!(code, 1008, "a flood is closed at the rate limit");
+    sender.abort();
+    ws.send(Message::Text("still here".into())).await.unwrap();
+    assert_eq!(text_of(next(&mut ws).await), "echo:still here");
+    let (mut again, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
+    let _ = next(&mut again).await;
+    again.send(Message::Text("x".into())).await.unwrap();
+    assert_eq!(text_of(next(&mut again).await), "echo:x");
+    // Closing is seen; the listing forgets it.
+    ws.close(None).await.unwrap();
+    again.close(None).await.unwrap();
+    wait("the sockets to be forgotten", || fleet.mesh.sockets.of(&id).is_empty()).await;
+    fleet.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_on_two_runtimes_authenticate_by_did_and_send_over_the_socket() {
+    let _one = SERIAL.lock().await;
+    let dir = tmp();
+    let d = dir.path();
+    unsafe { std::env::set_var("ADF_HOME", d.join(".adf-home")) };
+    // The hub takes signed peers only, into its inbox (a route without a lambda).
+    let hub_path = d.join("hub.adf");
+    let hub_did = agent(
+        &hub_path,
+        "hub",
+        &[
+            ("serving", json!({"api": [{"method": "WS", "path": "/mesh", "lambda": "adf:inbox"}]})),
+            ("security.allow_unsigned", json!(false)),
+            ("triggers.on_inbox.enabled", json!(false)),
+        ],
+    );
+    let hub_rt = Fleet::new(Bus::new(), quiet_model());
+    let mut hub_rt = hub_rt;
+    hub_rt.load(&hub_path).unwrap();
+    let hub_id = hub_rt.list()[0].id.clone();
+    let hub_addr = adf::runtime::mesh::server::serve(hub_rt.mesh.clone(), "127.0.0.1", 0).await.unwrap().to_string();
+    let url = format!("ws://{hub_addr}/agents/hub/mesh");
+
+    // A peer that cannot sign for the DID it names is refused (4001).
+    let (mut forged, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
+    let now = chrono::Utc::now().timestamp_millis();
+    forged
+        .send(Message::Text(
+            json!({"type": "auth", "did": hub_did, "nonce": "00", "timestamp": now, "signature": "ed25519:AAAA"})
+                .to_string()
+                .into(),
+        ))
+        .await
+        .unwrap();
+    let v: Value = serde_json::from_str(&text_of(next(&mut forged).await)).unwrap();
+    assert_eq!((v["success"].as_bool(), v["error"].as_str()), (Some(false), Some("Invalid signature")));
+    match next(&mut forged).await {
+        Message::Close(Some(c)) => assert_eq!(u16::from(c.code), 4001),
+        other => panic!("expected 4001, got {other:?}"),
+    }
+
+    // Alice, on another runtime, connects with the hub's DID expected and
+    // sends it a message: no address, so only the socket can carry it.
+    let alice_path = d.join("alice.adf");
+    agent(&alice_path, "alice", &[("security.allow_local_fetch", json!(true))]);
+    enable_tools(&alice_path, &["ws_connect", "ws_connections", "ws_send", "ws_disconnect"]);
+    let script = vec![
+        Reply::Tools(vec![("ws_connect".into(), json!({"url": url, "did": hub_did}))]),
+        Reply::Tools(vec![("ws_connections".into(), json!({}))]),
+        Reply::Tools(vec![("msg_send".into(), json!({"recipient": hub_did, "content": "over the socket"}))]),
+        Reply::Text("done".into()),
+    ];
+    let model = Arc::new(Scripted::new(script));
+    let factory: ProviderFactory = {
+        let m = model.clone();
+        Arc::new(move |_| Ok(m.clone() as Arc<dyn adf::providers::Provider>))
+    };
+    let mut alice_rt = Fleet::new(Bus::new(), factory);
+    alice_rt.load(&alice_path).unwrap();
+    let alice_id = alice_rt.list()[0].id.clone();
+    alice_rt
+        .command(adf::protocol::Command::SendChat { agent: alice_id.clone(), r#loop: "main".into(), text: "go".into() })
+        .unwrap();
+    let hub_mb = hub_rt.mesh.find(&hub_id).unwrap();
+    let inbox = || hub_mb.with_store(|s| s.inbox_list(None, None)).unwrap().unwrap_or_default();
+    wait("the message in the hub's inbox", || !inbox().is_empty()).await;
+    let row = Value::Object(inbox()[0].clone());
+    assert_eq!(row["content"], "over the socket", "{row}");
+    // The model saw the connection open and listed, with the hub's proven DID.
+    let calls = model.requests();
+    let results: Vec<String> = calls
+        .iter()
+        .flat_map(|r| r.messages.iter())
+        .flat_map(|m| m.content.iter())
+        .filter(|b| b["type"] == "tool_result")
+        .map(|b| b["content"].to_string())
+        .collect();
+    assert!(results.iter().any(|r| r.contains("Connected. connection_id:")), "{results:?}");
+    assert!(results.iter().any(|r| r.contains(&hub_did) && r.contains("outbound")), "{results:?}");
+    assert!(results.iter().any(|r| r.contains("Message sent")), "{results:?}");
+    // The hub sees an inbound socket from alice's proven DID.
+    let alice_did = alice_rt.mesh.find(&alice_id).unwrap().did();
+    let inbound = hub_rt.mesh.sockets.of(&hub_id);
+    assert_eq!(inbound.len(), 1);
+    assert_eq!(inbound[0].info()["remote_did"], alice_did);
+    assert_eq!(inbound[0].info()["verified"], true);
+    // The connection was kept for the next start (persist).
+    let cfg = alice_rt.mesh.find(&alice_id).unwrap().with_store(|s| s.config_value()).unwrap().unwrap();
+    assert_eq!(cfg["ws_connections"][0]["url"], url);
+    assert_eq!(cfg["ws_connections"][0]["origin"], "agent");
+    // Unloading alice closes its side; the hub sees the close.
+    alice_rt.shutdown().await;
+    wait("the hub's socket to close", || hub_rt.mesh.sockets.of(&hub_id).is_empty()).await;
+    // Loaded again, alice connects by herself (the kept connection).
+    let mut alice_rt = Fleet::new(Bus::new(), quiet_model());
+    alice_rt.load(&alice_path).unwrap();
+    wait("alice to connect again on her own", || {
+        hub_rt.mesh.sockets.of(&hub_id).iter().any(|s| s.info()["remote_did"] == alice_did)
+    })
+    .await;
+    alice_rt.shutdown().await;
+
+    // An agent without allow_local_fetch cannot open a socket to loopback.
+    let mallory_path = d.join("mallory.adf");
+    agent(&mallory_path, "mallory", &[]);
+    enable_tools(&mallory_path, &["ws_connect"]);
+    let model = Arc::new(Scripted::new(vec![
+        Reply::Tools(vec![("ws_connect".into(), json!({"url": url}))]),
+        Reply::Text("done".into()),
+    ]));
+    let factory: ProviderFactory = {
+        let m = model.clone();
+        Arc::new(move |_| Ok(m.clone() as Arc<dyn adf::providers::Provider>))
+    };
+    let mut mallory_rt = Fleet::new(Bus::new(), factory);
+    mallory_rt.load(&mallory_path).unwrap();
+    let mid = mallory_rt.list()[0].id.clone();
+    mallory_rt
+        .command(adf::protocol::Command::SendChat { agent: mid, r#loop: "main".into(), text: "go".into() })
+        .unwrap();
+    wait("mallory's turn", || model.requests().len() >= 2).await;
+    let last = model.requests().last().unwrap().messages.last().unwrap().content[0].to_string();
+    assert!(last.contains("ws_connect refused") && last.contains("127.0.0.1"), "{last}");
+    assert!(hub_rt.mesh.sockets.of(&hub_id).is_empty());
+    mallory_rt.shutdown().await;
+    hub_rt.shutdown().await;
+}
