@@ -78,7 +78,10 @@ async fn a_ws_route_is_answered_by_its_lambda_and_floods_are_closed() {
     agent(
         &path,
         "echo",
-        &[("serving", json!({"api": [{"method": "WS", "path": "/chat/:room", "lambda": "ws.ts:on"}]}))],
+        &[(
+            "serving",
+            json!({"api": [{"method": "WS", "path": "/chat/:room", "lambda": "ws.ts:on", "max_frames_per_sec": 20}]}),
+        )],
     );
     {
         let mut s = Store::open(&path).unwrap();

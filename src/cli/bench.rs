@@ -143,6 +143,16 @@ fn serve(out: &Out, requests: usize) -> anyhow::Result<()> {
             "p50 < 2 ms".into(),
         ],
         vec!["the same route cold (a fresh realm), p50".into(), format!("{:.3} ms", r.api_cold_p50_ms), "".into()],
+        vec![
+            "a WebSocket echo through the route's lambda, p50 / p99".into(),
+            format!("{:.3} / {:.3} ms", r.ws_echo_p50_ms, r.ws_echo_p99_ms),
+            "p50 < 2 ms".into(),
+        ],
+        vec![
+            format!("{} open sockets, memory added (server and this bench's clients)", r.sockets),
+            format!("{:.1} MB", r.sockets_mb),
+            "< 50 MB".into(),
+        ],
     ];
     out.table(&["measure", "result", "target"], &rows)
 }

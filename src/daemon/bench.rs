@@ -83,7 +83,7 @@ async fn spawn(dir: &Path, fleet: &Path, files: &[PathBuf]) -> anyhow::Result<(s
     }
 }
 
-fn proc_rss_mb(pid: u32) -> f64 {
+pub(crate) fn proc_rss_mb(pid: u32) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|t| {

@@ -46,6 +46,8 @@ pub struct Matched {
     pub params: Map<String, Value>,
     /// A WS route's send high-water mark.
     pub high_water: Option<u64>,
+    /// A WS route's frame rate limit (`max_frames_per_sec`, adf's own).
+    pub rate: Option<f64>,
 }
 
 /// The first `serving.api` route for `method` matching the path's decoded
@@ -66,6 +68,7 @@ pub fn find(cfg: &Value, method: &str, segments: &[String], wildcard: bool) -> O
             cache_ttl_ms: r["cache_ttl_ms"].as_u64().unwrap_or(0),
             params,
             high_water: r["high_water_mark_bytes"].as_u64(),
+            rate: r["max_frames_per_sec"].as_f64().filter(|r| *r >= 1.0),
         })
     })
 }
@@ -244,7 +247,7 @@ impl Answer {
 /// requests, the admission of concurrent requests and the GET cache.
 pub struct Serving {
     runners: Mutex<Vec<(Executor, Instant)>>,
-    admit: tokio::sync::Semaphore,
+    pub(crate) admit: tokio::sync::Semaphore,
     cache: Mutex<HashMap<String, (Instant, Answer)>>,
 }
 

@@ -294,7 +294,8 @@ async fn socket(
     use axum::extract::FromRequestParts;
     use axum::extract::ws::{CloseFrame, Message, WebSocketUpgrade};
     let up = match WebSocketUpgrade::from_request_parts(&mut req.parts, &()).await {
-        Ok(u) => u.max_message_size(ws::MAX_FRAME).max_frame_size(ws::MAX_FRAME),
+        // A small read buffer: a thousand idle sockets stay small.
+        Ok(u) => u.max_message_size(ws::MAX_FRAME).max_frame_size(ws::MAX_FRAME).read_buffer_size(8 << 10),
         Err(rejection) => return rejection.into_response(),
     };
     let Some(m) = m else {
@@ -316,6 +317,7 @@ async fn socket(
     let require = cfg["security"]["allow_unsigned"] == false;
     let high_water = m.high_water.map_or(ws::HIGH_WATER, |n| n.clamp(1024, 64 << 20) as usize);
     let handler = conn::Handler::of(&m.lambda);
+    let rate = m.rate.unwrap_or(conn::RATE);
     let target =
         format!("/{}", req.uri.path().strip_prefix("/agents/").and_then(|r| r.split_once('/')).map_or("", |(_, r)| r));
     up.on_upgrade(move |socket| async move {
@@ -333,6 +335,7 @@ async fn socket(
             peer: Some(peer.ip()),
             open: json!({"url_params": params, "headers": headers}),
             ready: None,
+            rate,
         };
         conn::drive(setup, wire).await;
     })

@@ -2,7 +2,8 @@
 //! `public/` through the mesh server on loopback — its latency one request
 //! at a time, and requests per second with 16 clients at once; then an API
 //! route answered by a lambda, warm (realm kept) and cold (a fresh realm
-//! each request), one request at a time.
+//! each request), one request at a time; a WebSocket echo through a lambda;
+//! and the memory 1,000 open sockets take.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -24,6 +25,12 @@ pub struct Figures {
     pub api_warm_p99_ms: f64,
     /// The same route without `warm`: a fresh realm each request.
     pub api_cold_p50_ms: f64,
+    /// A text frame to a WS route's lambda and its answer back, p50 / p99.
+    pub ws_echo_p50_ms: f64,
+    pub ws_echo_p99_ms: f64,
+    /// Open sockets held at once, and the memory they added (MB).
+    pub sockets: usize,
+    pub sockets_mb: f64,
 }
 
 fn pct(v: &mut [Duration], p: f64) -> f64 {
@@ -58,9 +65,17 @@ pub fn run(requests: usize) -> anyhow::Result<Figures> {
             b"export function item(req) { return { status: 200, body: { id: req.params.id, q: req.query } }; }\n",
             &Default::default(),
         )?;
+        s.file_write(
+            crate::store::Caller::Owner,
+            "ws.ts",
+            b"export function on(ev) { return ev.type === 'message' ? 'echo:' + ev.data : null; }\n",
+            &Default::default(),
+        )?;
         let api = json!([
             {"method": "GET", "path": "/warm/:id", "lambda": "api.ts:item", "warm": true},
-            {"method": "GET", "path": "/cold/:id", "lambda": "api.ts:item"}
+            {"method": "GET", "path": "/cold/:id", "lambda": "api.ts:item"},
+            {"method": "WS", "path": "/echo", "lambda": "ws.ts:on"},
+            {"method": "WS", "path": "/hold", "lambda": "adf:inbox"}
         ]);
         s.config_set(crate::store::Caller::Owner, "serving", json!({"public": {"enabled": true}, "api": api}))?;
         s.close()?;
@@ -127,6 +142,7 @@ pub fn run(requests: usize) -> anyhow::Result<Figures> {
         };
         let mut warm = route("warm", requests).await?;
         let mut cold = route("cold", (requests / 4).max(20)).await?;
+        let (mut echo, sockets, sockets_mb) = sockets(&addr.to_string(), requests).await?;
         fleet.shutdown().await;
         Ok(Figures {
             file_bytes: page.len(),
@@ -138,6 +154,48 @@ pub fn run(requests: usize) -> anyhow::Result<Figures> {
             api_warm_p50_ms: pct(&mut warm, 0.5),
             api_warm_p99_ms: pct(&mut warm, 0.99),
             api_cold_p50_ms: pct(&mut cold, 0.5),
+            ws_echo_p50_ms: pct(&mut echo, 0.5),
+            ws_echo_p99_ms: pct(&mut echo, 0.99),
+            sockets,
+            sockets_mb,
         })
     })
+}
+
+/// The echo's round trips, then 1,000 sockets held open: their memory.
+async fn sockets(addr: &str, n: usize) -> anyhow::Result<(Vec<Duration>, usize, f64)> {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    crate::daemon::conn::raise_nofile();
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/agents/site/echo")).await?;
+    let mut times = Vec::with_capacity(n);
+    for i in 0..n + 20 {
+        let t = Instant::now();
+        ws.send(Message::Text(format!("m{i}").into())).await?;
+        loop {
+            match ws.next().await {
+                Some(Ok(Message::Text(t))) if t.as_str() == format!("echo:m{i}") => break,
+                Some(Ok(Message::Text(_) | Message::Ping(_) | Message::Pong(_))) => continue,
+                other => anyhow::bail!("the echo socket ended: {other:?}"),
+            }
+        }
+        if i >= 20 {
+            times.push(t.elapsed());
+        }
+    }
+    let _ = ws.close(None).await;
+    let held = 1000;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = crate::daemon::bench::proc_rss_mb(std::process::id());
+    let mut open = Vec::with_capacity(held);
+    for _ in 0..held {
+        let (ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/agents/site/hold")).await?;
+        open.push(ws);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = crate::daemon::bench::proc_rss_mb(std::process::id());
+    drop(open);
+    // Both ends are in this process: the figure is the server side and the
+    // bench's own client side together.
+    Ok((times, held, after - before))
 }

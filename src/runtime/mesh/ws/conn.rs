@@ -28,8 +28,9 @@ const CLOCK_SKEW_MS: i64 = 30_000;
 const PONG_WAIT: Duration = Duration::from_secs(10);
 /// Frames held while the handshake is pending.
 const HELD_MAX: usize = 100;
-/// Frames a connection may send each second (a burst of twice as many).
-const RATE: f64 = 100.0;
+/// Frames a connection may send each second by default (a route's
+/// `max_frames_per_sec`), with a burst of as many again.
+pub const RATE: f64 = 1000.0;
 
 /// What a connection's frames go to.
 #[derive(Debug, Clone, PartialEq)]
@@ -95,6 +96,8 @@ pub struct Setup {
     pub open: Value,
     /// Told when the handshake is through.
     pub ready: Option<tokio::sync::oneshot::Sender<()>>,
+    /// Frames the peer may send each second before it is closed (1008).
+    pub rate: f64,
 }
 
 /// How a connection ended.
@@ -326,7 +329,8 @@ async fn run(
     key: Option<&ed25519_dalek::SigningKey>,
     my_did: &str,
 ) -> Ended {
-    let mut tokens = RATE * 2.0;
+    let rate = s.rate.max(1.0);
+    let mut tokens = rate * 2.0;
     let mut refilled = Instant::now();
     let mut ping = tokio::time::interval(s.keepalive);
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -367,7 +371,7 @@ async fn run(
             Frame::Text(_) | Frame::Binary(_) => {}
         }
         // The rate limit: a token bucket.
-        tokens = (tokens + refilled.elapsed().as_secs_f64() * RATE).min(RATE * 2.0);
+        tokens = (tokens + refilled.elapsed().as_secs_f64() * rate).min(rate * 2.0);
         refilled = Instant::now();
         if tokens < 1.0 {
             s.sock.close(1008, "rate limit exceeded");
@@ -454,6 +458,9 @@ async fn run(
 /// Run the connection's lambda on one event; what it returns goes back.
 async fn dispatch(s: &Setup, ev: Value) {
     let Handler::Lambda(target) = &s.handler else { return };
+    // The agent's routes and sockets share its admission: a flood on many
+    // sockets queues here instead of starting a realm for each frame.
+    let Ok(_permit) = s.mb.serving.admit.acquire().await else { return };
     let Some(mut runner) = s.mb.serving.take_runner().or_else(|| (s.mb.runner)()) else {
         return;
     };

@@ -192,6 +192,7 @@ async fn once(
         peer: Some(addr.ip()),
         open: json!({"url": c.url, "config_id": c.id}),
         ready: None,
+        rate: conn::RATE,
     };
     let (ready_tx, ready_rx) = oneshot::channel();
     let setup = Setup { ready: Some(ready_tx), ..setup };
