@@ -302,3 +302,50 @@ async fn raw_post_declared(addr: &str, target: &str, len: u64) -> String {
     let n = tokio::time::timeout(std::time::Duration::from_secs(5), s.read(&mut out)).await.unwrap().unwrap();
     String::from_utf8_lossy(&out[..n]).into_owned()
 }
+
+/// Slow clients on the mesh server: a request head that never completes
+/// is let go at the header timeout, a body that trickles is answered 408
+/// at the body timeout, and others are served meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_clients_are_let_go_and_others_served() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _one = SERIAL.lock().await;
+    let dir = tmp();
+    let d = dir.path();
+    ok(&adf(d, &["new", "slow.adf", "--name", "slow", "--provider", "anthropic", "--model", "m"], None));
+    ok(&adf(d, &["files", "put", "slow.adf", "api.ts"], Some(b"export function echo(req) { return req.body; }")));
+    ok(&adf(d, &["files", "put", "slow.adf", "public/index.html"], Some(b"up")));
+    let serving =
+        json!({"public": {"enabled": true}, "api": [{"method": "POST", "path": "/echo", "lambda": "api.ts:echo"}]});
+    ok(&adf(d, &["config", "set", "slow.adf", "serving", &serving.to_string()], None));
+    unsafe {
+        std::env::set_var("ADF_HOME", d.join(".adf-home"));
+        std::env::set_var("ADF_DAEMON_HEADER_TIMEOUT_MS", "700");
+        std::env::set_var("ADF_DAEMON_BODY_TIMEOUT_MS", "700");
+    }
+    let mut fleet = Fleet::new(Bus::new(), quiet_model());
+    fleet.load(&d.join("slow.adf")).unwrap();
+    let addr = adf::runtime::mesh::server::serve(fleet.mesh.clone(), "127.0.0.1", 0).await.unwrap().to_string();
+    // Half a head: closed without an answer.
+    let mut head = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    head.write_all(b"GET /agents/slow/ HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+    // A body that never comes: 408.
+    let mut body = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    body.write_all(b"POST /agents/slow/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{").await.unwrap();
+    // Meanwhile the site answers.
+    let r = reqwest::get(format!("http://{addr}/agents/slow/")).await.unwrap();
+    assert_eq!(r.text().await.unwrap(), "up");
+    let t = std::time::Instant::now();
+    let mut got = Vec::new();
+    let n = tokio::time::timeout(std::time::Duration::from_secs(10), head.read_to_end(&mut got))
+        .await
+        .unwrap()
+        .unwrap_or(0);
+    assert!(t.elapsed() < std::time::Duration::from_secs(5), "the half head was held {:?}", t.elapsed());
+    assert!(!String::from_utf8_lossy(&got[..n]).contains(" 200 "), "{:?}", String::from_utf8_lossy(&got));
+    let mut out = vec![0u8; 1024];
+    let n = tokio::time::timeout(std::time::Duration::from_secs(10), body.read(&mut out)).await.unwrap().unwrap();
+    let text = String::from_utf8_lossy(&out[..n]).to_string();
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    fleet.shutdown().await;
+}

@@ -351,9 +351,17 @@ async fn route(mb: Arc<super::Mailbox>, cfg: &Value, m: api::Matched, req: Reque
     if declared.is_some_and(|n| n > api::BODY_LIMIT as u64) {
         return too_big();
     }
-    let body = match axum::body::to_bytes(req.body, api::BODY_LIMIT).await {
-        Ok(b) => b,
-        Err(_) => return too_big(),
+    // A body that trickles in is not waited for past 30 s.
+    let wait = crate::daemon::conn::Limits::from_env().body_timeout;
+    let body = match tokio::time::timeout(wait, axum::body::to_bytes(req.body, api::BODY_LIMIT)).await {
+        Ok(Ok(b)) => b,
+        Ok(Err(_)) => return too_big(),
+        Err(_) => {
+            return json_reply(
+                408,
+                json!({"error": format!("the request body did not arrive within {} ms", wait.as_millis())}),
+            );
+        }
     };
     let path =
         format!("/{}", req.uri.path().strip_prefix("/agents/").and_then(|r| r.split_once('/')).map_or("", |(_, r)| r));

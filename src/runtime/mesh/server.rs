@@ -152,10 +152,8 @@ pub async fn serve(mesh: Arc<Mesh>, host: &str, port: u16) -> std::io::Result<So
                 let shown =
                     if addr.ip().is_unspecified() { format!("127.0.0.1:{}", addr.port()) } else { addr.to_string() };
                 mesh.set_base_url(Some(format!("http://{shown}")));
-                let app = router(mesh).into_make_service_with_connect_info::<SocketAddr>();
-                tokio::spawn(async move {
-                    let _ = axum::serve(l, app).await;
-                });
+                // The daemon's limits (and their ADF_DAEMON_* overrides).
+                tokio::spawn(accept(l, router(mesh), crate::daemon::conn::Limits::from_env()));
                 return Ok(addr);
             }
             Err(e) => last = Some(e),
@@ -165,4 +163,43 @@ pub async fn serve(mesh: Arc<Mesh>, host: &str, port: u16) -> std::io::Result<So
         }
     }
     Err(last.unwrap_or_else(|| std::io::Error::other("no port")))
+}
+
+/// The mesh server's accept loop: hyper's HTTP/1 with a header read timeout
+/// and upgrades (WebSockets), each connection told its peer's address, at
+/// most as many connections at once as the daemon's cap (new ones beyond
+/// it are closed at once). `axum::serve` has neither limit.
+async fn accept(l: tokio::net::TcpListener, app: axum::Router, limits: crate::daemon::conn::Limits) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let cap = Arc::new(tokio::sync::Semaphore::new(limits.connections()));
+    let service = hyper_util::service::TowerToHyperService::new(app);
+    loop {
+        let (stream, peer) = match l.accept().await {
+            Ok(a) => a,
+            Err(e)
+                if matches!(e.kind(), std::io::ErrorKind::ConnectionAborted | std::io::ErrorKind::ConnectionReset) =>
+            {
+                continue;
+            }
+            Err(_) => {
+                // Out of descriptors: do not spin.
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = cap.clone().try_acquire_owned() else { continue };
+        let _ = stream.set_nodelay(true);
+        let service = service.clone();
+        let header_timeout = limits.header_timeout;
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+                req.extensions_mut().insert(ConnectInfo(peer));
+                hyper::service::Service::call(&service, req)
+            });
+            let mut http = hyper::server::conn::http1::Builder::new();
+            http.timer(TokioTimer::new()).header_read_timeout(header_timeout).keep_alive(true);
+            let _ = http.serve_connection(TokioIo::new(stream), svc).with_upgrades().await;
+            drop(permit);
+        });
+    }
 }
