@@ -440,6 +440,7 @@ impl Fleet {
         {
             self.mesh.channels.start(&mb, &cfg);
             super::mesh::ws::out::start_configured(&self.mesh, &mb, &cfg);
+            super::taps::start(&self.mesh, &mb, &cfg);
         }
         if foreign {
             self.foreign.insert(id.clone());
@@ -616,6 +617,7 @@ impl Fleet {
         {
             self.mesh.channels.start(&mb, &cfg);
             super::mesh::ws::out::start_configured(&self.mesh, &mb, &cfg);
+            super::taps::start(&self.mesh, &mb, &cfg);
         }
         Ok(())
     }

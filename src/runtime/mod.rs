@@ -23,5 +23,6 @@ pub mod shell;
 pub mod signals;
 pub mod slash;
 pub mod spawn;
+pub mod taps;
 pub mod triggers;
 pub mod why;

@@ -161,6 +161,8 @@ pub struct Mesh {
     pub channels: crate::channels::Registry,
     /// Live WebSockets of the loaded agents, in and out (`ws/`).
     pub sockets: ws::Sockets,
+    /// The running event taps of each agent (`runtime/taps.rs`).
+    taps: Mutex<BTreeMap<String, tokio::task::AbortHandle>>,
 }
 
 impl Mesh {
@@ -215,6 +217,7 @@ impl Mesh {
             loads: Mutex::new(None),
             channels: Default::default(),
             sockets: Default::default(),
+            taps: Default::default(),
         })
     }
 
@@ -265,6 +268,7 @@ impl Mesh {
     pub fn unregister(&self, id: &str) {
         self.channels.stop_agent(id);
         self.sockets.stop_agent(id);
+        self.stop_taps(id);
         let gone = self.boxes.write().ok().and_then(|mut b| b.remove(id));
         if let Some(mb) = &gone {
             mb.serving.close();
@@ -279,6 +283,21 @@ impl Mesh {
 
     pub fn mailboxes(&self) -> Vec<Arc<Mailbox>> {
         self.boxes.read().map(|b| b.values().cloned().collect()).unwrap_or_default()
+    }
+
+    /// Keep an agent's running taps (replacing, and stopping, earlier ones).
+    pub fn set_taps(&self, id: &str, task: tokio::task::AbortHandle) {
+        if let Ok(mut t) = self.taps.lock()
+            && let Some(old) = t.insert(id.to_string(), task)
+        {
+            old.abort();
+        }
+    }
+
+    pub fn stop_taps(&self, id: &str) {
+        if let Some(t) = self.taps.lock().ok().and_then(|mut t| t.remove(id)) {
+            t.abort();
+        }
     }
 
     /// A mailbox by agent id, handle or DID.

@@ -242,6 +242,11 @@ impl Sockets {
         self.map.read().map(|m| m.len()).unwrap_or(0)
     }
 
+    /// Is a config of the agent being kept up already?
+    pub fn kept(&self, agent_id: &str, config_id: &str) -> bool {
+        self.kept.lock().is_ok_and(|k| k.contains_key(&(agent_id.to_string(), config_id.to_string())))
+    }
+
     /// Keep an outbound config up until `stop_config`: its stop flag.
     fn keep(&self, agent_id: &str, config_id: &str) -> Arc<AtomicBool> {
         let flag = Arc::new(AtomicBool::new(false));

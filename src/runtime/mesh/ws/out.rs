@@ -77,6 +77,8 @@ pub fn start_configured(mesh: &Arc<Mesh>, mb: &Arc<Mailbox>, cfg: &Value) {
         }
         let allow_local = cfg["security"]["allow_local_fetch"].as_bool().unwrap_or(false);
         match OutConfig::read(entry, allow_local) {
+            // Started already (an agent started twice).
+            Ok(c) if mesh.sockets.kept(&mb.id, &c.id) => {}
             Ok(c) => {
                 let stop = mesh.sockets.keep(&mb.id, &c.id);
                 tokio::spawn(keep_up(mesh.clone(), mb.clone(), c, None, stop, None));
