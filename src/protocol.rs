@@ -59,6 +59,15 @@ pub mod kind {
     pub const WS_OPENED: &str = "ws.opened";
     pub const WS_CLOSED: &str = "ws.closed";
     pub const WS_RECONNECTING: &str = "ws.reconnecting";
+    /// Stream bindings (daemon.md §5.2).
+    pub const BINDING_CREATED: &str = "binding.created";
+    pub const BINDING_MATERIALIZED: &str = "binding.materialized";
+    pub const BINDING_PENDING: &str = "binding.pending";
+    pub const BINDING_RECONNECTING: &str = "binding.reconnecting";
+    pub const BINDING_ERROR: &str = "binding.error";
+    pub const BINDING_THRESHOLD_EXCEEDED: &str = "binding.threshold_exceeded";
+    pub const BINDING_FLOW_SUMMARY: &str = "binding.flow_summary";
+    pub const BINDING_TERMINATED: &str = "binding.terminated";
     pub const DAEMON_STARTED: &str = "daemon.started";
     pub const DAEMON_AUTOSTART_REPORT: &str = "daemon.autostart.report";
 

@@ -20,6 +20,7 @@ mod park;
 pub mod side;
 mod skills;
 pub mod snapshot;
+mod streams;
 mod ws;
 
 use super::bus::Bus;
@@ -1784,6 +1785,7 @@ impl Executor {
             "mcp_uninstall" => self.mcp_uninstall_tool(input),
             "loop_send" | "loop_list" | "loop_manage" => self.loop_tool(name, input),
             "ws_connect" | "ws_disconnect" | "ws_connections" | "ws_send" => self.ws_tool(name, input).await,
+            "stream_bind" | "stream_unbind" | "stream_bindings" => self.stream_tool(name, input).await,
             n if crate::tools::unavailable(n).is_none() && n.starts_with("mcp_") => self.mcp_call(n, input).await,
             _ => self.run_tool(name, input, Caller::AGENT),
         }

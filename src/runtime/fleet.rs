@@ -441,6 +441,7 @@ impl Fleet {
             self.mesh.channels.start(&mb, &cfg);
             super::mesh::ws::out::start_configured(&self.mesh, &mb, &cfg);
             super::taps::start(&self.mesh, &mb, &cfg);
+            super::streams::start_declared(&self.mesh, &mb, &cfg);
         }
         if foreign {
             self.foreign.insert(id.clone());
@@ -618,6 +619,7 @@ impl Fleet {
             self.mesh.channels.start(&mb, &cfg);
             super::mesh::ws::out::start_configured(&self.mesh, &mb, &cfg);
             super::taps::start(&self.mesh, &mb, &cfg);
+            super::streams::start_declared(&self.mesh, &mb, &cfg);
         }
         Ok(())
     }

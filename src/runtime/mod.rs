@@ -23,6 +23,7 @@ pub mod shell;
 pub mod signals;
 pub mod slash;
 pub mod spawn;
+pub mod streams;
 pub mod taps;
 pub mod triggers;
 pub mod why;

@@ -147,7 +147,8 @@ pub fn execute(ctx: &mut Ctx<'_>, name: &str, input: &Value) -> ToolOutput {
         "msg_read" => msg::read(ctx, &clean),
         "msg_update" => msg::update(ctx, &clean),
         "msg_delete" => msg::delete(ctx, &clean),
-        "msg_send" | "agent_discover" | "ws_connect" | "ws_disconnect" | "ws_connections" | "ws_send" => {
+        "msg_send" | "agent_discover" | "ws_connect" | "ws_disconnect" | "ws_connections" | "ws_send"
+        | "stream_bind" | "stream_unbind" | "stream_bindings" => {
             ToolOutput::err(format!("{name} needs the runtime's messaging; it cannot run here."))
         }
         "say" => ToolOutput::ok("ok"),
@@ -208,7 +209,6 @@ pub fn unavailable(name: &str) -> Option<&'static str> {
         "fs_transfer" => {
             "a compute workspace (isolated, shared or host) to transfer to or from, which this adf does not provide yet"
         }
-        "stream_bind" | "stream_unbind" | "stream_bindings" => "stream bindings, which this adf does not provide yet",
         _ => return None,
     })
 }

@@ -161,6 +161,8 @@ pub struct Mesh {
     pub channels: crate::channels::Registry,
     /// Live WebSockets of the loaded agents, in and out (`ws/`).
     pub sockets: ws::Sockets,
+    /// Stream bindings of the loaded agents (`runtime/streams`).
+    pub bindings: crate::runtime::streams::Bindings,
     /// The running event taps of each agent (`runtime/taps.rs`).
     taps: Mutex<BTreeMap<String, tokio::task::AbortHandle>>,
 }
@@ -218,6 +220,7 @@ impl Mesh {
             channels: Default::default(),
             sockets: Default::default(),
             taps: Default::default(),
+            bindings: Default::default(),
         })
     }
 
@@ -269,6 +272,7 @@ impl Mesh {
         self.channels.stop_agent(id);
         self.sockets.stop_agent(id);
         self.stop_taps(id);
+        self.bindings.stop_agent(id);
         let gone = self.boxes.write().ok().and_then(|mut b| b.remove(id));
         if let Some(mb) = &gone {
             mb.serving.close();

@@ -280,6 +280,7 @@ pub async fn drive(mut s: Setup, mut wire: Wire) -> Ended {
     }
     let end = run(&s, &mut wire, held, key.as_ref(), &my_did).await;
     s.mesh.sockets.remove(&s.sock.id);
+    s.sock.unbind();
     if let Handler::Lambda(_) = &s.handler {
         let mut ev = event(&s.sock, "close");
         ev["code"] = json!(end.code);
@@ -402,6 +403,16 @@ async fn run(
                 }
                 Err(e) => return refuse_auth(&s.sock, &e),
             }
+            continue;
+        }
+        // A stream binding has the socket: its bytes go there.
+        if let Some(tx) = s.sock.bound_to() {
+            let bytes = match f {
+                Frame::Text(t) => t.into_bytes(),
+                Frame::Binary(b) => b,
+                _ => continue,
+            };
+            let _ = tx.send(Ok(bytes)).await;
             continue;
         }
         match &s.handler {

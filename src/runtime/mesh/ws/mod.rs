@@ -64,6 +64,9 @@ impl Direction {
     }
 }
 
+/// Byte chunks to a stream binding (or why the source failed).
+pub type Chunks = mpsc::Sender<Result<Vec<u8>, String>>;
+
 /// One live connection.
 pub struct Socket {
     pub id: String,
@@ -86,6 +89,8 @@ pub struct Socket {
     pub high_water: usize,
     /// Closed by us (`ws_disconnect`, unload): no reconnect.
     closing: AtomicBool,
+    /// A stream binding takes its frames instead of the lambda or inbox.
+    bound: Mutex<Option<Chunks>>,
 }
 
 impl Socket {
@@ -114,6 +119,7 @@ impl Socket {
             drained: Arc::new(Notify::new()),
             high_water,
             closing: AtomicBool::new(false),
+            bound: Mutex::new(None),
         };
         (Arc::new(s), rx)
     }
@@ -181,6 +187,29 @@ impl Socket {
 
     pub fn closing(&self) -> bool {
         self.closing.load(Ordering::Relaxed)
+    }
+
+    /// Divert its frames to a stream binding: their bytes, until the
+    /// socket ends. `None` when it is bound already.
+    pub fn bind(&self) -> Option<mpsc::Receiver<Result<Vec<u8>, String>>> {
+        let mut b = self.bound.lock().ok()?;
+        if b.as_ref().is_some_and(|tx| !tx.is_closed()) {
+            return None;
+        }
+        let (tx, rx) = mpsc::channel(64);
+        *b = Some(tx);
+        Some(rx)
+    }
+
+    /// Where a frame goes instead, while bound.
+    fn bound_to(&self) -> Option<Chunks> {
+        self.bound.lock().ok()?.as_ref().filter(|tx| !tx.is_closed()).cloned()
+    }
+
+    fn unbind(&self) {
+        if let Ok(mut b) = self.bound.lock() {
+            *b = None;
+        }
     }
 
     /// `ws_connections`' entry.

@@ -1,0 +1,272 @@
+//! Stream bindings (issue 21): a browser-side socket bridged to a TCP
+//! service by the route's own lambda (`adf.stream_bind` on open), a
+//! process's output pumped into a TCP socket, the agent's events as NDJSON,
+//! the owner's gates (a port not on the allowlist, host processes off, an
+//! event stream as a sink), thresholds, and a declared binding that waits
+//! for its target and is made once the target is there.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use adf::providers::scripted::{Reply, Scripted};
+use adf::runtime::bus::{Bus, Filter, Item};
+use adf::runtime::fleet::{Fleet, ProviderFactory};
+use adf::store::{Caller, NewAgent, Store};
+use common::*;
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_tungstenite::tungstenite::Message;
+
+/// A TCP server that echoes what it gets.
+async fn echo_server() -> u16 {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                while let Ok(n) = s.read(&mut buf).await {
+                    if n == 0 || s.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+/// A TCP server that keeps what it gets.
+async fn collector(l: Option<tokio::net::TcpListener>) -> (u16, Arc<std::sync::Mutex<Vec<u8>>>) {
+    let l = match l {
+        Some(l) => l,
+        None => tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+    };
+    let port = l.local_addr().unwrap().port();
+    let got = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let g = got.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let g = g.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                while let Ok(n) = s.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    g.lock().unwrap().extend_from_slice(&buf[..n]);
+                }
+            });
+        }
+    });
+    (port, got)
+}
+
+fn text(got: &Arc<std::sync::Mutex<Vec<u8>>>) -> String {
+    String::from_utf8_lossy(&got.lock().unwrap()).to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bindings_pump_bytes_between_sockets_processes_and_events_within_the_gates() {
+    let dir = tmp();
+    let d = dir.path();
+    unsafe { std::env::set_var("ADF_HOME", d.join(".adf-home")) };
+    let echo = echo_server().await;
+    let (out_port, out) = collector(None).await;
+    let (events_port, events) = collector(None).await;
+    // A port for the declared binding, free until the test listens on it.
+    let later = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let later_port = later.local_addr().unwrap().port();
+    drop(later);
+    let denied = 1;
+
+    let path = d.join("pipes.adf");
+    {
+        let (mut s, _) = Store::create(
+            &path,
+            &NewAgent { name: Some("pipes"), provider: Some("scripted"), model: Some("m"), ..Default::default() },
+        )
+        .unwrap();
+        s.file_write(
+            Caller::Owner,
+            "bridge.ts",
+            format!(
+                r#"export async function on(ev) {{
+  if (ev.type === "open") {{
+    await adf.stream_bind({{ a: {{ kind: "ws", connection_id: ev.connection_id }}, b: {{ kind: "tcp", host: "127.0.0.1", port: {echo} }}, bidirectional: true }});
+  }}
+  return null;
+}}"#
+            )
+            .as_bytes(),
+            &Default::default(),
+        )
+        .unwrap();
+        let allow = json!([{"host": "127.0.0.1", "port": echo}, {"host": "localhost", "ports": [out_port, events_port, later_port]}]);
+        s.config_set(
+            Caller::Owner,
+            "stream_bind",
+            json!({"allow_tcp_bind": true, "tcp_allowlist": allow, "host_process_bind": true}),
+        )
+        .unwrap();
+        s.config_set(
+            Caller::Owner,
+            "serving",
+            json!({"api": [{"method": "WS", "path": "/term", "lambda": "bridge.ts:on"}]}),
+        )
+        .unwrap();
+        s.config_set(
+            Caller::Owner,
+            "stream_bindings",
+            json!([{"id": "later", "a": {"kind": "process", "isolation": "host", "command": ["printf", "declared"]},
+                    "b": {"kind": "tcp", "host": "localhost", "port": later_port}}]),
+        )
+        .unwrap();
+        let mut cfg = s.config_value().unwrap();
+        for t in cfg["tools"].as_array_mut().unwrap() {
+            if t["name"].as_str().is_some_and(|n| n.starts_with("stream_")) {
+                t["enabled"] = json!(true);
+                t["visible"] = json!(true);
+            }
+        }
+        s.config_replace(cfg).unwrap();
+        s.close().unwrap();
+    }
+    let model = Arc::new(Scripted::new(vec![
+        Reply::Tools(vec![(
+            "stream_bind".into(),
+            json!({"a": {"kind": "tcp", "host": "127.0.0.1", "port": denied}, "b": {"kind": "tcp", "host": "127.0.0.1", "port": echo}}),
+        )]),
+        Reply::Tools(vec![(
+            "stream_bind".into(),
+            json!({"a": {"kind": "tcp", "host": "127.0.0.1", "port": echo}, "b": {"kind": "umbilical"}}),
+        )]),
+        Reply::Tools(vec![(
+            "stream_bind".into(),
+            json!({"a": {"kind": "umbilical", "filter": {"event_types": ["tool.completed"]}},
+                   "b": {"kind": "tcp", "host": "localhost", "port": events_port}}),
+        )]),
+        Reply::Tools(vec![(
+            "stream_bind".into(),
+            json!({"a": {"kind": "process", "command": ["sh", "-c", "printf 'hello from a process'"]},
+                   "b": {"kind": "tcp", "host": "localhost", "port": out_port}, "options": {"flow_summary_interval_ms": 100}}),
+        )]),
+        Reply::Tools(vec![("stream_bindings".into(), json!({}))]),
+        Reply::Text("done".into()),
+    ]));
+    let factory: ProviderFactory = {
+        let m = model.clone();
+        Arc::new(move |_| Ok(m.clone() as Arc<dyn adf::providers::Provider>))
+    };
+    let bus = Bus::new();
+    let mut sub = bus.subscribe(None, Filter { agent_id: None, types: vec!["binding.*".into()] });
+    let mut fleet = Fleet::new(bus.clone(), factory);
+    fleet.load(&path).unwrap();
+    let id = fleet.list()[0].id.clone();
+    let addr = adf::runtime::mesh::server::serve(fleet.mesh.clone(), "127.0.0.1", 0).await.unwrap().to_string();
+
+    // The declared binding waits for its target.
+    wait("the declared binding to be pending", || {
+        fleet
+            .mesh
+            .bindings
+            .of(&id)
+            .iter()
+            .any(|b| b.info()["status"] == "pending" && b.info()["last_error"].is_string())
+    })
+    .await;
+
+    // A socket bridged to the echo server by the route's lambda.
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/agents/pipes/term")).await.unwrap();
+    wait("the bridge binding", || fleet.mesh.bindings.of(&id).iter().any(|b| b.info()["a"]["kind"] == "ws")).await;
+    ws.send(Message::Text("ping over the bridge".into())).await.unwrap();
+    let back = loop {
+        match tokio::time::timeout(Duration::from_secs(10), ws.next()).await.unwrap() {
+            Some(Ok(Message::Text(t))) => break t.to_string(),
+            Some(Ok(_)) => continue,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(back, "ping over the bridge");
+
+    // The model's bindings, within the gates.
+    fleet
+        .command(adf::protocol::Command::SendChat { agent: id.clone(), r#loop: "main".into(), text: "go".into() })
+        .unwrap();
+    wait("the model's turn", || model.requests().len() >= 6).await;
+    let results: Vec<String> = model.requests()[5]
+        .messages
+        .iter()
+        .flat_map(|m| m.content.iter())
+        .filter(|b| b["type"] == "tool_result")
+        .map(|b| b["content"].to_string())
+        .collect();
+    assert!(results[0].contains("not allow-listed: 127.0.0.1:1"), "{results:?}");
+    assert!(results[1].contains("read-only and cannot appear as b"), "{results:?}");
+    assert!(results[2].contains("binding_id"), "{results:?}");
+    assert!(results[3].contains("binding_id"), "{results:?}");
+    assert!(results[4].contains("\"origin\":\"imperative\"") || results[4].contains("imperative"), "{results:?}");
+    wait("the process's output at the collector", || text(&out) == "hello from a process").await;
+    wait("tool events as NDJSON", || {
+        text(&events)
+            .lines()
+            .any(|l| serde_json::from_str::<Value>(l).is_ok_and(|v| v["event_type"] == "tool.completed"))
+    })
+    .await;
+
+    // The process ended: its binding ended with it, said on the bus.
+    let mut reasons = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !reasons.iter().any(|r: &String| r == "source_closed") {
+        let item = tokio::time::timeout_at(deadline, sub.next()).await.expect("binding.terminated").unwrap();
+        if let Item::Event(e) = item
+            && e.event.event_type == "binding.terminated"
+        {
+            reasons.push(e.event.payload["reason"].as_str().unwrap_or_default().to_string());
+        }
+    }
+
+    // The declared binding is made once its target listens.
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", later_port)).await.unwrap();
+    let (_, declared) = collector(Some(listener)).await;
+    wait("the declared binding's bytes", || text(&declared) == "declared").await;
+    let removed = fleet.mesh.bindings.unbind(&id, "nothing", "manual");
+    assert!(!removed, "an unknown id is not found");
+    fleet.shutdown().await;
+    assert!(fleet_bindings_gone(&bus).await);
+}
+
+/// After shutdown every binding says it terminated (agent_stopped or its
+/// own end).
+async fn fleet_bindings_gone(bus: &Arc<Bus>) -> bool {
+    let mut sub = bus
+        .subscribe(None, Filter { agent_id: None, types: vec!["binding.created".into(), "binding.terminated".into()] });
+    let (mut created, mut ended) = (std::collections::HashSet::new(), std::collections::HashSet::new());
+    while let Some(Item::Event(e)) = sub.try_next() {
+        let id = e.event.payload["binding_id"].as_str().unwrap_or_default().to_string();
+        if e.event.event_type == "binding.created" {
+            created.insert(id);
+        } else {
+            ended.insert(id);
+        }
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        while let Some(Item::Event(e)) = sub.try_next() {
+            if e.event.event_type == "binding.terminated" {
+                ended.insert(e.event.payload["binding_id"].as_str().unwrap_or_default().to_string());
+            }
+        }
+        if created.iter().all(|c| ended.contains(c)) {
+            return true;
+        }
+        if std::time::Instant::now() > deadline {
+            eprintln!("created {created:?}, ended {ended:?}");
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
