@@ -1400,3 +1400,27 @@ async fn the_channels_view_says_how_to_connect_one() {
     let frame = render(&a, 120, 40);
     assert!(frame.contains("channels (0)") && frame.contains("No channel runs"), "{frame}");
 }
+
+/// An agent that serves (a site, shared files or routes) is marked in the
+/// tree, and its URL is under its chat (issue 21).
+#[tokio::test]
+async fn snapshot_of_a_serving_agent() {
+    let dir = tmp();
+    let root = dir.path();
+    let infos = fleet(root).await;
+    {
+        let path = &infos.iter().find(|i| i.name == "scribe").unwrap().path;
+        let mut s = Store::open(path).unwrap();
+        s.config_set(adf::store::Caller::Owner, "serving", json!({"public": {"enabled": true}})).unwrap();
+        s.close().unwrap();
+    }
+    let mut a = app();
+    a.mesh_url = Some("http://127.0.0.1:7295".into());
+    a.set_agents(infos, root);
+    a.sel = a.agents.iter().position(|x| x.info.name == "scribe").unwrap();
+    assert_eq!(a.selected().unwrap().serving.as_deref(), Some("http://127.0.0.1:7295/agents/scribe/"));
+    assert!(a.agents.iter().filter(|x| x.info.name != "scribe").all(|x| x.serving.is_none()));
+    both("serving_agent", &a);
+    let frame = render(&a, 120, 40);
+    assert!(frame.contains("⌂ serving http://127.0.0.1:7295/agents/scribe/"), "{frame}");
+}

@@ -32,7 +32,7 @@ const fn b(mut r: Route, body: &'static [&'static str]) -> Route {
 pub const ROUTES: &[Route] = &[
     r("get", "/health", "Liveness (no token needed)"),
     r("get", "/openapi.json", "This document"),
-    r("get", "/whoami", "The role of this request's token: owner, approver or observer"),
+    r("get", "/whoami", "The role of this request's token (owner, approver or observer) and the mesh server's URL"),
     q(
         r("get", "/events", "Server-sent events: the fleet's event stream"),
         &["agentId:string", "since:integer", "types:string"],

@@ -287,8 +287,11 @@ async fn runtime_usage(State(s): State<AppState>) -> ApiResult {
 
 /// The role of the token this request came with (the app hides what the
 /// role may not do).
-async fn whoami(axum::Extension(role): axum::Extension<super::roles::Role>) -> Json<Value> {
-    Json(json!({"role": role}))
+/// Also where agents are served (`mesh`: the mesh server's base URL, or
+/// null when it is not running), for the app's serving marks.
+async fn whoami(State(s): State<AppState>, axum::Extension(role): axum::Extension<super::roles::Role>) -> Json<Value> {
+    let mesh = s.fleet.lock().await.mesh.base_url();
+    Json(json!({"role": role, "mesh": mesh}))
 }
 
 /// The app-wide ledger (`adf usage --by … --json` through the daemon).

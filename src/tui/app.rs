@@ -210,6 +210,17 @@ pub struct AgentEntry {
     pub loops: Vec<Value>,
     /// Its budget nearest the limit, if it has one: (which, spent / limit).
     pub budget: Option<(&'static str, f64)>,
+    /// Where it is served, when it serves (site, shared files or routes).
+    pub serving: Option<String>,
+}
+
+/// Does an agent's config serve anything (`serving`: public, shared or
+/// API routes)?
+pub fn serves(cfg: &Value) -> bool {
+    let s = &cfg["serving"];
+    s["public"]["enabled"] == true
+        || s["shared"]["enabled"] == true
+        || s["api"].as_array().is_some_and(|a| !a.is_empty())
 }
 
 /// An agent file's DID and parent DID (empty when unreadable).
@@ -371,6 +382,8 @@ pub struct App {
     pub attached: bool,
     /// What the token the app is attached with may do (in-process: owner).
     pub role: crate::daemon::roles::Role,
+    /// The mesh server's base URL (served agents' links), from the source.
+    pub mesh_url: Option<String>,
     /// `q` was pressed once while turns ran (the next one quits).
     pub(super) quit_armed: bool,
     pub now_ms: i64,
@@ -444,6 +457,7 @@ impl App {
             quit: false,
             attached: false,
             role: crate::daemon::roles::Role::Owner,
+            mesh_url: None,
             quit_armed: false,
             now_ms: crate::store::now_ms(),
             unconfigured: HashMap::new(),
@@ -497,6 +511,7 @@ impl App {
                     depth: 0,
                     loops: Vec::new(),
                     budget: None,
+                    serving: None,
                 }
             })
             .collect();
@@ -551,6 +566,10 @@ impl App {
         let cfg = store.config(&a.info.id);
         if let Some(cfg) = &cfg {
             a.model = cfg.pointer("/model/model_id").and_then(Value::as_str).unwrap_or("").to_string();
+            a.serving = serves(cfg).then(|| match &self.mesh_url {
+                Some(base) => format!("{base}/agents/{}/", a.info.handle),
+                None => format!("/agents/{}/ (no mesh server)", a.info.handle),
+            });
         }
         a.window = super::window::resolve(
             cfg.as_ref(),
@@ -591,8 +610,14 @@ impl App {
     }
 
     /// Ask the source what the app's token may do.
+    /// Learn where served agents are (the mesh server's URL).
+    pub fn learn_mesh(&mut self) {
+        self.mesh_url = self.source.mesh_url();
+    }
+
     pub fn learn_role(&mut self) {
         self.role = self.source.role();
+        self.mesh_url = self.source.mesh_url();
     }
 
     /// The fleet budget's gauge, and a ledger problem to tell the owner.

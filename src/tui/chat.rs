@@ -265,6 +265,8 @@ pub struct Glyphs {
     pub signed: &'static str,
     /// Between the parts of a path (`adf › research › main`).
     pub sep: &'static str,
+    /// An agent that serves a site or routes on the mesh server.
+    pub serving: &'static str,
 }
 
 pub const UTF8: Glyphs = Glyphs {
@@ -279,6 +281,7 @@ pub const UTF8: Glyphs = Glyphs {
     last: "└",
     signed: "✓",
     sep: "›",
+    serving: "⌂",
 };
 
 pub const ASCII: Glyphs = Glyphs {
@@ -293,6 +296,7 @@ pub const ASCII: Glyphs = Glyphs {
     last: "`",
     signed: "v",
     sep: ">",
+    serving: "@",
 };
 
 /// Lay out one block at `width`. `expanded` opens a tool card.

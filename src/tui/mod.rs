@@ -213,6 +213,7 @@ pub fn run_with(opts: Options, factory: ProviderFactory) -> anyhow::Result<()> {
         let mut app = App::new(keymap, theme, glyphs);
         if let Backend::Local(l) = &backend {
             app = app.with_source(Box::new(source::Local::with_api(crate::client::Client::new(&l.url))));
+            app.learn_mesh();
         }
         if let Backend::Remote(c) = &backend {
             app.attached = true;

@@ -37,6 +37,11 @@ pub trait Source: Send {
     fn skills(&self, _id: &str) -> Value {
         Value::Null
     }
+    /// The mesh server's base URL, where served agents are (`None`: not
+    /// running, or unknown here).
+    fn mesh_url(&self) -> Option<String> {
+        None
+    }
     /// The agent's side loops (their definitions and status).
     fn loops(&self, _id: &str) -> Vec<Value> {
         Vec::new()
@@ -172,6 +177,9 @@ impl Source for Local {
     fn channels(&self, id: &str) -> Vec<Value> {
         self.api.as_ref().map(|a| Source::channels(a, id)).unwrap_or_default()
     }
+    fn mesh_url(&self) -> Option<String> {
+        self.api.as_ref().and_then(Source::mesh_url)
+    }
     fn grants(&self, id: &str) -> Vec<Value> {
         let list = self.readers.get(id).and_then(|s| s.grant_list(false).ok()).unwrap_or_default();
         list.into_iter().filter_map(|g| serde_json::to_value(g).ok()).collect()
@@ -301,6 +309,9 @@ impl Source for Remote {
         self.get(&["whoami"], &[])
             .and_then(|v| serde_json::from_value(v["role"].clone()).ok())
             .unwrap_or(crate::daemon::roles::Role::Observer)
+    }
+    fn mesh_url(&self) -> Option<String> {
+        self.get(&["whoami"], &[]).and_then(|v| v["mesh"].as_str().map(str::to_string))
     }
     fn fleet(&self) -> (Option<crate::runtime::budget::BudgetUse>, Option<String>) {
         let Some(v) = self.get(&["usage"], &[("since", "today")]) else { return (None, None) };

@@ -246,11 +246,16 @@ fn draw_tree(f: &mut Frame, app: &App, area: Rect) {
             let room = w.saturating_sub(indent.width() + 3 + badge.width() + spend.width() + a.info.name.width());
             if s.is_empty() || room < s.width() + 1 { String::new() } else { format!(" {s}") }
         };
-        let name_w = w.saturating_sub(indent.width() + 3 + badge.width() + spend.width() + spark.width());
+        // Served on the mesh server: a mark after the name (the URL is
+        // under the chat).
+        let serves = if a.serving.is_some() { format!(" {}", app.glyphs.serving) } else { String::new() };
+        let name_w =
+            w.saturating_sub(indent.width() + 3 + badge.width() + spend.width() + spark.width() + serves.width());
         let mut line = Line::from(vec![
             Span::raw(indent.clone()),
             Span::styled(format!("{g} "), gs),
             Span::raw(format!("{:<name_w$}", fit(&a.info.name, name_w))),
+            Span::styled(serves, app.theme.get("accent")),
             Span::styled(spark, app.theme.get("accent")),
             Span::styled(
                 format!(" {badge}"),
@@ -368,9 +373,13 @@ fn draw_chat(f: &mut Frame, app: &App, area: Rect) {
         if agent.model.is_empty() { "no model" } else { &agent.model },
         agent.state,
     );
-    let block =
+    let mut block =
         pane(app, format!("{} · {}", agent.info.name, lp.as_deref().unwrap_or("main")), app.focus == Focus::Main)
             .title_top(Line::from(right).right_aligned());
+    if let Some(url) = &agent.serving {
+        block =
+            block.title_bottom(Line::styled(format!(" {} serving {url} ", app.glyphs.serving), app.theme.get("dim")));
+    }
     let inner = block.inner(log_area);
     f.render_widget(block, log_area);
     let width = inner.width as usize;
