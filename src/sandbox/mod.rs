@@ -236,8 +236,15 @@ fn exit_reason(child: &Mutex<std::process::Child>) -> String {
 #[derive(Default)]
 struct Pool {
     spare: Vec<Worker>,
-    warm: HashMap<String, Worker>,
+    /// Warm workers by sandbox id: as many as have run at once under it
+    /// (up to `WARM_PER_ID`), so concurrent runs of one warm route each
+    /// find a warm realm instead of starting cold ones that then replace
+    /// each other. State is per worker, as with any pool of instances.
+    warm: HashMap<String, Vec<Worker>>,
 }
+
+/// Warm workers kept per sandbox id.
+const WARM_PER_ID: usize = 4;
 
 fn pool() -> &'static Mutex<Pool> {
     static P: OnceLock<Mutex<Pool>> = OnceLock::new();
@@ -246,7 +253,10 @@ fn pool() -> &'static Mutex<Pool> {
 
 fn sweep(p: &mut Pool) {
     p.spare.retain(|w| w.idle_since.elapsed() < SPARE_TTL);
-    p.warm.retain(|_, w| w.idle_since.elapsed() < WARM_TTL);
+    p.warm.retain(|_, ws| {
+        ws.retain(|w| w.idle_since.elapsed() < WARM_TTL);
+        !ws.is_empty()
+    });
 }
 
 /// Start spare workers so the next cold run does not wait for a process.
@@ -283,7 +293,7 @@ pub async fn run(
     let (reused, spare) = {
         let mut p = pool().lock().map_err(|_| SandboxError::Crashed("sandbox pool poisoned".into()))?;
         sweep(&mut p);
-        let reused = warm.and_then(|id| p.warm.remove(id));
+        let reused = warm.and_then(|id| p.warm.get_mut(id).and_then(Vec::pop));
         let spare = if reused.is_none() { p.spare.pop() } else { None };
         (reused, spare)
     };
@@ -301,7 +311,10 @@ pub async fn run(
     if let Ok(mut p) = pool().lock() {
         match warm {
             Some(id) => {
-                p.warm.insert(id.to_string(), worker);
+                let ws = p.warm.entry(id.to_string()).or_default();
+                if ws.len() < WARM_PER_ID {
+                    ws.push(worker);
+                }
             }
             None if p.spare.len() < SPARES => p.spare.push(worker),
             None => {}

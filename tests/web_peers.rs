@@ -1,0 +1,126 @@
+//! Served agents against real web peers (issue 21; `.ci/run` installs
+//! them from Debian): headless Chromium loads an agent's site whose page
+//! opens a WebSocket to the agent and turns green on the route lambda's
+//! answer (the screenshot's pixels are checked), and `wrk` drives an API
+//! route with 16 connections for a few seconds without one error. Ignored
+//! by default; `cargo test --test web_peers -- --ignored` with `chromium`
+//! and `wrk` on the PATH (`ADF_CHROMIUM`, `ADF_WRK` name others).
+
+mod common;
+
+use adf::runtime::bus::Bus;
+use adf::runtime::fleet::Fleet;
+use common::*;
+use serde_json::json;
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// An agent `site` with a page, a WS echo route and an API route, served on
+/// a mesh server of its own; the server's address.
+async fn site(d: &std::path::Path) -> (Fleet, String) {
+    ok(&adf(d, &["new", "site.adf", "--name", "site", "--provider", "anthropic", "--model", "m"], None));
+    let put = |path: &str, body: &[u8]| ok(&adf(d, &["files", "put", "site.adf", path], Some(body)));
+    put(
+        "public/index.html",
+        br##"<!doctype html><html><body style="margin:0;background:#ff0000">
+<div id="out" style="font:20px sans-serif">waiting</div>
+<script>
+const ws = new WebSocket(location.origin.replace(/^http/, "ws") + "/agents/site/chat");
+ws.onopen = () => ws.send("hello");
+ws.onmessage = (e) => {
+  document.getElementById("out").textContent = e.data;
+  if (e.data === "echo:hello") document.body.style.background = "#00ff00";
+};
+</script></body></html>"##,
+    );
+    put("ws.ts", b"export function on(ev) { return ev.type === 'message' ? 'echo:' + ev.data : null; }");
+    put("api.ts", b"export function item(req) { return { status: 200, body: { id: req.params.id } }; }");
+    let serving = json!({"public": {"enabled": true}, "api": [
+        {"method": "WS", "path": "/chat", "lambda": "ws.ts:on"},
+        {"method": "GET", "path": "/items/:id", "lambda": "api.ts:item", "warm": true}
+    ]});
+    ok(&adf(d, &["config", "set", "site.adf", "serving", &serving.to_string()], None));
+    unsafe { std::env::set_var("ADF_HOME", d.join(".adf-home")) };
+    let mut fleet = Fleet::new(Bus::new(), quiet_model());
+    fleet.load(&d.join("site.adf")).unwrap();
+    let addr = adf::runtime::mesh::server::serve(fleet.mesh.clone(), "127.0.0.1", 0).await.unwrap().to_string();
+    (fleet, addr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs chromium (the CI installs it)"]
+async fn chromium_loads_the_site_and_talks_to_the_agent_over_a_websocket() {
+    let _one = SERIAL.lock().await;
+    let dir = tmp();
+    let d = dir.path();
+    let (fleet, addr) = site(d).await;
+    let chromium = std::env::var("ADF_CHROMIUM").unwrap_or_else(|_| "chromium".into());
+    let shot = d.join("shot.png");
+    let out = tokio::process::Command::new(&chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--window-size=400,300",
+            "--virtual-time-budget=5000",
+        ])
+        .arg(format!("--user-data-dir={}", d.join("profile").display()))
+        .arg(format!("--screenshot={}", shot.display()))
+        .arg(format!("http://{addr}/agents/site/"))
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("{chromium}: {e}"));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The page turned green: the socket opened, the lambda answered.
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&shot).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    let channels = info.color_type.samples();
+    let px = |x: usize, y: usize| {
+        let i = (y * info.width as usize + x) * channels;
+        (buf[i], buf[i + 1], buf[i + 2])
+    };
+    assert_eq!((info.width, info.height), (400, 300));
+    for (x, y) in [(390, 290), (200, 150), (10, 280)] {
+        assert_eq!(px(x, y), (0, 255, 0), "pixel {x},{y}: the page did not get the agent's answer");
+    }
+    fleet.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs wrk (the CI installs it)"]
+async fn wrk_drives_an_api_route_without_an_error() {
+    let _one = SERIAL.lock().await;
+    let dir = tmp();
+    let (fleet, addr) = site(dir.path()).await;
+    let wrk = std::env::var("ADF_WRK").unwrap_or_else(|_| "wrk".into());
+    let out = tokio::process::Command::new(&wrk)
+        .args(["-t2", "-c16", "-d4s", "--latency"])
+        .arg(format!("http://{addr}/agents/site/items/42"))
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("{wrk}: {e}"));
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    eprintln!("{text}");
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!text.contains("Non-2xx or 3xx responses"), "{text}");
+    assert!(!text.contains("Socket errors"), "{text}");
+    let requests: u64 = text
+        .lines()
+        .find(|l| l.contains("requests in"))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(requests >= 100, "{text}");
+    // The route still answers afterwards.
+    let v: serde_json::Value =
+        reqwest::get(format!("http://{addr}/agents/site/items/7")).await.unwrap().json().await.unwrap();
+    assert_eq!(v, json!({"id": "7"}));
+    fleet.shutdown().await;
+}
