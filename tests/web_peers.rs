@@ -2,9 +2,11 @@
 //! them from Debian): headless Chromium loads an agent's site whose page
 //! opens a WebSocket to the agent and turns green on the route lambda's
 //! answer (the screenshot's pixels are checked), and `wrk` drives an API
-//! route with 16 connections for a few seconds without one error. Ignored
-//! by default; `cargo test --test web_peers -- --ignored` with `chromium`
-//! and `wrk` on the PATH (`ADF_CHROMIUM`, `ADF_WRK` name others).
+//! route with 16 connections for a few seconds without one error, and
+//! Python's `websockets` client talks to a WS route. Ignored by default;
+//! `cargo test --test web_peers -- --ignored` with `chromium`, `wrk` and
+//! `python3` (with `websockets`) on the PATH (`ADF_CHROMIUM`, `ADF_WRK`,
+//! `ADF_PYTHON` name others).
 
 mod common;
 
@@ -122,5 +124,35 @@ async fn wrk_drives_an_api_route_without_an_error() {
     let v: serde_json::Value =
         reqwest::get(format!("http://{addr}/agents/site/items/7")).await.unwrap().json().await.unwrap();
     assert_eq!(v, json!({"id": "7"}));
+    fleet.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs python3 with the websockets package (the CI installs it)"]
+async fn a_python_websockets_client_talks_to_the_route() {
+    let _one = SERIAL.lock().await;
+    let dir = tmp();
+    let (fleet, addr) = site(dir.path()).await;
+    let python = std::env::var("ADF_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = format!(
+        r#"
+import asyncio, websockets
+async def main():
+    async with websockets.connect("ws://{addr}/agents/site/chat") as ws:
+        for word in ["one", "two", "three"]:
+            await ws.send(word)
+            print(await asyncio.wait_for(ws.recv(), 10))
+    try:
+        async with websockets.connect("ws://{addr}/agents/site/nowhere") as ws:
+            await asyncio.wait_for(ws.recv(), 10)
+    except websockets.exceptions.ConnectionClosed as e:
+        print("closed", e.rcvd.code)
+asyncio.run(main())
+"#
+    );
+    let out = tokio::process::Command::new(&python).arg("-c").arg(script).output().await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(text.lines().collect::<Vec<_>>(), ["echo:one", "echo:two", "echo:three", "closed 4004"]);
     fleet.shutdown().await;
 }

@@ -90,8 +90,11 @@ async fn a_ws_route_is_answered_by_its_lambda_and_floods_are_closed() {
             "ws.ts",
             br#"
 let seen = 0;
-export function on(ev) {
-  if (ev.type === "open") return JSON.stringify({ hello: ev.url_params.room, q: ev.url_params.q ?? null });
+export async function on(ev) {
+  if (ev.type === "open") {
+    await adf.ws_send({ connection_id: ev.connection_id, data: "welcome" });
+    return JSON.stringify({ hello: ev.url_params.room, q: ev.url_params.q ?? null });
+  }
   if (ev.type === "message") { seen += 1; return ev.binary ? { bytes: ev.data } : "echo:" + ev.data; }
   return null;
 }
@@ -101,13 +104,16 @@ export function on(ev) {
         .unwrap();
         s.close().unwrap();
     }
+    enable_tools(&path, &["ws_send"]);
     let mut fleet = Fleet::new(Bus::new(), quiet_model());
     fleet.load(&path).unwrap();
     let id = fleet.list()[0].id.clone();
     let addr = adf::runtime::mesh::server::serve(fleet.mesh.clone(), "127.0.0.1", 0).await.unwrap().to_string();
     let url = format!("ws://{addr}/agents/echo/chat/r1?q=7");
     let (mut ws, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
-    // The open event's answer, then each frame's.
+    // What the lambda sent with ws_send, then the open event's answer,
+    // then each frame's.
+    assert_eq!(text_of(next(&mut ws).await), "welcome");
     let v: Value = serde_json::from_str(&text_of(next(&mut ws).await)).unwrap();
     assert_eq!(v, json!({"hello": "r1", "q": "7"}));
     ws.send(Message::Text("hi".into())).await.unwrap();
@@ -132,6 +138,7 @@ export function on(ev) {
     // closed with 1008; the route still takes new connections.
     let (mut flood, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
     let _ = next(&mut flood).await;
+    let _ = next(&mut flood).await;
     let (mut sink, mut stream) = flood.split();
     let sender = tokio::spawn(async move {
         for i in 0..3000 {
@@ -152,6 +159,7 @@ export function on(ev) {
     ws.send(Message::Text("still here".into())).await.unwrap();
     assert_eq!(text_of(next(&mut ws).await), "echo:still here");
     let (mut again, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
+    let _ = next(&mut again).await;
     let _ = next(&mut again).await;
     again.send(Message::Text("x".into())).await.unwrap();
     assert_eq!(text_of(next(&mut again).await), "echo:x");
@@ -210,10 +218,16 @@ async fn agents_on_two_runtimes_authenticate_by_did_and_send_over_the_socket() {
     agent(&alice_path, "alice", &[("security.allow_local_fetch", json!(true))]);
     enable_tools(&alice_path, &["ws_connect", "ws_connections", "ws_send", "ws_disconnect"]);
     let script = vec![
-        Reply::Tools(vec![("ws_connect".into(), json!({"url": url, "did": hub_did}))]),
+        Reply::Tools(vec![(
+            "ws_connect".into(),
+            json!({"id": "hub", "url": url, "did": hub_did, "reconnect_delay_ms": 200}),
+        )]),
         Reply::Tools(vec![("ws_connections".into(), json!({}))]),
         Reply::Tools(vec![("msg_send".into(), json!({"recipient": hub_did, "content": "over the socket"}))]),
         Reply::Text("done".into()),
+        Reply::Tools(vec![("ws_disconnect".into(), json!({"id": "hub"}))]),
+        Reply::Tools(vec![("ws_connections".into(), json!({}))]),
+        Reply::Text("closed".into()),
     ];
     let model = Arc::new(Scripted::new(script));
     let factory: ProviderFactory = {
@@ -253,17 +267,55 @@ async fn agents_on_two_runtimes_authenticate_by_did_and_send_over_the_socket() {
     let cfg = alice_rt.mesh.find(&alice_id).unwrap().with_store(|s| s.config_value()).unwrap().unwrap();
     assert_eq!(cfg["ws_connections"][0]["url"], url);
     assert_eq!(cfg["ws_connections"][0]["origin"], "agent");
-    // Unloading alice closes its side; the hub sees the close.
+    // ws_disconnect by config id closes it (and keeps it closed).
+    alice_rt
+        .command(adf::protocol::Command::SendChat {
+            agent: alice_id.clone(),
+            r#loop: "main".into(),
+            text: "close".into(),
+        })
+        .unwrap();
+    wait("the hub's socket to close", || hub_rt.mesh.sockets.of(&hub_id).is_empty()).await;
+    wait("alice's second turn", || model.requests().len() >= 7).await;
+    let last: Vec<String> = model.requests()[6]
+        .messages
+        .iter()
+        .flat_map(|m| m.content.iter())
+        .filter(|b| b["type"] == "tool_result")
+        .map(|b| b["content"].to_string())
+        .collect();
+    assert!(last.iter().any(|r| r.contains("Disconnected.")), "{last:?}");
+    assert!(last.last().unwrap().contains("No active WebSocket connections."), "{last:?}");
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(hub_rt.mesh.sockets.of(&hub_id).is_empty(), "a disconnected config does not come back");
+    // Unloading alice closes everything of hers.
     alice_rt.shutdown().await;
     wait("the hub's socket to close", || hub_rt.mesh.sockets.of(&hub_id).is_empty()).await;
-    // Loaded again, alice connects by herself (the kept connection).
+    // Loaded again, alice connects by herself (the kept connection); when
+    // the hub drops the socket, she reconnects (`ws.reconnecting`).
     let mut alice_rt = Fleet::new(Bus::new(), quiet_model());
     alice_rt.load(&alice_path).unwrap();
     wait("alice to connect again on her own", || {
         hub_rt.mesh.sockets.of(&hub_id).iter().any(|s| s.info()["remote_did"] == alice_did)
     })
     .await;
+    let first = hub_rt.mesh.sockets.of(&hub_id)[0].id.clone();
+    let mut reconnecting = alice_rt
+        .bus
+        .subscribe(None, adf::runtime::bus::Filter { agent_id: None, types: vec!["ws.reconnecting".into()] });
+    hub_rt.mesh.sockets.get(&first).unwrap().close(1011, "the hub restarts");
+    wait("alice to reconnect", || hub_rt.mesh.sockets.of(&hub_id).iter().any(|s| s.id != first)).await;
+    match tokio::time::timeout(std::time::Duration::from_secs(5), reconnecting.next()).await.unwrap() {
+        Some(adf::runtime::bus::Item::Event(e)) => {
+            assert_eq!(
+                (e.event.payload["config_id"].as_str(), e.event.payload["attempt"].as_u64()),
+                (Some("hub"), Some(1))
+            );
+        }
+        other => panic!("{other:?}"),
+    }
     alice_rt.shutdown().await;
+    wait("the hub's socket to close", || hub_rt.mesh.sockets.of(&hub_id).is_empty()).await;
 
     // An agent without allow_local_fetch cannot open a socket to loopback.
     let mallory_path = d.join("mallory.adf");

@@ -210,9 +210,9 @@ mod tests {
     #[test]
     fn taps_are_read_with_wildcards_opted_in_and_their_own_events_skipped() {
         let cfg = json!({"umbilical_taps": [
-            {"name": "files", "lambda": "taps.ts:on", "filter": {"event_types": ["file.written", "tool.*"]}},
+            {"name": "files", "lambda": "taps.ts:on", "filter": {"event_types": ["file.written", "tool.completed"]}},
             {"name": "all", "lambda": "taps.ts", "filter": {"event_types": ["*"], "allow_wildcard": true}, "max_rate_per_sec": 5},
-            {"name": "sloppy", "lambda": "taps.ts:x", "filter": {"event_types": ["*"]}},
+            {"name": "sloppy", "lambda": "taps.ts:x", "filter": {"event_types": ["tool.*"]}},
             {"name": "nothing", "lambda": "taps.ts:x"},
             {"name": "", "lambda": "taps.ts:x"},
         ]});
@@ -224,6 +224,7 @@ mod tests {
         assert!(taps[0].wants(&ev("file.written", "agent:t1")));
         assert!(taps[0].wants(&ev("tool.completed", "agent:t1")));
         assert!(!taps[0].wants(&ev("turn.completed", "agent:t1")));
+        assert!(!taps[0].wants(&ev("tool.failed", "agent:t1")));
         assert!(!taps[0].wants(&ev("file.written", "lambda:taps.ts:on")), "its own events");
         assert!(taps[1].wants(&ev("turn.completed", "x")));
         assert!(!taps[1].wants(&ev("lambda.completed", "lambda:taps.ts:main")), "`taps.ts` is `taps.ts:main`");

@@ -182,6 +182,8 @@ impl Socket {
     /// Close from our side (no reconnect).
     pub fn close(&self, code: u16, reason: &str) {
         self.closing.store(true, Ordering::Relaxed);
+        // Closing: no longer listed or sent on, at once.
+        self.ready.store(false, Ordering::Relaxed);
         let _ = self.out.send(Frame::Close(code, reason.to_string()));
     }
 
