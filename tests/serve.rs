@@ -72,6 +72,8 @@ async fn public_and_shared_files_are_served_with_etags_and_ranges_and_nothing_el
     assert_eq!(get("/docs/").send().await.unwrap().text().await.unwrap(), "docs home");
     let r = get("/docs").send().await.unwrap();
     assert_eq!((r.status().as_u16(), r.headers()["location"].to_str().unwrap()), (308, "/agents/site/docs/"));
+    let r = http.get(format!("http://{addr}/agents/site?x=1")).send().await.unwrap();
+    assert_eq!((r.status().as_u16(), r.headers()["location"].to_str().unwrap()), (301, "/agents/site/?x=1"));
     // ETag: the same file is 304; a changed file is not.
     let r = get("/").header("if-none-match", &tag).send().await.unwrap();
     assert_eq!(r.status(), 304);
@@ -255,8 +257,12 @@ export function guard(input) {
     assert_eq!(http.delete(format!("{base}/inbox")).send().await.unwrap().status(), 405, "the inbox is POST only");
     assert_eq!(http.get(format!("{base}/inbox/x")).send().await.unwrap().status(), 404, "a reserved path");
     let big = vec![b'x'; (2 << 20) + 1];
-    let r = http.post(format!("{base}/items")).body(big).send().await.unwrap();
-    assert_eq!(r.status(), 413);
+    // Refused on its declared length: the answer is 413, though a client
+    // still sending may see the connection end first.
+    match http.post(format!("{base}/items")).body(big).send().await {
+        Ok(r) => assert_eq!(r.status(), 413),
+        Err(e) => assert!(!e.is_timeout(), "{e}"),
+    }
     let got = raw_post_declared(&addr, "/agents/api/items", 1 << 30).await;
     assert!(got.starts_with("HTTP/1.1 413"), "{got}");
     // A route that never returns is stopped at the agent's limit (1.5 s

@@ -146,6 +146,14 @@ pub(super) async fn path(
     serve(s, c, Request::of(req), handle, rest).await
 }
 
+/// `/agents/{handle}` → `/agents/{handle}/` (the query kept).
+pub(super) async fn bare(Path(handle): Path<String>, uri: Uri) -> Response {
+    let q = uri.query().map(|q| format!("?{q}")).unwrap_or_default();
+    let to =
+        format!("/agents/{}/{q}", percent_encoding::utf8_percent_encode(&handle, percent_encoding::NON_ALPHANUMERIC));
+    (StatusCode::MOVED_PERMANENTLY, [(header::LOCATION, to)]).into_response()
+}
+
 /// What `serve` needs of the request.
 struct Request {
     method: Method,

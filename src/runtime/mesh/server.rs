@@ -136,6 +136,8 @@ pub fn router(mesh: Arc<Mesh>) -> axum::Router {
         .route("/agents/{handle}/inbox", post(inbox))
         // The agent's site and shared files (`serve.rs`).
         .route("/agents/{handle}/", any(super::serve::root))
+        // Without its slash, a site's relative links would miss it.
+        .route("/agents/{handle}", get(super::serve::bare))
         .route("/agents/{handle}/{*rest}", any(super::serve::path))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(mesh)
