@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use adf::providers::scripted::{Reply, Scripted};
 use adf::runtime::bus::{Bus, Filter, Item};
-use adf::runtime::fleet::{Fleet, ProviderFactory};
+use adf::runtime::fleet::Fleet;
 use adf::store::{Caller, NewAgent, Store};
 use common::*;
 use futures_util::{SinkExt, StreamExt};
@@ -157,10 +157,7 @@ async fn bindings_pump_bytes_between_sockets_processes_and_events_within_the_gat
         Reply::Tools(vec![("stream_bindings".into(), json!({}))]),
         Reply::Text("done".into()),
     ]));
-    let factory: ProviderFactory = {
-        let m = model.clone();
-        Arc::new(move |_| Ok(m.clone() as Arc<dyn adf::providers::Provider>))
-    };
+    let factory = model_factory(&model);
     let bus = Bus::new();
     let mut sub = bus.subscribe(None, Filter { agent_id: None, types: vec!["binding.*".into()] });
     let mut fleet = Fleet::new(bus.clone(), factory);
@@ -197,13 +194,7 @@ async fn bindings_pump_bytes_between_sockets_processes_and_events_within_the_gat
         .command(adf::protocol::Command::SendChat { agent: id.clone(), r#loop: "main".into(), text: "go".into() })
         .unwrap();
     wait("the model's turn", || model.requests().len() >= 6).await;
-    let results: Vec<String> = model.requests()[5]
-        .messages
-        .iter()
-        .flat_map(|m| m.content.iter())
-        .filter(|b| b["type"] == "tool_result")
-        .map(|b| b["content"].to_string())
-        .collect();
+    let results = sent_results(&model, 5);
     assert!(results[0].contains("not allow-listed: 127.0.0.1:1"), "{results:?}");
     assert!(results[1].contains("read-only and cannot appear as b"), "{results:?}");
     assert!(results[2].contains("binding_id"), "{results:?}");

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use adf::providers::scripted::{Reply, Scripted};
 use adf::runtime::bus::Bus;
-use adf::runtime::fleet::{Fleet, ProviderFactory};
+use adf::runtime::fleet::Fleet;
 use adf::store::{Caller, NewAgent, Store};
 use common::*;
 use serde_json::json;
@@ -57,10 +57,7 @@ export async function flood(ev) {
         Reply::Tools(vec![("fs_write".into(), json!({"mode": "write", "path": "other/b.md", "content": "b"}))]),
         Reply::Text("done".into()),
     ]));
-    let factory: ProviderFactory = {
-        let m = model.clone();
-        Arc::new(move |_| Ok(m.clone() as Arc<dyn adf::providers::Provider>))
-    };
+    let factory = model_factory(&model);
     let mut fleet = Fleet::new(Bus::new(), factory);
     fleet.load(&path).unwrap();
     let id = fleet.list()[0].id.clone();

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use adf::providers::scripted::{Reply, Scripted};
 use adf::runtime::bus::Bus;
-use adf::runtime::fleet::{Fleet, ProviderFactory};
+use adf::runtime::fleet::Fleet;
 use adf::store::{Caller, NewAgent, Store};
 use common::*;
 use futures_util::{SinkExt, StreamExt};
@@ -230,10 +230,7 @@ async fn agents_on_two_runtimes_authenticate_by_did_and_send_over_the_socket() {
         Reply::Text("closed".into()),
     ];
     let model = Arc::new(Scripted::new(script));
-    let factory: ProviderFactory = {
-        let m = model.clone();
-        Arc::new(move |_| Ok(m.clone() as Arc<dyn adf::providers::Provider>))
-    };
+    let factory = model_factory(&model);
     let mut alice_rt = Fleet::new(Bus::new(), factory);
     alice_rt.load(&alice_path).unwrap();
     let alice_id = alice_rt.list()[0].id.clone();
@@ -246,14 +243,7 @@ async fn agents_on_two_runtimes_authenticate_by_did_and_send_over_the_socket() {
     let row = Value::Object(inbox()[0].clone());
     assert_eq!(row["content"], "over the socket", "{row}");
     // The model saw the connection open and listed, with the hub's proven DID.
-    let calls = model.requests();
-    let results: Vec<String> = calls
-        .iter()
-        .flat_map(|r| r.messages.iter())
-        .flat_map(|m| m.content.iter())
-        .filter(|b| b["type"] == "tool_result")
-        .map(|b| b["content"].to_string())
-        .collect();
+    let results = sent_results(&model, model.requests().len() - 1);
     assert!(results.iter().any(|r| r.contains("Connected. connection_id:")), "{results:?}");
     assert!(results.iter().any(|r| r.contains(&hub_did) && r.contains("outbound")), "{results:?}");
     assert!(results.iter().any(|r| r.contains("Message sent")), "{results:?}");
@@ -277,13 +267,7 @@ async fn agents_on_two_runtimes_authenticate_by_did_and_send_over_the_socket() {
         .unwrap();
     wait("the hub's socket to close", || hub_rt.mesh.sockets.of(&hub_id).is_empty()).await;
     wait("alice's second turn", || model.requests().len() >= 7).await;
-    let last: Vec<String> = model.requests()[6]
-        .messages
-        .iter()
-        .flat_map(|m| m.content.iter())
-        .filter(|b| b["type"] == "tool_result")
-        .map(|b| b["content"].to_string())
-        .collect();
+    let last = sent_results(&model, 6);
     assert!(last.iter().any(|r| r.contains("Disconnected.")), "{last:?}");
     assert!(last.last().unwrap().contains("No active WebSocket connections."), "{last:?}");
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
@@ -325,10 +309,7 @@ async fn agents_on_two_runtimes_authenticate_by_did_and_send_over_the_socket() {
         Reply::Tools(vec![("ws_connect".into(), json!({"url": url}))]),
         Reply::Text("done".into()),
     ]));
-    let factory: ProviderFactory = {
-        let m = model.clone();
-        Arc::new(move |_| Ok(m.clone() as Arc<dyn adf::providers::Provider>))
-    };
+    let factory = model_factory(&model);
     let mut mallory_rt = Fleet::new(Bus::new(), factory);
     mallory_rt.load(&mallory_path).unwrap();
     let mid = mallory_rt.list()[0].id.clone();

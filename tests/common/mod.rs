@@ -213,3 +213,23 @@ pub async fn backing_off(fleet: &adf::runtime::fleet::Fleet, id: &str) -> String
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
+
+/// The tool results a scripted model was sent in its `call`th request, in
+/// order, each as JSON text.
+pub fn sent_results(model: &adf::providers::scripted::Scripted, call: usize) -> Vec<String> {
+    model.requests()[call]
+        .messages
+        .iter()
+        .flat_map(|m| m.content.iter())
+        .filter(|b| b["type"] == "tool_result")
+        .map(|b| b["content"].to_string())
+        .collect()
+}
+
+/// A provider factory that gives every agent this one scripted model.
+pub fn model_factory(
+    model: &std::sync::Arc<adf::providers::scripted::Scripted>,
+) -> adf::runtime::fleet::ProviderFactory {
+    let m = model.clone();
+    std::sync::Arc::new(move |_| Ok(m.clone() as std::sync::Arc<dyn adf::providers::Provider>))
+}

@@ -407,29 +407,41 @@ where
     Wire { rx }
 }
 
+/// `to_frame` and `from_frame` for a WebSocket library's `Message` (axum's
+/// and tokio-tungstenite's have the same shape in different types).
+macro_rules! frames {
+    ($msg:ty, $close:ident, $code:expr, $extra:pat) => {
+        fn to(m: $msg) -> Option<Frame> {
+            type M = $msg;
+            Some(match m {
+                M::Text(t) => Frame::Text(t.to_string()),
+                M::Binary(b) => Frame::Binary(b.to_vec()),
+                M::Ping(b) => Frame::Ping(b.to_vec()),
+                M::Pong(b) => Frame::Pong(b.to_vec()),
+                M::Close(c) => {
+                    c.map_or(Frame::Close(1005, String::new()), |c| Frame::Close(c.code.into(), c.reason.to_string()))
+                }
+                #[allow(unreachable_patterns)]
+                $extra => return None,
+            })
+        }
+        fn from(f: Frame) -> $msg {
+            type M = $msg;
+            match f {
+                Frame::Text(t) => M::Text(t.into()),
+                Frame::Binary(b) => M::Binary(b.into()),
+                Frame::Ping(b) => M::Ping(b.into()),
+                Frame::Pong(b) => M::Pong(b.into()),
+                Frame::Close(code, reason) => M::Close(Some($close { code: $code(code), reason: reason.into() })),
+            }
+        }
+    };
+}
+
 /// A server-side socket (axum) as a [`Wire`] fed by `sock`'s queue.
 pub fn wire_server(ws: axum::extract::ws::WebSocket, sock: &Socket, queue: mpsc::UnboundedReceiver<Frame>) -> Wire {
-    use axum::extract::ws::{CloseFrame, Message};
-    fn to(m: Message) -> Option<Frame> {
-        Some(match m {
-            Message::Text(t) => Frame::Text(t.to_string()),
-            Message::Binary(b) => Frame::Binary(b.to_vec()),
-            Message::Ping(b) => Frame::Ping(b.to_vec()),
-            Message::Pong(b) => Frame::Pong(b.to_vec()),
-            Message::Close(c) => {
-                c.map_or(Frame::Close(1005, String::new()), |c| Frame::Close(c.code, c.reason.to_string()))
-            }
-        })
-    }
-    fn from(f: Frame) -> Message {
-        match f {
-            Frame::Text(t) => Message::Text(t.into()),
-            Frame::Binary(b) => Message::Binary(b.into()),
-            Frame::Ping(b) => Message::Ping(b.into()),
-            Frame::Pong(b) => Message::Pong(b.into()),
-            Frame::Close(code, reason) => Message::Close(Some(CloseFrame { code, reason: reason.into() })),
-        }
-    }
+    use axum::extract::ws::CloseFrame;
+    frames!(axum::extract::ws::Message, CloseFrame, |c: u16| c, _);
     pump(ws, queue, sock.pending.clone(), sock.drained.clone(), to, from)
 }
 
@@ -442,28 +454,7 @@ pub fn wire_client<S>(
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    use tokio_tungstenite::tungstenite::Message;
     use tokio_tungstenite::tungstenite::protocol::CloseFrame;
-    fn to(m: Message) -> Option<Frame> {
-        Some(match m {
-            Message::Text(t) => Frame::Text(t.to_string()),
-            Message::Binary(b) => Frame::Binary(b.to_vec()),
-            Message::Ping(b) => Frame::Ping(b.to_vec()),
-            Message::Pong(b) => Frame::Pong(b.to_vec()),
-            Message::Close(c) => {
-                c.map_or(Frame::Close(1005, String::new()), |c| Frame::Close(c.code.into(), c.reason.to_string()))
-            }
-            Message::Frame(_) => return None,
-        })
-    }
-    fn from(f: Frame) -> Message {
-        match f {
-            Frame::Text(t) => Message::Text(t.into()),
-            Frame::Binary(b) => Message::Binary(b.into()),
-            Frame::Ping(b) => Message::Ping(b.into()),
-            Frame::Pong(b) => Message::Pong(b.into()),
-            Frame::Close(code, reason) => Message::Close(Some(CloseFrame { code: code.into(), reason: reason.into() })),
-        }
-    }
+    frames!(tokio_tungstenite::tungstenite::Message, CloseFrame, |c: u16| c.into(), _);
     pump(ws, queue, sock.pending.clone(), sock.drained.clone(), to, from)
 }
