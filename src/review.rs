@@ -51,13 +51,8 @@ pub fn summary(path: &Path) -> Result<Value, String> {
     let (tools, _) = typed.effective_tools();
     let enabled: Vec<Value> = tools
         .iter()
-        .filter(|t| t.is_enabled() && crate::tools::unavailable(&t.name).is_none())
-        .map(|t| json!({"name": t.name, "restricted": t.is_restricted()}))
-        .collect();
-    let unavailable: Vec<Value> = tools
-        .iter()
         .filter(|t| t.is_enabled())
-        .filter_map(|t| crate::tools::unavailable(&t.name).map(|why| json!({"name": t.name, "needs": why})))
+        .map(|t| json!({"name": t.name, "restricted": t.is_restricted()}))
         .collect();
     let triggers: Vec<Value> = cfg
         .get("triggers")
@@ -80,7 +75,6 @@ pub fn summary(path: &Path) -> Result<Value, String> {
         "model": cfg.pointer("/model/model_id"),
         "autostart": cfg["autostart"].as_bool().unwrap_or(false),
         "tools": enabled,
-        "tools_unavailable": unavailable,
         "triggers": triggers,
         "timers": timers.len(),
         "network": {

@@ -150,10 +150,6 @@ pub fn review(out: &Out, path: &Path) -> anyhow::Result<()> {
         })
         .unwrap_or_default();
     out.line(format!("  tools      {}", if tools.is_empty() { "none".into() } else { tools.join(", ") }))?;
-    if let Some(off) = v["tools_unavailable"].as_array().filter(|a| !a.is_empty()) {
-        let names: Vec<String> = off.iter().map(|t| s(&t["name"])).collect();
-        out.line(format!("  not run    {} (enabled, but this adf cannot run them yet)", names.join(", ")))?;
-    }
     let triggers: Vec<String> =
         v["triggers"].as_array().map(|a| a.iter().map(|t| s(&t["type"])).collect()).unwrap_or_default();
     out.line(format!("  triggers   {}", if triggers.is_empty() { "none".into() } else { triggers.join(", ") }))?;

@@ -74,11 +74,7 @@ fn report(store: &Store) -> crate::store::Result<Report> {
         "autostart": s("/autostart"),
         "provider": s("/model/provider"),
         "model": s("/model/model_id"),
-        "tools_enabled": tools.iter().filter(|t| t.is_enabled() && crate::tools::unavailable(&t.name).is_none())
-            .map(|t| t.name.clone()).collect::<Vec<_>>(),
-        "tools_unavailable": tools.iter().filter(|t| t.is_enabled())
-            .filter_map(|t| crate::tools::unavailable(&t.name).map(|why| serde_json::json!({"name": t.name, "needs": why})))
-            .collect::<Vec<_>>(),
+        "tools_enabled": tools.iter().filter(|t| t.is_enabled()).map(|t| t.name.clone()).collect::<Vec<_>>(),
         "tools_restricted": tools.iter().filter(|t| t.is_restricted()).map(|t| t.name.clone()).collect::<Vec<_>>(),
         "triggers_enabled": cfg.get("triggers").and_then(Value::as_object).map(|t| t.iter()
             .filter(|(_, v)| v.get("enabled").and_then(Value::as_bool) == Some(true))

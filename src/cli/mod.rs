@@ -8,6 +8,7 @@ mod bench_check;
 pub mod bench_spawn;
 mod chat;
 mod clone;
+mod compute;
 mod config;
 mod files;
 mod fleet;
@@ -371,6 +372,12 @@ pub enum Command {
     Budget {
         #[command(subcommand)]
         cmd: Option<usage::BudgetCmd>,
+    },
+    /// Real computers: host commands for agents (`status`, `host on|off`,
+    /// `host allow|deny PROGRAM…` in settings.json).
+    Compute {
+        #[command(subcommand)]
+        cmd: Option<compute::ComputeCmd>,
     },
     /// Channel adapters: add (Telegram), ls, rm; status through the daemon.
     #[command(subcommand)]
@@ -744,6 +751,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
             };
         }
         Some(Command::Budget { cmd }) => return usage::budget(&out, cmd.as_ref()).map(|()| 0),
+        Some(Command::Compute { cmd }) => return compute::run(&out, cmd.as_ref()).map(|()| 0),
         Some(Command::Token(cmd)) => return token::run(&out, cmd).map(|()| 0),
         Some(Command::Fork { src, at_row, dst }) => return clone::fork(&out, src, at_row, dst).map(|()| 0),
         Some(Command::Lint { path, stale_days }) => {

@@ -494,6 +494,7 @@ impl Executor {
             "sys_create_adf" => Box::pin(self.sys_create_adf(args)).await,
             "ws_connect" | "ws_disconnect" | "ws_connections" | "ws_send" => Box::pin(self.ws_tool(method, args)).await,
             "stream_bind" | "stream_unbind" | "stream_bindings" => Box::pin(self.stream_tool(method, args)).await,
+            "compute_exec" | "fs_transfer" => Box::pin(self.compute_tool(method, args)).await,
             "adf_shell" => {
                 let id = crate::store::create::nanoid(10);
                 Box::pin(self.adf_shell(args, &id, false, cx.authorized)).await

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 mod adapters;
 mod budget;
+mod compute;
 mod mcp;
 pub(crate) mod media;
 mod owner;
@@ -1786,7 +1787,8 @@ impl Executor {
             "loop_send" | "loop_list" | "loop_manage" => self.loop_tool(name, input),
             "ws_connect" | "ws_disconnect" | "ws_connections" | "ws_send" => self.ws_tool(name, input).await,
             "stream_bind" | "stream_unbind" | "stream_bindings" => self.stream_tool(name, input).await,
-            n if crate::tools::unavailable(n).is_none() && n.starts_with("mcp_") => self.mcp_call(n, input).await,
+            "compute_exec" | "fs_transfer" => self.compute_tool(name, input).await,
+            n if n.starts_with("mcp_") => self.mcp_call(n, input).await,
             _ => self.run_tool(name, input, Caller::AGENT),
         }
     }
@@ -2144,7 +2146,6 @@ pub(crate) fn advertised_tools(value: &Value, typed: &AgentConfig) -> Vec<ToolSp
         .iter()
         .filter(|d| d.is_enabled() && d.is_visible())
         .filter(|d| receive || !MSG_GATED.contains(&d.name.as_str()))
-        .filter(|d| tools::unavailable(&d.name).is_none())
         .filter_map(|d| {
             if d.name.starts_with("mcp_") {
                 return mcp::advertised(value, &d.name);

@@ -6,6 +6,7 @@ pub mod background;
 pub mod budget;
 pub mod bus;
 pub mod code;
+pub mod compute;
 pub mod context;
 pub mod diff;
 pub mod docs_code;

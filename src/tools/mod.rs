@@ -185,9 +185,6 @@ pub fn execute(ctx: &mut Ctx<'_>, name: &str, input: &Value) -> ToolOutput {
             "'from' and 'to' must be different (both are '{}').",
             clean["from"].as_str().unwrap_or_default()
         )),
-        _ if unavailable(name).is_some() => {
-            ToolOutput::err(format!("NOT_AVAILABLE: {name} needs {}.", unavailable(name).unwrap_or_default()))
-        }
         // `ask` is answered by the executor; reaching here means no one can.
         "ask" => ToolOutput::err("ask is answered by the runtime and cannot run here."),
         _ => ToolOutput::err(format!("Unknown tool: {name}")),
@@ -199,18 +196,6 @@ pub fn execute(ctx: &mut Ctx<'_>, name: &str, input: &Value) -> ToolOutput {
 /// the agent adding, restarting or removing its own MCP servers.
 pub fn always_asks(name: &str) -> bool {
     matches!(name, "mcp_install" | "mcp_restart" | "mcp_uninstall" | "adapter_setup")
-}
-
-/// Why a declared tool cannot run in this build: the capability it needs
-/// (a later part of adf). `None` for tools that run.
-pub fn unavailable(name: &str) -> Option<&'static str> {
-    Some(match name {
-        "compute_exec" => "a compute environment (a container or host access), which this adf does not provide yet",
-        "fs_transfer" => {
-            "a compute workspace (isolated, shared or host) to transfer to or from, which this adf does not provide yet"
-        }
-        _ => return None,
-    })
 }
 
 /// `chat_info` (tools.md §4) outside a fleet: no channel adapter runs

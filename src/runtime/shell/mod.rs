@@ -16,7 +16,7 @@ mod cmds;
 mod data;
 mod expand;
 mod files;
-mod parse;
+pub(crate) mod parse;
 mod text;
 
 use std::collections::{HashMap, HashSet};
