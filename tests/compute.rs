@@ -63,10 +63,13 @@ async fn calls(store: Store, calls: Vec<(&str, Value)>) -> (Vec<(Value, bool)>, 
     (out, ex, owner)
 }
 
-fn settings(home: &std::path::Path, host: Value) {
+/// The install's compute settings; `engine` "none" keeps containers out
+/// of a host test on a machine that has an engine.
+fn settings(home: &std::path::Path, host: Value, engine: &str) {
     let dir = home.join("config");
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("settings.json"), json!({"accounts": [], "compute": {"host": host}}).to_string()).unwrap();
+    let v = json!({"accounts": [], "compute": {"host": host, "engine": engine}});
+    std::fs::write(dir.join("settings.json"), v.to_string()).unwrap();
 }
 
 /// Is a process with this exact command line alive?
@@ -87,7 +90,7 @@ async fn host_commands_are_gated_twice_and_run_within_their_limits() {
         std::env::set_var("ADF_HOME", &home);
         std::env::set_var("ADF_TEST_SECRET_TOKEN", "s3cret-value");
     }
-    settings(&home, json!({"enabled": true, "programs": ["printf", "cat", "sleep", "seq", "ls"]}));
+    settings(&home, json!({"enabled": true, "programs": ["printf", "cat", "sleep", "seq", "ls"]}), "none");
     let mut s = agent(d, "worker", true);
     s.file_write(Caller::Owner, "notes/plan.md", b"# plan", &Default::default()).unwrap();
     let (r, ex, owner) = calls(
@@ -157,10 +160,36 @@ async fn host_commands_are_gated_twice_and_run_within_their_limits() {
     let (r, ex, _) = calls(s, vec![("compute_exec", json!({"command": "ls", "target": "host"}))]).await;
     assert!(r[0].1 && r[0].0.as_str().unwrap().contains("compute.host_access is off"), "{:?}", r[0]);
     ex.store.close().unwrap();
-    settings(&home, json!({"enabled": false, "programs": ["ls"]}));
+    settings(&home, json!({"enabled": false, "programs": ["ls"]}), "none");
     let s = agent(d, "switchedoff", true);
     let (r, ex, _) = calls(s, vec![("compute_exec", json!({"command": "ls"}))]).await;
     assert!(r[0].1 && r[0].0.as_str().unwrap().contains("adf compute host on"), "{:?}", r[0]);
+    ex.store.close().unwrap();
+
+    // No engine: container targets fail closed, never onto the host, even
+    // for an agent that has host access.
+    settings(&home, json!({"enabled": true, "programs": ["ls"]}), "/nonexistent/podman");
+    let s = agent(d, "noengine", true);
+    let (r, ex, _) = calls(
+        s,
+        vec![
+            ("compute_exec", json!({"command": "ls", "target": "shared"})),
+            ("fs_transfer", json!({"from": "vfs", "to": "isolated", "path": "x"})),
+            ("compute_exec", json!({"command": "ls", "target": "py-tools"})),
+            ("compute_exec", json!({"command": "printf here"})),
+        ],
+    )
+    .await;
+    for (i, want) in [
+        (0, "Target 'shared' is not available: no container engine runs here"),
+        (1, "Target 'isolated' is not available"),
+        (2, "Target 'py-tools' is not available: no such target"),
+    ] {
+        assert!(r[i].1 && r[i].0.as_str().unwrap().contains(want), "{i}: {:?}", r[i]);
+    }
+    assert!(r[0].0.as_str().unwrap().contains("/nonexistent/podman"), "the cause is named: {:?}", r[0]);
+    assert!(r[0].0.as_str().unwrap().contains("Available: host."), "{:?}", r[0]);
+    assert_eq!(r[3].0["target"], "host", "with no engine the least privileged left is the host: {:?}", r[3]);
     ex.store.close().unwrap();
 }
 

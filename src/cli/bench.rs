@@ -49,6 +49,8 @@ pub enum Suite {
     /// Side loops: memory per warm loop (16 on one agent, 100 agents × 4),
     /// loop_send to the woken loop's turn, a 100 k-token context breakdown.
     Loops,
+    /// Real computers: a host `echo` round trip (check, spawn, wait, read).
+    Compute,
 }
 
 #[derive(Debug, Serialize)]
@@ -88,7 +90,88 @@ pub fn run(out: &Out, suite: Suite, iterations: usize, short: bool, check: bool)
         Suite::Channels => channels(out, short),
         Suite::Serve => serve(out, if short { 500 } else { iterations.max(2000) }),
         Suite::Loops => loops(out, if short { 50 } else { iterations }),
+        Suite::Compute => compute(out, if short { 50 } else { iterations }),
     }
+}
+
+/// `adf bench compute`: `echo` on the host as `compute_exec` runs it (the
+/// program check, then bash in the agent's workspace), and in the shared
+/// container through its runner when one can run here; p50 and p99.
+fn compute(out: &Out, iterations: usize) -> anyhow::Result<()> {
+    use crate::runtime::compute::{HostPolicy, Settings, Target, check_host, containers, run_host};
+    use std::time::{Duration, Instant};
+    let dir = std::env::temp_dir().join(format!("adf-bench-compute-{}", std::process::id()));
+    // SAFETY: set before the runtime starts any thread.
+    unsafe { std::env::set_var("ADF_HOME", &dir) };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let policy = HostPolicy { enabled: true, programs: vec!["echo".into()] };
+    let pct = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        let p = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+        (p(0.5), p(0.99))
+    };
+    let (host, container) = rt.block_on(async {
+        let mut v = Vec::with_capacity(iterations);
+        for i in 0..iterations + 5 {
+            let t = Instant::now();
+            check_host(&policy, "echo hi").map_err(anyhow::Error::msg)?;
+            let r = run_host("bench", "echo hi", Duration::from_secs(10)).await.map_err(anyhow::Error::msg)?;
+            anyhow::ensure!(r["stdout"] == "hi\n", "unexpected output: {r}");
+            if i >= 5 {
+                v.push(t.elapsed().as_secs_f64() * 1000.0);
+            }
+        }
+        // The shared container: the first call may make and start it.
+        let settings = Settings::default();
+        let c = containers::get();
+        let container = match c.exec(&settings, "bench", &Target::Shared, "echo hi", Duration::from_secs(10)).await {
+            Ok(_) => {
+                let mut w = Vec::with_capacity(iterations);
+                for _ in 0..iterations {
+                    let t = Instant::now();
+                    let r = c.exec(&settings, "bench", &Target::Shared, "echo hi", Duration::from_secs(10)).await;
+                    let r = r.map_err(anyhow::Error::msg)?;
+                    anyhow::ensure!(r["stdout"] == "hi\n", "unexpected output: {r}");
+                    w.push(t.elapsed().as_secs_f64() * 1000.0);
+                }
+                c.release("bench");
+                c.settle().await;
+                Ok(w)
+            }
+            Err(e) => Err(e),
+        };
+        Ok::<_, anyhow::Error>((v, container))
+    })?;
+    let _ = std::fs::remove_dir_all(&dir);
+    let (h50, h99) = pct(host);
+    let mut v = serde_json::json!({"host_echo_p50_ms": h50, "host_echo_p99_ms": h99, "samples": iterations,
+        "targets": {"host_echo_p50_ms": {"max": 10.0}, "container_echo_p50_ms": {"max": 100.0}}});
+    let mut rows = vec![vec![
+        "host `echo` round trip (check, bash, wait), p50 / p99".into(),
+        format!("{h50:.2} / {h99:.2} ms"),
+        "p50 < 10 ms".into(),
+    ]];
+    match container {
+        Ok(w) => {
+            let (c50, c99) = pct(w);
+            v["container_echo_p50_ms"] = serde_json::json!(c50);
+            v["container_echo_p99_ms"] = serde_json::json!(c99);
+            rows.push(vec![
+                "`echo` in the running shared container (runner), p50 / p99".into(),
+                format!("{c50:.2} / {c99:.2} ms"),
+                "p50 < 100 ms".into(),
+            ]);
+        }
+        Err(e) => {
+            v["container_skipped"] = serde_json::json!(e);
+            rows.push(vec!["`echo` in a container".into(), format!("skipped: {e}"), "p50 < 100 ms".into()]);
+        }
+    }
+    if out.json {
+        out.json(&v)?;
+        return Ok(());
+    }
+    out.table(&["measure", "result", "target"], &rows)
 }
 
 fn loops(out: &Out, iterations: usize) -> anyhow::Result<()> {

@@ -307,6 +307,13 @@ pub fn drive(out: &Out, path: &Path, work: Work<'_>) -> anyhow::Result<u8> {
             }
         }
     });
+    // What the turn started in containers stops with this process.
+    let me = ex.agent_id().to_string();
+    rt.block_on(async {
+        let c = crate::runtime::compute::containers::get();
+        c.release(&me);
+        c.settle().await;
+    });
     if let Some(sig) = signaled {
         // A prompt may still be reading the terminal: do not wait for it.
         rt.shutdown_background();

@@ -373,8 +373,9 @@ pub enum Command {
         #[command(subcommand)]
         cmd: Option<usage::BudgetCmd>,
     },
-    /// Real computers: host commands for agents (`status`, `host on|off`,
-    /// `host allow|deny PROGRAM…` in settings.json).
+    /// Real computers: host commands (`host on|off|allow|deny`), the
+    /// container engine and image (`engine`, `image build`), external
+    /// containers (`external add|rm`), all in settings.json; `status`.
     Compute {
         #[command(subcommand)]
         cmd: Option<compute::ComputeCmd>,

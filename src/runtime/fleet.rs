@@ -646,6 +646,8 @@ impl Fleet {
                 Err(e) => errors.push(format!("{}: {e}", l.path.display())),
             }
         }
+        // Dedicated containers stop with their agents before the runtime goes.
+        crate::runtime::compute::containers::get().settle().await;
         errors
     }
 }

@@ -1,52 +1,23 @@
 //! `compute_exec` and `fs_transfer` (tools.md §2, §5) in the executor:
-//! the target resolved and gated (fail closed), the host through
-//! `runtime/compute.rs`; containers are not driven by this build yet and
-//! say so. Every command is logged (`compute`/`exec`) with its exit code,
-//! which the app's compute view reads.
+//! the target resolved and gated (fail closed, `runtime/compute`), then the
+//! host (its programs checked with the shell grammar) or a container
+//! (`compute/containers.rs`). Every command is logged (`compute`/`exec`)
+//! with its target and exit code, which the app's compute panel reads.
 
 use serde_json::{Value, json};
 
 use super::Executor;
-use crate::runtime::compute::{self, HostPolicy};
+use crate::runtime::compute::{self, Settings, Target, containers};
 use crate::store::Caller;
 use crate::tools::ToolOutput;
 
-/// Why a container target cannot be used here.
-fn container_unavailable(target: &str) -> String {
-    format!(
-        "Target '{target}' is not available: containers (Podman or Docker) are not driven by this build of adf yet; use target 'host' where the owner allows it"
-    )
+/// Which target a call means, or why none can serve it.
+async fn compute_target(cfg: &Value, settings: &Settings, asked: Option<&str>) -> Result<Target, String> {
+    let engine = containers::engine_for(settings).await.map(|_| ());
+    compute::resolve(cfg, settings, engine, asked)
 }
 
 impl Executor {
-    /// Which target a call means, or why none can serve it.
-    fn compute_target(&self, cfg: &Value, asked: Option<&str>) -> Result<String, String> {
-        let c = &cfg["compute"];
-        let target = match asked.filter(|t| !t.is_empty()) {
-            Some(t) => t.to_string(),
-            None => match c["default_target"].as_str() {
-                Some(t) => t.to_string(),
-                None if c["host_access"] == true => "host".into(),
-                None => {
-                    return Err("no compute target: this agent has no compute.default_target and no host access".into());
-                }
-            },
-        };
-        match target.as_str() {
-            "host" => {
-                if c["host_access"] != true {
-                    return Err("Target 'host' is not available: compute.host_access is off for this agent".into());
-                }
-                if !HostPolicy::load().enabled {
-                    return Err("Target 'host' is not available: host commands are switched off for this install (settings.json compute.host.enabled; the owner runs `adf compute host on`)".into());
-                }
-                Ok(target)
-            }
-            "isolated" | "shared" => Err(container_unavailable(&target)),
-            other => Err(format!("unknown compute target '{other}' (host, isolated or shared)")),
-        }
-    }
-
     pub(crate) async fn compute_tool(&mut self, name: &str, input: &Value) -> ToolOutput {
         let cfg = match self.store.config_value() {
             Ok(c) => c,
@@ -54,7 +25,7 @@ impl Executor {
         };
         match name {
             "compute_exec" => self.compute_exec(&cfg, input).await,
-            "fs_transfer" => self.fs_transfer(&cfg, input),
+            "fs_transfer" => self.fs_transfer(&cfg, input).await,
             _ => ToolOutput::err(format!("Unknown tool: {name}")),
         }
     }
@@ -64,12 +35,15 @@ impl Executor {
         if command.trim().is_empty() {
             return ToolOutput::err("command is required");
         }
-        let target = match self.compute_target(cfg, input["target"].as_str()) {
+        let settings = Settings::load();
+        let target = match compute_target(cfg, &settings, input["target"].as_str()).await {
             Ok(t) => t,
             Err(e) => return ToolOutput::err(e),
         };
-        if let Err(e) = compute::check_host(&HostPolicy::load(), command) {
-            let _ = self.log("warn", "compute", "refused", &format!("{target}: {e}"));
+        if target == Target::Host
+            && let Err(e) = compute::check_host(&settings.host, command)
+        {
+            let _ = self.log("warn", "compute", "refused", &format!("host: {e}"));
             return ToolOutput::err(e);
         }
         let limit = cfg["limits"]["execution_timeout_ms"].as_u64().unwrap_or(60_000);
@@ -78,11 +52,17 @@ impl Executor {
             .unwrap_or(compute::DEFAULT_TIMEOUT_MS)
             .clamp(1, compute::MAX_TIMEOUT_MS)
             .min(limit.max(1_000));
+        let timeout = std::time::Duration::from_millis(ms);
         let me = self.agent_id().to_string();
-        match compute::run_host(&me, command, std::time::Duration::from_millis(ms)).await {
+        let r = match &target {
+            Target::Host => compute::run_host(&me, command, timeout).await,
+            t => containers::get().exec(&settings, &me, t, command, timeout).await,
+        };
+        match r {
             Ok(v) => {
                 let line = format!(
-                    "{target}: exit {} in {} ms: {}",
+                    "{}: exit {} in {} ms: {}",
+                    target.name(),
                     v["exit_code"],
                     v["duration_ms"],
                     command.chars().take(200).collect::<String>()
@@ -90,41 +70,61 @@ impl Executor {
                 let _ = self.log(if v["exit_code"] == 0 { "info" } else { "warn" }, "compute", "exec", &line);
                 ToolOutput::json(&v)
             }
-            Err(e) => ToolOutput::err(format!("compute_exec error: {e}")),
+            Err(e) => {
+                let _ = self.log("warn", "compute", "exec", &format!("{}: failed: {e}", target.name()));
+                ToolOutput::err(format!("compute_exec error: {e}"))
+            }
         }
     }
 
-    /// Copy between the agent's files (`vfs`) and its host workspace.
-    fn fs_transfer(&mut self, cfg: &Value, input: &Value) -> ToolOutput {
+    /// Copy between the agent's files (`vfs`) and a workspace: its host
+    /// folder, its container's, or its own in the shared container.
+    async fn fs_transfer(&mut self, cfg: &Value, input: &Value) -> ToolOutput {
         let (from, to) = (input["from"].as_str().unwrap_or_default(), input["to"].as_str().unwrap_or_default());
         if from == to {
             return ToolOutput::err(format!("'from' and 'to' must be different (both are '{from}')."));
         }
-        for side in [from, to] {
-            match side {
-                "vfs" => {}
-                "host" if cfg["compute"]["host_access"] != true => {
-                    return ToolOutput::err(
-                        "Target 'host' is not available: compute.host_access is off for this agent",
-                    );
-                }
-                "host" => {}
-                "isolated" | "shared" => return ToolOutput::err(container_unavailable(side)),
-                other => return ToolOutput::err(format!("unknown endpoint '{other}' (vfs, isolated, shared or host)")),
-            }
+        if from != "vfs" && to != "vfs" {
+            return ToolOutput::err("one side of a transfer is 'vfs' (your files)");
         }
+        let settings = Settings::load();
+        let side = if from == "vfs" { to } else { from };
+        let target = match side {
+            "host" | "isolated" | "shared" => match compute_target(cfg, &settings, Some(side)).await {
+                Ok(t) => t,
+                Err(e) => return ToolOutput::err(e),
+            },
+            other => return ToolOutput::err(format!("unknown endpoint '{other}' (vfs, isolated, shared or host)")),
+        };
         let path = input["path"].as_str().unwrap_or_default();
         let save_as = input["save_as"].as_str().filter(|s| !s.is_empty()).unwrap_or(path);
         let (src, dst) = match (compute::relative(path), compute::relative(save_as)) {
             (Ok(a), Ok(b)) => (a, b),
             (Err(e), _) | (_, Err(e)) => return ToolOutput::err(e),
         };
-        let root = compute::workspace(self.agent_id());
         let max = cfg["limits"]["max_file_write_bytes"].as_u64();
-        let result = if from == "vfs" {
-            self.vfs_to_host(&src, &root.join(&dst))
-        } else {
-            self.host_to_vfs(&root.join(&src), &dst, max)
+        let me = self.agent_id().to_string();
+        let result = match (&target, from == "vfs") {
+            (Target::Host, true) => self.vfs_files(&src).and_then(|files| {
+                let root = compute::workspace(&me);
+                for (rel, bytes) in &files {
+                    write_new(&under(&root.join(&dst), rel), bytes)?;
+                }
+                Ok(files.len())
+            }),
+            (Target::Host, false) => self.host_to_vfs(&compute::workspace(&me).join(&src), &dst, max),
+            (t, true) => match self.vfs_files(&src) {
+                Ok(files) => {
+                    let files: Vec<_> = files.into_iter().map(|(rel, b)| (under(&dst, &rel), b)).collect();
+                    containers::get().put(&settings, &me, t, &files).await.map(|()| files.len())
+                }
+                Err(e) => Err(e),
+            },
+            (t, false) => match containers::get().get(&settings, &me, t, &src).await {
+                Ok(files) if files.is_empty() => Err(format!("no file at {path} in the {} workspace", t.name())),
+                Ok(files) => self.files_to_vfs(files.into_iter().map(|(rel, b)| (under(&dst, &rel), b)).collect(), max),
+                Err(e) => Err(e),
+            },
         };
         match result {
             Ok(n) => {
@@ -137,22 +137,35 @@ impl Executor {
         }
     }
 
-    /// A file, or every file under a folder, from the VFS to the host.
-    fn vfs_to_host(&mut self, src: &std::path::Path, dst: &std::path::Path) -> Result<usize, String> {
+    /// A VFS file (relative path "") or every file under a VFS folder
+    /// (paths relative to it), with their bytes.
+    fn vfs_files(&mut self, src: &std::path::Path) -> Result<Vec<(std::path::PathBuf, Vec<u8>)>, String> {
         let key = src.to_string_lossy().to_string();
         if let Ok((_, bytes)) = self.store.file_read(&key) {
-            write_new(dst, &bytes)?;
-            return Ok(1);
+            return Ok(vec![(std::path::PathBuf::new(), bytes)]);
         }
         let prefix = format!("{}/", key.trim_end_matches('/'));
         let files = self.store.file_list(&prefix).map_err(|e| e.to_string())?;
         if files.is_empty() {
             return Err(format!("No file or directory found in VFS at \"{key}\""));
         }
+        let mut out = Vec::with_capacity(files.len());
         for f in &files {
             let (_, bytes) = self.store.file_read(&f.path).map_err(|e| e.to_string())?;
             let rest = f.path.strip_prefix(&prefix).unwrap_or(&f.path);
-            write_new(&dst.join(compute::relative(rest)?), &bytes)?;
+            out.push((compute::relative(rest)?, bytes));
+        }
+        Ok(out)
+    }
+
+    /// Write files into the VFS as the agent (protected files stay
+    /// protected, the write limit holds).
+    fn files_to_vfs(&mut self, files: Vec<(std::path::PathBuf, Vec<u8>)>, max: Option<u64>) -> Result<usize, String> {
+        let caller = Caller::Agent { authorized: false, override_approved: false };
+        for (to, bytes) in &files {
+            let key = to.to_string_lossy().to_string();
+            let opts = crate::store::files::WriteOptions { max_bytes: max, ..Default::default() };
+            self.store.file_write(caller, &key, bytes, &opts).map_err(|e| format!("{key}: {e}"))?;
         }
         Ok(files.len())
     }
@@ -170,15 +183,17 @@ impl Executor {
         } else {
             return Err(format!("{} is not a file or folder (links are not followed)", src.display()));
         }
-        let caller = Caller::Agent { authorized: false, override_approved: false };
-        for (from, to) in &files {
-            let bytes = std::fs::read(from).map_err(|e| format!("{}: {e}", from.display()))?;
-            let key = to.to_string_lossy().to_string();
-            let opts = crate::store::files::WriteOptions { max_bytes: max, ..Default::default() };
-            self.store.file_write(caller, &key, &bytes, &opts).map_err(|e| format!("{key}: {e}"))?;
+        let mut read = Vec::with_capacity(files.len());
+        for (from, to) in files {
+            read.push((to, std::fs::read(&from).map_err(|e| format!("{}: {e}", from.display()))?));
         }
-        Ok(files.len())
+        self.files_to_vfs(read, max)
     }
+}
+
+/// `rel` under `dst`; `dst` itself for the empty path (a single file).
+fn under(dst: &std::path::Path, rel: &std::path::Path) -> std::path::PathBuf {
+    if rel.as_os_str().is_empty() { dst.to_path_buf() } else { dst.join(rel) }
 }
 
 /// Files under a host folder (no links; at most 10,000, 16 deep).
