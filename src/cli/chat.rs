@@ -311,7 +311,7 @@ pub fn drive(out: &Out, path: &Path, work: Work<'_>) -> anyhow::Result<u8> {
     let me = ex.agent_id().to_string();
     rt.block_on(async {
         let c = crate::runtime::compute::containers::get();
-        c.release(&me);
+        crate::runtime::compute::release(&me);
         c.settle().await;
     });
     if let Some(sig) = signaled {

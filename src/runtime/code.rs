@@ -495,6 +495,7 @@ impl Executor {
             "ws_connect" | "ws_disconnect" | "ws_connections" | "ws_send" => Box::pin(self.ws_tool(method, args)).await,
             "stream_bind" | "stream_unbind" | "stream_bindings" => Box::pin(self.stream_tool(method, args)).await,
             "compute_exec" | "fs_transfer" => Box::pin(self.compute_tool(method, args)).await,
+            "browser" | "desktop" => Box::pin(self.computer_tool(method, args)).await,
             "adf_shell" => {
                 let id = crate::store::create::nanoid(10);
                 Box::pin(self.adf_shell(args, &id, false, cx.authorized)).await

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 mod adapters;
 mod budget;
 mod compute;
+mod computer;
 mod mcp;
 pub(crate) mod media;
 mod owner;
@@ -1788,6 +1789,7 @@ impl Executor {
             "ws_connect" | "ws_disconnect" | "ws_connections" | "ws_send" => self.ws_tool(name, input).await,
             "stream_bind" | "stream_unbind" | "stream_bindings" => self.stream_tool(name, input).await,
             "compute_exec" | "fs_transfer" => self.compute_tool(name, input).await,
+            "browser" | "desktop" => self.computer_tool(name, input).await,
             n if n.starts_with("mcp_") => self.mcp_call(n, input).await,
             _ => self.run_tool(name, input, Caller::AGENT),
         }

@@ -362,6 +362,34 @@ static CATALOG: &[ToolDef] = &[
         },
         "required": ["command"]
     }),
+    tool!("browser", "Drive your web browser (Chromium, with a profile of your own): open a page, click or type into an element (CSS selector), read its text, take a screenshot, go back, hand it to your owner for a login (takeover), close it (your profile is then sealed into your credentials).", {
+        "type": "object",
+        "properties": {
+            "action": {"type": "string", "enum": ["open", "click", "type", "read", "screenshot", "back", "takeover", "close"]},
+            "url": {"type": "string", "description": "open: an http or https URL"},
+            "selector": {"type": "string", "description": "click, type, read: a CSS selector (read: the whole page without one)"},
+            "text": {"type": "string", "description": "type: what to type"},
+            "submit": {"type": "boolean", "description": "type: press Enter after"},
+            "full_page": {"type": "boolean", "description": "screenshot: the whole page, not only the window"},
+            "reason": {"type": "string", "description": "takeover: why the owner is needed"},
+            "timeout_ms": {"type": "integer", "minimum": 100, "maximum": 120000}
+        },
+        "required": ["action"]
+    }),
+    tool!("desktop", "Use your desktop (an X display of 1280x800 your owner can watch): take a screenshot, click, move, scroll, type, press keys (xdotool names such as ctrl+l Return), read or set the clipboard, or get a VNC address for your owner (watch). Programs you start with compute_exec on the host appear on it.", {
+        "type": "object",
+        "properties": {
+            "action": {"type": "string", "enum": ["screenshot", "click", "double_click", "move", "scroll", "type", "key", "clipboard_get", "clipboard_set", "cursor", "watch"]},
+            "x": {"type": "integer", "minimum": 0, "maximum": 1279},
+            "y": {"type": "integer", "minimum": 0, "maximum": 799},
+            "button": {"type": "string", "enum": ["left", "middle", "right"]},
+            "direction": {"type": "string", "enum": ["up", "down"]},
+            "amount": {"type": "integer", "minimum": 1, "maximum": 50},
+            "text": {"type": "string"},
+            "keys": {"type": "string"}
+        },
+        "required": ["action"]
+    }),
     tool!("ws_connect", "Open a WebSocket connection (a configured one by id, or a URL).", {
         "type": "object",
         "properties": {

@@ -510,6 +510,13 @@ impl Containers {
         }
     }
 
+    /// Keep a stop task for `settle` to wait for.
+    pub fn track(&self, task: tokio::task::JoinHandle<()>) {
+        if let Ok(mut s) = self.stops.lock() {
+            s.push(task);
+        }
+    }
+
     /// Wait for the stops `release` started (the runtime is shutting down).
     pub async fn settle(&self) {
         let tasks: Vec<_> = self.stops.lock().map(|mut s| std::mem::take(&mut *s)).unwrap_or_default();

@@ -65,7 +65,9 @@ pub async fn detect(choice: Option<&str>) -> Result<Engine, String> {
 async fn probe(choice: Option<&str>) -> Result<Engine, String> {
     let candidates: Vec<PathBuf> = match choice {
         Some("none") => {
-            return Err("containers are switched off for this install (settings.json compute.engine is \"none\")".into());
+            return Err(
+                "containers are switched off for this install (settings.json compute.engine is \"none\")".into()
+            );
         }
         Some(c) if c.contains('/') => vec![PathBuf::from(c)],
         Some(c @ ("podman" | "docker")) => on_path(c).into_iter().collect(),

@@ -70,6 +70,8 @@ fn environment(agent_id: &str) -> Vec<(String, String)> {
             env.push((k.to_string(), v));
         }
     }
+    // Programs it starts appear on the agent's desktop, when it has one.
+    env.extend(super::display::env_for(agent_id));
     env
 }
 

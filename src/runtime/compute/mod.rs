@@ -17,7 +17,9 @@
 //! (`runner.rs`, `runner.py`), `image.rs` builds the image from Debian
 //! packages.
 
+pub mod browser;
 pub mod containers;
+pub mod display;
 pub mod engine;
 mod host;
 pub mod image;
@@ -223,6 +225,17 @@ pub fn resolve(
     };
     let list = if avail.is_empty() { "none".to_string() } else { avail.join(", ") };
     Err(format!("Target '{want}' is not available: {hint}. Available: {list}."))
+}
+
+/// The agent stopped: its dedicated container stops, its processes in the
+/// shared one are killed, its browser and desktop close.
+/// (`containers::get().settle()` waits for the container stops.)
+pub fn release(agent_id: &str) {
+    containers::get().release(agent_id);
+    if let Some(t) = browser::stop(agent_id) {
+        containers::get().track(t);
+    }
+    display::stop(agent_id);
 }
 
 /// The agent's working folder on the host (made on first use).

@@ -99,7 +99,7 @@ fn is_video_mime(mime: &str) -> bool {
 /// the `media` manifest of the shell and of `sys_fetch` (each path once, at
 /// most eight).
 pub fn referenced(tool: &str, content: &str) -> Vec<(String, String)> {
-    if !matches!(tool, "fs_read" | "adf_shell" | "sys_fetch") && !tool.starts_with("mcp_") {
+    if !matches!(tool, "fs_read" | "adf_shell" | "sys_fetch" | "browser" | "desktop") && !tool.starts_with("mcp_") {
         return Vec::new();
     }
     let Ok(v) = serde_json::from_str::<Value>(content) else { return Vec::new() };

@@ -273,7 +273,7 @@ impl Mesh {
         self.sockets.stop_agent(id);
         self.stop_taps(id);
         self.bindings.stop_agent(id);
-        crate::runtime::compute::containers::get().release(id);
+        crate::runtime::compute::release(id);
         let gone = self.boxes.write().ok().and_then(|mut b| b.remove(id));
         if let Some(mb) = &gone {
             mb.serving.close();
