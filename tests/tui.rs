@@ -1424,3 +1424,42 @@ async fn snapshot_of_a_serving_agent() {
     let frame = render(&a, 120, 40);
     assert!(frame.contains("⌂ serving http://127.0.0.1:7295/agents/scribe/"), "{frame}");
 }
+
+/// `:compute` shows where the agent's commands run, its last commands with
+/// their exit codes, and its newest screenshot (issue 22).
+#[tokio::test]
+async fn snapshot_of_the_compute_panel() {
+    let dir = tmp();
+    let root = dir.path();
+    let infos = fleet(root).await;
+    let path = infos.iter().find(|i| i.name == "research").unwrap().path.clone();
+    {
+        let mut s = Store::open(&path).unwrap();
+        s.config_set(adf::store::Caller::Owner, "compute", json!({"enabled": true, "host_access": true})).unwrap();
+        s.file_write(adf::store::Caller::Owner, "screenshots/browser-1.png", b"\x89PNG", &Default::default()).unwrap();
+        s.close().unwrap();
+        // Log rows at fixed times, as compute_exec writes them.
+        let c = rusqlite::Connection::open(&path).unwrap();
+        for (at, msg) in [
+            (1_767_225_600_000_i64, "isolated: exit 0 in 41 ms: python3 -c 'print(6*7)'"),
+            (1_767_225_660_000, "shared: exit 2 in 8 ms: ls /nope"),
+            (1_767_225_720_000, "host: exit 124 in 1000 ms: sleep 300"),
+        ] {
+            c.execute(
+                "INSERT INTO adf_logs (level, origin, event, message, created_at) VALUES ('info', 'compute', 'exec', ?1, ?2)",
+                rusqlite::params![msg, at],
+            )
+            .unwrap();
+        }
+    }
+    let mut a = app();
+    a.set_agents(infos, root);
+    a.sel = a.agents.iter().position(|x| x.info.name == "research").unwrap();
+    a.run("compute");
+    assert_eq!(a.main, MainView::Compute);
+    let frame = render(&a, 120, 40);
+    assert!(frame.contains("isolated · shared · host") && frame.contains("browser  visible"), "{frame}");
+    assert!(frame.contains("00:02:00  host") && frame.contains("124") && frame.contains("sleep 300"), "{frame}");
+    assert!(frame.contains("screenshots/browser-1.png"), "{frame}");
+    both("compute_panel", &a);
+}

@@ -1405,3 +1405,33 @@ async fn an_email_channel_connects_from_the_app() {
     .await
     .unwrap();
 }
+
+/// `:compute` in the real app: the agent's targets and its last commands
+/// with their exit codes, read from its file (issue 22).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_compute_panel_lists_the_last_commands() {
+    let dir = tmp();
+    let home = home_with_agent(dir.path());
+    let agents = home.join("data/agents");
+    ok(&adf_home(&home, &agents, &["config", "set", "a.adf", "compute", r#"{"enabled": true, "host_access": true}"#]));
+    {
+        let c = rusqlite::Connection::open(agents.join("a.adf")).unwrap();
+        c.execute(
+            "INSERT INTO adf_logs (level, origin, event, message, created_at) VALUES ('warn', 'compute', 'exec', 'isolated: exit 3 in 17 ms: make test', 1767225600000)",
+            [],
+        )
+        .unwrap();
+    }
+    let h = home.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut t = Tui::start_with(&h, &[], &[], 120, 40);
+        t.wait_for("adf › a › main");
+        t.send(":compute\r");
+        let s = t.wait_for("make test");
+        assert!(s.contains("a · compute") && s.contains("isolated · shared · host"), "{s}");
+        assert!(s.contains("isolated") && s.contains(" 3 ") && s.contains("17"), "{s}");
+        t.quit();
+    })
+    .await
+    .unwrap();
+}

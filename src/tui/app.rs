@@ -113,6 +113,9 @@ pub enum MainView {
     Grants,
     /// The selected agent's channel adapters and how each is doing.
     Channels,
+    /// Where the selected agent's commands run, its browser and desktop,
+    /// its last commands.
+    Compute,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -362,6 +365,8 @@ pub struct App {
     pub show_tasks: bool,
     pub grants: Vec<Value>,
     pub channels: Vec<Value>,
+    /// The compute panel of the selected agent (`tui/compute.rs`).
+    pub compute: Value,
     pub context_top: usize,
     /// Answers of background work (MCP changes) for the status line.
     pub notices: tokio::sync::mpsc::UnboundedSender<String>,
@@ -440,6 +445,7 @@ impl App {
             show_tasks: false,
             grants: Vec::new(),
             channels: Vec::new(),
+            compute: Value::Null,
             context_top: 0,
             notices,
             notices_rx: Some(notices_rx),
@@ -913,6 +919,9 @@ impl App {
         }
         if self.main == MainView::Channels {
             self.refresh_channels();
+        }
+        if self.main == MainView::Compute {
+            self.refresh_compute();
         }
         let before: Vec<String> = self.pending.iter().map(|p| p.task_id.clone()).collect();
         self.refresh_pending();

@@ -130,6 +130,11 @@ pub const ALL: &[CommandDef] = &[
         &["connect_channel"],
         "Connect a channel for the selected agent: :channel_add telegram|slack (then its token(s)) or :channel_add email ADDRESS [IMAP_URL [SMTP_URL]] (then its password), typed masked",
     ),
+    c(
+        "compute",
+        &["computer", "browser", "desktop"],
+        "Where the selected agent's commands run, its browser and desktop (the VNC address to watch), its last commands and exit codes, its newest screenshot",
+    ),
     c("grant_revoke", &[], "In the grants view: revoke the selected grant"),
     c("toggle_tasks", &[], "In the logs panel: switch between logs and tasks"),
     c("context", &["ctx", "gauge"], "How full the selected loop's context window is, and what takes the space"),

@@ -73,6 +73,7 @@ impl App {
             MainView::Logs => self.refresh_logs(),
             MainView::Grants => self.refresh_grants(),
             MainView::Channels => self.refresh_channels(),
+            MainView::Compute => self.refresh_compute(),
             _ => {}
         }
         Vec::new()
@@ -109,6 +110,12 @@ impl App {
     pub fn refresh_channels(&mut self) {
         let Some(id) = self.selected_id() else { return };
         self.channels = self.source.channels(&id);
+    }
+
+    /// Read the selected agent's compute panel again.
+    pub fn refresh_compute(&mut self) {
+        let Some(id) = self.selected_id() else { return };
+        self.compute = self.source.compute(&id);
     }
 
     /// Revoke the grant under the cursor.

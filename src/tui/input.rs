@@ -274,6 +274,7 @@ impl App {
             "logs" => self.show_control(MainView::Logs),
             "grants" => self.show_control(MainView::Grants),
             "channels" => self.show_control(MainView::Channels),
+            "compute" => self.show_control(MainView::Compute),
             "grant_revoke" if self.main == MainView::Grants => self.revoke_grant(),
             "channel_add" => self.command_line("channel_add telegram"),
             "toggle_tasks" => {
@@ -643,7 +644,7 @@ impl App {
             }
             (Focus::Main, MainView::Why) => {}
             (Focus::Main, MainView::Grants) => self.logs_sel = step(self.logs_sel, self.grants.len()),
-            (Focus::Main, MainView::Channels) => {}
+            (Focus::Main, MainView::Channels | MainView::Compute) => {}
             (Focus::Composer, _) => {}
         }
     }

@@ -11,6 +11,7 @@ pub mod backend;
 pub mod bench;
 pub mod chat;
 pub mod commands;
+pub mod compute;
 pub mod context;
 pub mod control;
 pub mod forms;

@@ -78,6 +78,11 @@ pub trait Source: Send {
     fn channels(&self, _id: &str) -> Vec<Value> {
         Vec::new()
     }
+    /// The compute panel: read from the agent's config, logs and files.
+    fn compute(&self, id: &str) -> Value {
+        let cfg = self.config(id).unwrap_or_default();
+        super::compute::view(&cfg, &self.logs(id), &self.files(id), Value::Null)
+    }
     /// What this app's token may do (in-process: everything).
     fn role(&self) -> crate::daemon::roles::Role {
         crate::daemon::roles::Role::Owner
@@ -176,6 +181,11 @@ impl Source for Local {
     }
     fn channels(&self, id: &str) -> Vec<Value> {
         self.api.as_ref().map(|a| Source::channels(a, id)).unwrap_or_default()
+    }
+    fn compute(&self, id: &str) -> Value {
+        let cfg = self.config(id).unwrap_or_default();
+        // This process runs the agent: what runs now is known here.
+        super::compute::view(&cfg, &self.logs(id), &self.files(id), super::compute::live(id))
     }
     fn mesh_url(&self) -> Option<String> {
         self.api.as_ref().and_then(Source::mesh_url)

@@ -76,6 +76,7 @@ pub fn draw(f: &mut Frame, app: &App) {
             MainView::Logs => super::control::draw_logs(f, app, main),
             MainView::Grants => super::control::draw_grants(f, app, main),
             MainView::Channels => super::control::draw_channels(f, app, main),
+            MainView::Compute => super::compute::draw(f, app, main),
         }
     }
     if events_h > 0 {

@@ -108,7 +108,7 @@ fn hard_limit(res: libc::__rlimit_resource_t, cap: u64) -> u64 {
     if unsafe { libc::getrlimit(res, &mut r) } != 0 {
         return 1024;
     }
-    (r.rlim_max as u64).min(cap)
+    r.rlim_max.min(cap)
 }
 
 fn environment(agent_id: &str, home: &str, user: &str) -> Vec<(String, String)> {

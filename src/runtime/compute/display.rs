@@ -235,6 +235,11 @@ impl Display {
         Ok(v)
     }
 
+    /// The VNC server when one runs (no start).
+    pub fn vnc_now(&self) -> Option<Vnc> {
+        self.vnc.lock().ok().and_then(|v| v.clone())
+    }
+
     /// How the owner watches it: a line to tell them.
     pub fn watch_hint(v: &Vnc) -> String {
         let host = gethostname::gethostname().to_string_lossy().into_owned();

@@ -31,7 +31,10 @@ pub struct Engine {
 /// A failed probe is tried again after this long.
 const RETRY: Duration = Duration::from_secs(30);
 
-static FOUND: Mutex<Option<(Instant, Option<String>, Result<Engine, String>)>> = Mutex::new(None);
+/// When it was probed, for which choice, and what was found.
+type Probe = (Instant, Option<String>, Result<Engine, String>);
+
+static FOUND: Mutex<Option<Probe>> = Mutex::new(None);
 
 fn on_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;

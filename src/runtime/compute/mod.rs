@@ -198,7 +198,7 @@ pub fn resolve(
             })?,
         },
     };
-    if avail.iter().any(|a| *a == want) {
+    if avail.contains(&want) {
         return Ok(match want.as_str() {
             "host" => Target::Host,
             "isolated" => Target::Isolated,
