@@ -125,6 +125,21 @@ async fn containers_run_agents_commands_in_their_own_places() {
         return;
     }
 
+    // An engine that refuses (no such image): a clear error, nothing made.
+    let cfg_dir = d.join(".adf-home/config");
+    std::fs::create_dir_all(&cfg_dir).unwrap();
+    std::fs::write(
+        cfg_dir.join("settings.json"),
+        json!({"accounts": [], "compute": {"image": "localhost/adf-none:0"}}).to_string(),
+    )
+    .unwrap();
+    let (r, ex) =
+        calls(agent(d, "noimage", json!({"enabled": true})), vec![("compute_exec", json!({"command": "true"}))]).await;
+    assert!(r[0].1 && r[0].0.as_str().unwrap().contains("localhost/adf-none:0 is not built"), "{:?}", r[0]);
+    assert_eq!(running(&containers::isolated_name(ex.agent_id())), None, "no container was made");
+    ex.store.close().unwrap();
+    std::fs::remove_file(cfg_dir.join("settings.json")).unwrap();
+
     // The dedicated container, from a scripted model turn.
     let mut s = agent(d, "worker", json!({"enabled": true}));
     s.file_write(adf::store::Caller::Owner, "data/in.csv", b"a,b\n1,2\n", &Default::default()).unwrap();
@@ -332,8 +347,6 @@ async fn containers_run_agents_commands_in_their_own_places() {
     // Without python3 there is no runner: one exec per command, `timeout`
     // inside killing at the deadline.
     podman(&["exec", &ext, "sh", "-c", "rm -f /usr/bin/python3*"]);
-    let cfg_dir = d.join(".adf-home/config");
-    std::fs::create_dir_all(&cfg_dir).unwrap();
     std::fs::write(
         cfg_dir.join("settings.json"),
         json!({"accounts": [], "compute": {"external": [{"alias": "dev-box", "container": ext, "workspace": "/tmp"}]}})

@@ -142,6 +142,7 @@ fn compute(out: &Out, iterations: usize) -> anyhow::Result<()> {
         };
         Ok::<_, anyhow::Error>((v, container))
     })?;
+    let shots = rt.block_on(browser_shots(iterations.clamp(5, 50)));
     let _ = std::fs::remove_dir_all(&dir);
     let (h50, h99) = pct(host);
     let mut v = serde_json::json!({"host_echo_p50_ms": h50, "host_echo_p99_ms": h99, "samples": iterations,
@@ -167,11 +168,68 @@ fn compute(out: &Out, iterations: usize) -> anyhow::Result<()> {
             rows.push(vec!["`echo` in a container".into(), format!("skipped: {e}"), "p50 < 100 ms".into()]);
         }
     }
+    v["targets"]["browser_screenshot_p50_ms"] = serde_json::json!({"max": 500.0});
+    match shots {
+        Ok(w) => {
+            let (s50, s99) = pct(w);
+            v["browser_screenshot_p50_ms"] = serde_json::json!(s50);
+            v["browser_screenshot_p99_ms"] = serde_json::json!(s99);
+            rows.push(vec![
+                "browser screenshot after load (headless Chromium), p50 / p99".into(),
+                format!("{s50:.1} / {s99:.1} ms"),
+                "p50 < 500 ms".into(),
+            ]);
+        }
+        Err(e) => {
+            v["browser_skipped"] = serde_json::json!(e);
+            rows.push(vec!["browser screenshot".into(), format!("skipped: {e}"), "p50 < 500 ms".into()]);
+        }
+    }
     if out.json {
         out.json(&v)?;
         return Ok(());
     }
     out.table(&["measure", "result", "target"], &rows)
+}
+
+/// A page served on loopback, loaded again each time in the agent's
+/// headless browser, then screenshot: the time from load to PNG.
+async fn browser_shots(n: usize) -> Result<Vec<f64>, String> {
+    use crate::runtime::compute::browser;
+    use std::time::{Duration, Instant};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| e.to_string())?;
+    let url = format!("http://{}/", l.local_addr().map_err(|e| e.to_string())?);
+    let page = "<!doctype html><html><body><h1>bench</h1><p>A page with some text, a list and a table.</p>\
+                <ul><li>one</li><li>two</li><li>three</li></ul><table><tr><td>a</td><td>b</td></tr></table></body></html>";
+    let app = axum::Router::new().route("/", axum::routing::get(move || async move { axum::response::Html(page) }));
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(l, app).await;
+    });
+    let opts = browser::Options {
+        allow_local: true,
+        visible: false,
+        resolver: std::sync::Arc::new(crate::runtime::egress::SystemResolver),
+    };
+    let r = async {
+        let (s, _) = browser::ensure("bench-browser", &opts, None, Vec::new()).await?;
+        let mut times = Vec::with_capacity(n);
+        for i in 0..n + 2 {
+            s.open(&url, Duration::from_secs(15), &opts).await?;
+            let t = Instant::now();
+            let png = s.screenshot(false).await?;
+            if png.len() < 100 {
+                return Err("an empty screenshot".to_string());
+            }
+            if i >= 2 {
+                times.push(t.elapsed().as_secs_f64() * 1000.0);
+            }
+        }
+        Ok(times)
+    }
+    .await;
+    let _ = browser::close("bench-browser").await;
+    server.abort();
+    r
 }
 
 fn loops(out: &Out, iterations: usize) -> anyhow::Result<()> {

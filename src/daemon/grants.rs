@@ -20,6 +20,20 @@ pub fn router() -> Router<AppState> {
         .route("/agents/{id}/grants/{grant}", delete(remove))
         .route("/agents/{id}/adapters", get(adapters).post(adapter_add))
         .route("/agents/{id}/adapters/{kind}", delete(adapter_remove))
+        .route("/agents/{id}/compute", get(compute))
+}
+
+/// Where the agent's commands run, what runs now, its last commands.
+async fn compute(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult {
+    let q = crate::store::logs::LogQuery { level: None, origin: Some("compute"), after: 0, limit: 200 };
+    let (id, (cfg, logs, files)) = s
+        .read(&id, move |st| {
+            let logs: Vec<Value> = st.log_list(&q)?.into_iter().filter_map(|r| serde_json::to_value(r).ok()).collect();
+            Ok((st.config_value()?, logs, st.file_list("screenshots/")?))
+        })
+        .await?;
+    let live = crate::runtime::compute::summary::live(&id);
+    Ok(Json(json!({"agentId": id, "compute": crate::runtime::compute::summary::view(&cfg, &logs, &files, live)})))
 }
 
 /// Connect a channel (the owner's): the token sealed, never answered back.

@@ -176,6 +176,11 @@ pub const ROUTES: &[Route] = &[
     ),
     r("delete", "/agents/{id}/grants/{grant}", "Revoke a grant"),
     r("get", "/agents/{id}/adapters", "The agent's channel adapters: state, account, counts, last error"),
+    r(
+        "get",
+        "/agents/{id}/compute",
+        "Where the agent's commands run, its browser and desktop now, its last commands and newest screenshot",
+    ),
     b(
         r(
             "post",

@@ -81,7 +81,7 @@ pub trait Source: Send {
     /// The compute panel: read from the agent's config, logs and files.
     fn compute(&self, id: &str) -> Value {
         let cfg = self.config(id).unwrap_or_default();
-        super::compute::view(&cfg, &self.logs(id), &self.files(id), Value::Null)
+        crate::runtime::compute::summary::view(&cfg, &self.logs(id), &self.files(id), Value::Null)
     }
     /// What this app's token may do (in-process: everything).
     fn role(&self) -> crate::daemon::roles::Role {
@@ -185,7 +185,12 @@ impl Source for Local {
     fn compute(&self, id: &str) -> Value {
         let cfg = self.config(id).unwrap_or_default();
         // This process runs the agent: what runs now is known here.
-        super::compute::view(&cfg, &self.logs(id), &self.files(id), super::compute::live(id))
+        crate::runtime::compute::summary::view(
+            &cfg,
+            &self.logs(id),
+            &self.files(id),
+            crate::runtime::compute::summary::live(id),
+        )
     }
     fn mesh_url(&self) -> Option<String> {
         self.api.as_ref().and_then(Source::mesh_url)
@@ -309,6 +314,9 @@ impl Source for Remote {
     }
     fn channels(&self, id: &str) -> Vec<Value> {
         self.get(&["agents", id, "adapters"], &[]).and_then(|v| v["adapters"].as_array().cloned()).unwrap_or_default()
+    }
+    fn compute(&self, id: &str) -> Value {
+        self.get(&["agents", id, "compute"], &[]).map(|v| v["compute"].clone()).unwrap_or_default()
     }
     fn task_rows(&self, id: &str) -> Vec<Value> {
         self.get(&["agents", id, "tasks"], &[("limit", "200")])

@@ -24,6 +24,7 @@ pub mod engine;
 mod host;
 pub mod image;
 pub mod runner;
+pub mod summary;
 
 pub use host::run_host;
 
