@@ -323,3 +323,98 @@ async fn agents_on_two_runtimes_authenticate_by_did_and_send_over_the_socket() {
     mallory_rt.shutdown().await;
     hub_rt.shutdown().await;
 }
+
+/// A peer that stops answering pings is found dead within the pong wait
+/// (10 s), and the kept connection reconnects (`ws.reconnecting`), as it
+/// does for a peer that drops. An `http:` URL means the same server's
+/// WebSocket. A connection the agent writes into its config itself is its
+/// own: it passes the egress guard whatever the entry says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_peer_is_dropped_and_reconnected_and_agent_written_entries_are_guarded() {
+    let _one = SERIAL.lock().await;
+    let dir = tmp();
+    let d = dir.path();
+    unsafe { std::env::set_var("ADF_HOME", d.join(".adf-home")) };
+    // A server that completes the handshake, then never reads again (so
+    // never answers a ping); it counts its accepts.
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let accepts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let n = accepts.clone();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((tcp, _)) = l.accept().await {
+            if let Ok(ws) = tokio_tungstenite::accept_async(tcp).await {
+                n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                held.push(ws);
+            }
+        }
+    });
+    let path = d.join("listener.adf");
+    agent(
+        &path,
+        "listener",
+        &[(
+            "ws_connections",
+            json!([{"id": "feed", "url": format!("http://{addr}/feed"), "keepalive_interval_ms": 300,
+                "reconnect_delay_ms": 100, "auth": "none"}]),
+        )],
+    );
+    let mut rt = Fleet::new(Bus::new(), quiet_model());
+    let mut reconnecting =
+        rt.bus.subscribe(None, adf::runtime::bus::Filter { agent_id: None, types: vec!["ws.reconnecting".into()] });
+    rt.load(&path).unwrap();
+    wait("the first connection", || accepts.load(std::sync::atomic::Ordering::SeqCst) >= 1).await;
+    let t0 = std::time::Instant::now();
+    match tokio::time::timeout(Duration::from_secs(14), reconnecting.next()).await.expect("a reconnect within 14 s") {
+        Some(adf::runtime::bus::Item::Event(e)) => assert_eq!(e.event.payload["config_id"], "feed"),
+        other => panic!("{other:?}"),
+    }
+    let waited = t0.elapsed();
+    assert!(waited < Duration::from_secs(13), "the dead peer was noticed late: {waited:?}");
+    wait("the second connection", || accepts.load(std::sync::atomic::Ordering::SeqCst) >= 2).await;
+    rt.shutdown().await;
+
+    // An agent without allow_local_fetch writes a connection to loopback
+    // into its own config, with no origin, and asks to connect it.
+    let m_path = d.join("mallory.adf");
+    agent(&m_path, "mallory", &[]);
+    enable_tools(&m_path, &["ws_connect"]);
+    {
+        // The owner lifted the approval of config writes for this test.
+        let mut s = Store::open(&m_path).unwrap();
+        let mut cfg = s.config_value().unwrap();
+        for t in cfg["tools"].as_array_mut().unwrap() {
+            if t["name"] == "sys_update_config" {
+                t["restricted"] = json!(false);
+            }
+        }
+        s.config_replace(cfg).unwrap();
+        s.close().unwrap();
+    }
+    let model = Arc::new(Scripted::new(vec![
+        Reply::Tools(vec![(
+            "sys_update_config".into(),
+            json!({"path": "ws_connections", "action": "append", "value": {"id": "sneak", "url": format!("ws://{addr}/x")}}),
+        )]),
+        Reply::Tools(vec![("ws_connect".into(), json!({"id": "sneak"}))]),
+        Reply::Text("done".into()),
+    ]));
+    let mut rt = Fleet::new(Bus::new(), model_factory(&model));
+    rt.load(&m_path).unwrap();
+    let id = rt.list()[0].id.clone();
+    let before = accepts.load(std::sync::atomic::Ordering::SeqCst);
+    rt.command(adf::protocol::Command::SendChat { agent: id.clone(), r#loop: "main".into(), text: "go".into() })
+        .unwrap();
+    wait("mallory's turn", || model.requests().len() >= 3).await;
+    let results = sent_results(&model, 2);
+    assert!(
+        results.last().unwrap().contains("ws_connect refused") && results.last().unwrap().contains("Blocked"),
+        "{results:?}"
+    );
+    let cfg = rt.mesh.find(&id).unwrap().with_store(|s| s.config_value()).unwrap().unwrap();
+    assert_eq!(cfg["ws_connections"][0]["origin"], "agent", "{cfg}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(accepts.load(std::sync::atomic::Ordering::SeqCst), before, "nothing reached the loopback server");
+    rt.shutdown().await;
+}

@@ -280,6 +280,18 @@ fn integrity(before: &Value, after: &Value) -> Result<(), String> {
     Ok(())
 }
 
+/// WebSocket connections the agent adds or changes are its own
+/// (`origin: "agent"`), so each connect passes the egress guard whatever
+/// the entry says; the owner's entries it leaves as they were keep theirs.
+fn mark_agent_connections(before: &Value, next: &mut Value) {
+    let old = before["ws_connections"].as_array().cloned().unwrap_or_default();
+    if let Some(list) = next.get_mut("ws_connections").and_then(Value::as_array_mut) {
+        for e in list.iter_mut().filter(|e| e.is_object() && !old.contains(e)) {
+            e["origin"] = json!("agent");
+        }
+    }
+}
+
 pub fn update_config(ctx: &mut Ctx<'_>, input: &Value) -> ToolOutput {
     let path = input["path"].as_str().unwrap_or_default();
     let action = input.get("action").and_then(Value::as_str).unwrap_or("set");
@@ -353,6 +365,9 @@ pub fn update_config(ctx: &mut Ctx<'_>, input: &Value) -> ToolOutput {
     if let Err(e) = integrity(&before, &next) {
         return fail(e);
     }
+    if !matches!(ctx.caller, Caller::Owner) {
+        mark_agent_connections(&before, &mut next);
+    }
     match ctx.store.config_replace(next) {
         Ok(()) => ToolOutput::ok(ctx.marked(true, done)),
         Err(StoreError::Invalid(m)) => fail(m),
@@ -373,6 +388,24 @@ pub fn set_state(input: &Value) -> ToolOutput {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn connections_the_agent_writes_are_its_own() {
+        let before = json!({"ws_connections": [{"id": "owner", "url": "ws://127.0.0.1:9/"}]});
+        let mut next = json!({"ws_connections": [
+            {"id": "owner", "url": "ws://127.0.0.1:9/"},
+            {"id": "mine", "url": "ws://127.0.0.1:8/", "origin": "owner"}
+        ]});
+        mark_agent_connections(&before, &mut next);
+        assert_eq!(next["ws_connections"][0].get("origin"), None, "the owner's entry is left as it was");
+        assert_eq!(next["ws_connections"][1]["origin"], "agent", "an entry the agent wrote is the agent's");
+        let mut changed = json!({"ws_connections": [{"id": "owner", "url": "ws://10.0.0.1:9/"}]});
+        mark_agent_connections(&before, &mut changed);
+        assert_eq!(
+            changed["ws_connections"][0]["origin"], "agent",
+            "an owner's entry the agent changed is the agent's"
+        );
+    }
 
     #[test]
     fn coercion_rules() {

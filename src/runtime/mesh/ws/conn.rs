@@ -349,13 +349,15 @@ async fn run(
                     Some(f) => f,
                     None => return ended(1006, "connection lost", true),
                 },
+                // No pong within PONG_WAIT of a ping: the peer is gone. Not a
+                // close of ours, so an outbound socket reconnects.
+                _ = tokio::time::sleep_until(
+                    tokio::time::Instant::from_std(awaiting_pong.unwrap_or_else(Instant::now) + PONG_WAIT)
+                ), if awaiting_pong.is_some() => {
+                    s.sock.drop_dead(1001, "Pong timeout");
+                    return ended(1006, "Pong timeout", true);
+                }
                 _ = ping.tick() => {
-                    if let Some(t) = awaiting_pong
-                        && t.elapsed() >= PONG_WAIT
-                    {
-                        s.sock.close(1001, "Pong timeout");
-                        return ended(1006, "Pong timeout", true);
-                    }
                     s.sock.push(Frame::Ping(Vec::new()));
                     awaiting_pong.get_or_insert_with(Instant::now);
                     continue;
@@ -381,7 +383,7 @@ async fn run(
                     "warn",
                     "ws",
                     "rate_limited",
-                    &format!("{}: more than {RATE} frames a second; closed", s.sock.id),
+                    &format!("{}: more than {rate} frames a second; closed", s.sock.id),
                 )
             });
             return ended(1008, "rate limit exceeded", true);

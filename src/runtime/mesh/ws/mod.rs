@@ -187,6 +187,13 @@ impl Socket {
         let _ = self.out.send(Frame::Close(code, reason.to_string()));
     }
 
+    /// The connection died under us (no pong): unlisted at once and a close
+    /// sent, but not a close of ours, so an outbound socket reconnects.
+    pub fn drop_dead(&self, code: u16, reason: &str) {
+        self.ready.store(false, Ordering::Relaxed);
+        let _ = self.out.send(Frame::Close(code, reason.to_string()));
+    }
+
     pub fn closing(&self) -> bool {
         self.closing.load(Ordering::Relaxed)
     }

@@ -47,11 +47,18 @@ impl OutConfig {
     /// `from_value` for an agent whose `allow_local_fetch` is `allow_local`.
     pub fn read(v: &Value, allow_local: bool) -> Result<OutConfig, String> {
         let id = v["id"].as_str().filter(|s| !s.is_empty()).ok_or("a WebSocket connection needs an id")?;
-        let url = v["url"].as_str().ok_or_else(|| format!("connection {id:?} has no url"))?;
-        let parsed = url::Url::parse(url).map_err(|e| format!("connection {id:?}: {url:?} is not a URL: {e}"))?;
-        if !matches!(parsed.scheme(), "ws" | "wss") {
-            return Err(format!("connection {id:?}: {url} is not a ws: or wss: URL"));
+        let raw = v["url"].as_str().ok_or_else(|| format!("connection {id:?} has no url"))?;
+        let mut parsed = url::Url::parse(raw).map_err(|e| format!("connection {id:?}: {raw:?} is not a URL: {e}"))?;
+        // tools.md takes http(s) URLs too: the same server's WebSocket.
+        let scheme = match parsed.scheme() {
+            "ws" | "http" => "ws",
+            "wss" | "https" => "wss",
+            _ => return Err(format!("connection {id:?}: {raw} is not a ws:, wss:, http: or https: URL")),
+        };
+        if parsed.scheme() != scheme {
+            parsed.set_scheme(scheme).map_err(|()| format!("connection {id:?}: {raw} cannot be a {scheme}: URL"))?;
         }
+        let url = parsed.as_str();
         let ms = |k: &str, d: u64| Duration::from_millis(v[k].as_u64().unwrap_or(d).max(1));
         Ok(OutConfig {
             id: id.to_string(),
@@ -279,8 +286,17 @@ mod tests {
         assert_eq!(c.connect_timeout, Duration::from_secs(15));
         assert_eq!((c.auto_reconnect, c.auth, c.high_water), (true, Auth::Auto, HIGH_WATER));
         assert_eq!(c.lambda.as_deref(), Some("f.ts:on"));
+        // http(s) mean the same server's WebSocket (tools.md).
+        assert_eq!(
+            OutConfig::from_value(&json!({"id": "x", "url": "http://example.org/a"})).unwrap().url,
+            "ws://example.org/a"
+        );
+        assert_eq!(
+            OutConfig::from_value(&json!({"id": "x", "url": "https://example.org"})).unwrap().url,
+            "wss://example.org/"
+        );
         assert!(
-            OutConfig::from_value(&json!({"id": "x", "url": "http://example.org"})).unwrap_err().contains("not a ws")
+            OutConfig::from_value(&json!({"id": "x", "url": "ftp://example.org"})).unwrap_err().contains("not a ws:")
         );
         assert!(OutConfig::from_value(&json!({"url": "ws://a"})).is_err());
         assert!(OutConfig::from_value(&json!({"id": "x", "url": "no url"})).is_err());
