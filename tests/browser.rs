@@ -44,6 +44,13 @@ const PAGE: &str = r#"<!doctype html><html><head><title>Form</title></head><body
 const WHOAMI: &str = r#"<!doctype html><html><body><p id="c"></p>
 <script>document.getElementById('c').innerText = document.cookie + ' k=' + localStorage.getItem('k');</script></body></html>"#;
 
+/// A page that reaches for the metadata address by a WebSocket and from a
+/// worker: neither is a request the DevTools protocol pauses.
+const SNEAK: &str = r#"<!doctype html><html><body><p id="s">sneak</p><script>
+try { new WebSocket("ws://169.254.169.254/socket"); } catch (e) {}
+const w = new Worker(URL.createObjectURL(new Blob(["fetch('http://169.254.169.254/from-worker').catch(()=>{})"], {type: "text/javascript"})));
+</script></body></html>"#;
+
 const META: &str =
     r#"<!doctype html><html><body><p>meta</p><img src="http://169.254.169.254/latest/meta-data/x.png"></body></html>"#;
 
@@ -53,6 +60,7 @@ async fn site() -> String {
         .route("/", get(|| async { axum::response::Html(PAGE) }))
         .route("/whoami", get(|| async { axum::response::Html(WHOAMI) }))
         .route("/meta", get(|| async { axum::response::Html(META) }))
+        .route("/sneak", get(|| async { axum::response::Html(SNEAK) }))
         .route(
             "/hang",
             get(|| async {
@@ -175,6 +183,8 @@ async fn the_browser_and_the_desktop_work_for_the_agent_and_its_owner() {
             b(json!({"action": "open", "url": format!("{url}/meta")})),
             b(json!({"action": "open", "url": "file:///etc/passwd"})),
             b(json!({"action": "click", "selector": "#nothing-here"})),
+            b(json!({"action": "open", "url": format!("{url}/sneak")})),
+            b(json!({"action": "read", "selector": "#s"})),
             b(json!({"action": "close"})),
         ],
     )
@@ -207,12 +217,23 @@ async fn the_browser_and_the_desktop_work_for_the_agent_and_its_owner() {
     assert!(blocked.contains("169.254.169.254") && blocked.contains("metadata"), "{:?}", r[7]);
     assert!(r[8].1 && r[8].0.as_str().unwrap().contains("only http and https"), "{:?}", r[8]);
     assert!(r[9].1 && r[9].0.as_str().unwrap().contains("no element matches"), "{:?}", r[9]);
-    assert!(good(&r[10])["profile_sealed_bytes"].as_u64().unwrap() > 100, "{:?}", r[10]);
+    let sneaked = format!(
+        "{} {}",
+        good(&r[10]).get("blocked").map(Value::to_string).unwrap_or_default(),
+        good(&r[11]).get("blocked").map(Value::to_string).unwrap_or_default()
+    );
+    assert!(!sneaked.contains("cannot resolve"), "the browser's own lookups are not listed: {sneaked}");
+    assert!(sneaked.contains("169.254.169.254:80"), "the WebSocket and the worker went through the guard: {sneaked}");
+    assert!(good(&r[12])["profile_sealed_bytes"].as_u64().unwrap() > 100, "{:?}", r[12]);
     let profile = adf::runtime::compute::browser::profile_dir(ex.agent_id());
     let needle = format!("--user-data-dir={}", profile.display());
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(processes_with(&needle), 0, "Chromium outlived close");
     assert!(ex.store.secret_get(adf::runtime::compute::browser::PROFILE_SECRET).unwrap().is_some());
+    // Chromium was started with nothing of adf's environment.
+    let launch =
+        std::fs::read_to_string(d.join("machine-a/data/browser").join(format!("{}.launch", ex.agent_id()))).unwrap();
+    assert!(launch.contains("env -i") && !launch.contains("ADF_HOME"), "{launch}");
     ex.store.close().unwrap();
 
     // Another machine: the file copied, another data folder; the sessions
@@ -269,6 +290,11 @@ async fn the_browser_and_the_desktop_work_for_the_agent_and_its_owner() {
             dsk(json!({"action": "cursor"})),
             dsk(json!({"action": "click", "x": 5000, "y": 1})),
             b(json!({"action": "takeover", "reason": "a login"})),
+            dsk(json!({"action": "key", "keys": "a exec sh"})),
+            b(json!({"action": "click", "selector": "#name"})),
+            dsk(json!({"action": "key", "keys": "ctrl+l"})),
+            dsk(json!({"action": "type", "text": "file:///etc/hostname\n"})),
+            b(json!({"action": "read"})),
         ],
     )
     .await;
@@ -295,6 +321,13 @@ async fn the_browser_and_the_desktop_work_for_the_agent_and_its_owner() {
     tokio::io::AsyncReadExt::read_exact(&mut sock, &mut hello).await.unwrap();
     assert!(hello.starts_with(b"RFB 003."), "{:?}", String::from_utf8_lossy(&hello));
     drop(sock);
+    assert!(r[11].1 && r[11].0.as_str().unwrap().contains("\"exec\" is not a key name"), "{:?}", r[11]);
+    let hostname = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+    let seen = good(&r[15]);
+    assert!(
+        hostname.trim().is_empty() || !seen["text"].as_str().unwrap_or("").contains(hostname.trim()),
+        "a file:// page loaded from the address bar: {seen}"
+    );
     let display = adf::runtime::compute::display::get(ex.agent_id()).unwrap().number;
     let profile = adf::runtime::compute::browser::profile_dir(ex.agent_id());
 

@@ -40,10 +40,10 @@ pub struct Session {
     handler: tokio::task::JoinHandle<()>,
     pub profile: PathBuf,
     pub visible: bool,
-    allow_local: bool,
-    resolver: Arc<dyn Resolve>,
     /// URLs the guard refused since they were last taken.
     blocked: Arc<Mutex<Vec<String>>>,
+    /// Every connection of the browser goes through it.
+    _proxy: super::proxy::Proxy,
 }
 
 /// The agent's page and the guard that decides its requests.
@@ -59,21 +59,17 @@ impl Drop for Tab {
 }
 
 /// A new page whose every request passes the guard.
-async fn tab(
-    browser: &Browser,
-    allow_local: bool,
-    resolver: Arc<dyn Resolve>,
-    blocked: Arc<Mutex<Vec<String>>>,
-) -> Result<Tab, String> {
+async fn tab(browser: &Browser, blocked: Arc<Mutex<Vec<String>>>) -> Result<Tab, String> {
     let page = browser.new_page("about:blank").await.map_err(|e| format!("Chromium gave no page: {e}"))?;
     let mut paused = page.event_listener::<EventRequestPaused>().await.map_err(|e| e.to_string())?;
     let p = page.clone();
     let guard = tokio::spawn(async move {
         while let Some(ev) = paused.next().await {
-            let (p, list, resolver) = (p.clone(), blocked.clone(), resolver.clone());
+            let (p, list) = (p.clone(), blocked.clone());
             tokio::spawn(async move {
                 let id = ev.request_id.clone();
-                match allowed(&ev.request.url, allow_local, resolver.as_ref()).await {
+                // The scheme here; the host at the proxy, for every request.
+                match scheme_ok(&ev.request.url) {
                     Ok(()) => {
                         let _ = p.execute(ContinueRequestParams::new(id)).await;
                     }
@@ -220,16 +216,46 @@ pub fn restore(dir: &Path, bytes: &[u8]) -> Result<usize, String> {
     Ok(n)
 }
 
-/// May a page load this URL? `Err` says why not.
+/// Schemes a page may load (hosts are the proxy's to decide).
+fn scheme_ok(url: &str) -> Result<(), String> {
+    match url.split_once(':').map(|(s, _)| s.to_ascii_lowercase()).as_deref() {
+        Some("http" | "https" | "ws" | "wss" | "data" | "blob" | "about") => Ok(()),
+        Some(other) => Err(format!("{other}: URLs are not loaded by the agent's browser")),
+        None => Err(format!("{url}: not a URL")),
+    }
+}
+
+/// May a page be opened at this URL? `Err` says why not (the guard's
+/// reason, before the browser tries).
 async fn allowed(url: &str, allow_local: bool, resolver: &dyn Resolve) -> Result<(), String> {
+    scheme_ok(url)?;
     let u = url::Url::parse(url).map_err(|e| format!("{url}: {e}"))?;
     match u.scheme() {
-        "http" | "https" | "ws" | "wss" => {
-            egress::check(&u, allow_local, resolver).await.map(|_| ()).map_err(|e| e.to_string())
-        }
-        "data" | "blob" | "about" => Ok(()),
-        other => Err(format!("{other}: URLs are not loaded by the agent's browser")),
+        "http" | "https" => egress::check(&u, allow_local, resolver).await.map(|_| ()).map_err(|e| e.to_string()),
+        _ => Ok(()),
     }
+}
+
+/// Chromium started with a clean environment (nothing of adf's own: no
+/// provider keys, no tokens) and the desktop's display: a small launcher
+/// beside the profile.
+fn launcher(agent_id: &str, exe: &Path, env: &[(String, String)]) -> Result<PathBuf, String> {
+    let q = |s: &str| format!("'{}'", s.replace('\'', "'\\''"));
+    let mut vars: Vec<(String, String)> = super::display::clean_env();
+    vars.extend(env.iter().cloned());
+    let assigns: Vec<String> = vars.iter().map(|(k, v)| format!("{k}={}", q(v))).collect();
+    let script =
+        format!("#!/bin/sh\nexec /usr/bin/env -i {} {} \"$@\"\n", assigns.join(" "), q(&exe.to_string_lossy()));
+    let dir = crate::paths::data_dir().join("browser");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let path = dir.join(format!("{agent_id}.launch"));
+    std::fs::write(&path, script).map_err(|e| format!("{}: {e}", path.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700)).map_err(|e| e.to_string())?;
+    }
+    Ok(path)
 }
 
 impl Session {
@@ -237,8 +263,12 @@ impl Session {
         let exe = executable().ok_or("no Chromium on this machine (apt-get install chromium)")?;
         let profile = profile_dir(agent_id);
         std::fs::create_dir_all(&profile).map_err(|e| format!("{}: {e}", profile.display()))?;
+        let blocked: Arc<Mutex<Vec<String>>> = Arc::default();
+        let proxy = super::proxy::start(opts.allow_local, opts.resolver.clone(), blocked.clone()).await?;
+        let run = launcher(agent_id, &exe, &env)?;
+        let proxy_url = format!("http://127.0.0.1:{}", proxy.port);
         let mut b = BrowserConfig::builder()
-            .chrome_executable(&exe)
+            .chrome_executable(&run)
             .user_data_dir(&profile)
             .respect_https_errors()
             .enable_request_intercept()
@@ -246,18 +276,29 @@ impl Session {
             .request_timeout(Duration::from_secs(30))
             .window_size(super::display::WIDTH, super::display::HEIGHT)
             .viewport(Viewport { width: 1280, height: 720, ..Default::default() })
+            // chromiumoxide adds the dashes: keys and values, not flags.
             .args([
-                "--no-first-run",
-                "--no-default-browser-check",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--disable-quic",
-                "--disable-gpu",
-                "--password-store=basic",
-                "--disable-features=Translate,MediaRouter,OptimizationHints",
+                "no-first-run",
+                "no-default-browser-check",
+                "disable-background-networking",
+                "disable-component-update",
+                "disable-sync",
+                "disable-quic",
+                "disable-gpu",
+                "disable-client-side-phishing-detection",
+                "disable-default-apps",
+                "disable-domain-reliability",
+                "disable-search-engine-choice-screen",
+                "no-pings",
             ])
-            .envs(env);
+            .arg(("password-store", "basic"))
+            .arg((
+                "disable-features",
+                "Translate,MediaRouter,OptimizationHints,AutofillServerCommunication,OptimizationGuideModelDownloading",
+            ))
+            // Every connection through the guard, loopback's too.
+            .arg(("proxy-server", proxy_url.as_str()))
+            .arg(("proxy-bypass-list", "<-loopback>"));
         // Chromium's own sandbox cannot start as root.
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } == 0 {
@@ -272,8 +313,7 @@ impl Session {
         let (browser, mut handler) =
             Browser::launch(config).await.map_err(|e| format!("Chromium did not start ({}): {e}", exe.display()))?;
         let handler_task = tokio::spawn(async move { while handler.next().await.is_some() {} });
-        let blocked: Arc<Mutex<Vec<String>>> = Arc::default();
-        let t = match tab(&browser, opts.allow_local, opts.resolver.clone(), blocked.clone()).await {
+        let t = match tab(&browser, blocked.clone()).await {
             Ok(t) => t,
             Err(e) => {
                 handler_task.abort();
@@ -286,9 +326,8 @@ impl Session {
             handler: handler_task,
             profile,
             visible: opts.visible,
-            allow_local: opts.allow_local,
-            resolver: opts.resolver.clone(),
             blocked,
+            _proxy: proxy,
         })
     }
 
@@ -333,7 +372,7 @@ impl Session {
                 let _ = page.execute(StopLoadingParams::default()).await;
                 let fresh = {
                     let b = self.browser.lock().await;
-                    tab(&b, self.allow_local, self.resolver.clone(), self.blocked.clone()).await
+                    tab(&b, self.blocked.clone()).await
                 };
                 let mut t = self.tab.lock().await;
                 if let Ok(fresh) = fresh {
@@ -383,7 +422,19 @@ impl Session {
         let js = format!(
             "(() => {{ const s = {sel}; const el = s ? document.querySelector(s) : document.body; return el ? el.innerText : null; }})()"
         );
-        let r = self.page().await.evaluate(js).await.map_err(|e| format!("the page could not be read: {e}"))?;
+        // A page that is navigating has no context to read in yet: wait
+        // for it a little.
+        let mut tries = 0;
+        let r = loop {
+            match self.page().await.evaluate(js.as_str()).await {
+                Ok(r) => break r,
+                Err(e) if tries < 20 && e.to_string().contains("context") => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(format!("the page could not be read: {e}")),
+            }
+        };
         let text: Option<String> = r.into_value().ok();
         let Some(text) = text else {
             return Err(match selector {

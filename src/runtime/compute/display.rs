@@ -18,6 +18,85 @@ use serde_json::{Value, json};
 pub const WIDTH: u32 = 1280;
 pub const HEIGHT: u32 = 800;
 
+/// Openbox's whole configuration on an agent's desktop.
+const OPENBOX_RC: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<openbox_config xmlns="http://openbox.org/3.4/rc">
+  <focus><focusNew>yes</focusNew><followMouse>no</followMouse></focus>
+  <placement><policy>Smart</policy></placement>
+  <desktops><number>1</number></desktops>
+  <keyboard></keyboard>
+  <mouse>
+    <context name="Frame"><mousebind button="Left" action="Press"><action name="Focus"/><action name="Raise"/></mousebind></context>
+    <context name="Client"><mousebind button="Left" action="Press"><action name="Focus"/><action name="Raise"/></mousebind></context>
+    <context name="Titlebar"><mousebind button="Left" action="Drag"><action name="Move"/></mousebind></context>
+  </mouse>
+  <menu></menu>
+</openbox_config>
+"#;
+
+/// xdotool's command names: a word of `keys` that is one would start
+/// that command (xdotool chains them; `exec` runs a program).
+const XDOTOOL_COMMANDS: &[&str] = &[
+    "behave",
+    "behave_screen_edge",
+    "click",
+    "exec",
+    "get_desktop",
+    "get_desktop_for_window",
+    "get_desktop_viewport",
+    "get_num_desktops",
+    "getactivewindow",
+    "getmouselocation",
+    "getwindowfocus",
+    "getwindowgeometry",
+    "getwindowname",
+    "getwindowpid",
+    "key",
+    "keydown",
+    "keyup",
+    "mousedown",
+    "mousemove",
+    "mousemove_relative",
+    "mouseup",
+    "search",
+    "selectwindow",
+    "set_desktop",
+    "set_desktop_for_window",
+    "set_desktop_viewport",
+    "set_num_desktops",
+    "set_window",
+    "sleep",
+    "type",
+    "windowactivate",
+    "windowclose",
+    "windowfocus",
+    "windowkill",
+    "windowmap",
+    "windowminimize",
+    "windowmove",
+    "windowquit",
+    "windowraise",
+    "windowreparent",
+    "windowsize",
+    "windowstate",
+    "windowunmap",
+    "getdisplaygeometry",
+    "version",
+    "help",
+];
+
+/// One key or chord (`Return`, `ctrl+l`, `shift+Tab`), else why not.
+fn key_ok(k: &str) -> Result<(), String> {
+    let plain = k.split('+').all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
+    if !plain || k.len() > 64 {
+        return Err(format!("{k:?} is not a key name (letters, digits and _, chords joined by +: ctrl+l, Return)"));
+    }
+    if XDOTOOL_COMMANDS.contains(&k.to_ascii_lowercase().as_str()) {
+        return Err(format!("{k:?} is not a key name"));
+    }
+    Ok(())
+}
+
 /// A running desktop.
 pub struct Display {
     pub number: u32,
@@ -47,9 +126,23 @@ pub fn missing() -> Vec<&'static str> {
     ["Xvfb", "xauth", "xdotool", "scrot", "xclip"].into_iter().filter(|p| on_path(p).is_none()).collect()
 }
 
+/// The environment of everything on the desktop: enough to run, nothing
+/// of adf's own (no provider keys, no tokens).
+pub fn clean_env() -> Vec<(String, String)> {
+    let mut env = vec![("PATH".to_string(), "/usr/local/bin:/usr/bin:/bin".to_string())];
+    for k in ["HOME", "USER", "LOGNAME", "LANG", "TZ"] {
+        if let Ok(v) = std::env::var(k) {
+            env.push((k.to_string(), v));
+        }
+    }
+    env
+}
+
 fn spawn(program: &str, args: &[&str], env: &[(String, String)]) -> Result<tokio::process::Child, String> {
     let mut c = tokio::process::Command::new(program);
     c.args(args)
+        .env_clear()
+        .envs(clean_env())
         .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
@@ -117,8 +210,14 @@ impl Display {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        // Openbox with a configuration of our own: focus and moving windows,
+        // no menus and no key bindings (its default root menu starts a
+        // terminal, which would hand the agent the host).
+        let rc = d.dir.join("openbox-rc.xml");
+        let rc_s = rc.to_string_lossy().into_owned();
         if on_path("openbox").is_some()
-            && let Ok(wm) = spawn("openbox", &[], &d.env())
+            && std::fs::write(&rc, OPENBOX_RC).is_ok()
+            && let Ok(wm) = spawn("openbox", &["--config-file", &rc_s], &d.env())
             && let Ok(mut p) = d.procs.lock()
         {
             p.push(wm);
@@ -131,6 +230,8 @@ impl Display {
         use tokio::io::AsyncWriteExt;
         let mut c = tokio::process::Command::new(program);
         c.args(args)
+            .env_clear()
+            .envs(clean_env())
             .envs(self.env())
             .stdin(if stdin.is_some() { std::process::Stdio::piped() } else { std::process::Stdio::null() })
             .stdout(std::process::Stdio::piped())
@@ -158,6 +259,8 @@ impl Display {
         use tokio::io::AsyncWriteExt;
         let mut c = tokio::process::Command::new("xclip");
         c.args(["-selection", "clipboard", "-i"])
+            .env_clear()
+            .envs(clean_env())
             .envs(self.env())
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::null())
@@ -341,12 +444,17 @@ pub async fn act(d: &Display, input: &Value) -> Result<Value, String> {
         "key" => {
             let keys: Vec<&str> =
                 input["keys"].as_str().ok_or("keys is required (e.g. \"ctrl+l Return\")")?.split_whitespace().collect();
-            if keys.is_empty() || keys.len() > 50 || keys.iter().any(|k| k.starts_with('-')) {
+            if keys.is_empty() || keys.len() > 50 {
                 return Err("keys is one to 50 key names such as ctrl+l or Return".into());
             }
-            let mut args = vec!["key", "--"];
-            args.extend(keys);
-            d.run("xdotool", &args, None).await?;
+            for k in &keys {
+                key_ok(k)?;
+            }
+            // One key an invocation: nothing after it could be read as a
+            // command of xdotool's own.
+            for k in keys {
+                d.run("xdotool", &["key", "--", k], None).await?;
+            }
             Ok(json!({"ok": true, "action": "key"}))
         }
         "clipboard_set" => {
@@ -371,5 +479,21 @@ pub async fn act(d: &Display, input: &Value) -> Result<Value, String> {
         other => Err(format!(
             "unknown action {other:?} (screenshot, click, double_click, move, scroll, type, key, clipboard_set, clipboard_get, cursor, watch)"
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_key_names_never_xdotool_commands() {
+        for ok in ["Return", "ctrl+l", "shift+Tab", "a", "F5", "ctrl+alt+Delete", "KP_Enter"] {
+            assert!(key_ok(ok).is_ok(), "{ok}");
+        }
+        for bad in ["exec", "EXEC", "type", "windowkill", "a;b", "--sync", "", "ctrl+", "+a", "/bin/sh", "a b", "$(id)"]
+        {
+            assert!(key_ok(bad).is_err(), "{bad:?}");
+        }
     }
 }

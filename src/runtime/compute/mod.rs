@@ -23,6 +23,7 @@ pub mod display;
 pub mod engine;
 mod host;
 pub mod image;
+pub mod proxy;
 pub mod runner;
 pub mod summary;
 
