@@ -273,9 +273,10 @@ async fn containers_run_agents_commands_in_their_own_places() {
     a.store.close().unwrap();
     b.store.close().unwrap();
 
-    // Siblings cannot reach each other, nor the host's loopback.
+    // Siblings cannot reach each other, nor this machine (its loopback or
+    // any of its addresses), nor the cloud's metadata address.
     let host_port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let l = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
         let p = l.local_addr().unwrap().port();
         std::thread::spawn(move || for _ in l.incoming() {});
         p
@@ -305,7 +306,11 @@ async fn containers_run_agents_commands_in_their_own_places() {
     ]);
     let mut addrs: Vec<String> =
         String::from_utf8_lossy(&inspect.stdout).split_whitespace().map(str::to_string).collect();
-    addrs.extend(["10.0.2.100".into(), "10.0.2.2".into(), "127.0.0.1".into()]);
+    addrs.extend(["10.0.2.100".into(), "10.0.2.2".into(), "127.0.0.1".into(), "169.254.169.254".into()]);
+    let own: Vec<String> =
+        adf::daemon::hosts::interface_addresses().iter().filter(|a| a.is_ipv4()).map(|a| a.to_string()).collect();
+    assert!(!own.is_empty(), "this machine has an address to try");
+    addrs.extend(own);
     let probe = format!(
         "import socket\nfor a in {addrs:?}:\n  for p in (8765, {host_port}):\n    s=socket.socket(); s.settimeout(1)\n    try:\n      s.connect((a,p)); print('reached', a, p)\n    except Exception as e:\n      print('refused', a, p)\n"
     );

@@ -195,6 +195,12 @@ impl Containers {
             }
             None => self.create(engine, settings, agent_id, &p.container, target).await?,
         }
+        // No command runs in a container whose network is not fenced off
+        // this machine and its networks.
+        if let Err(e) = fence(engine, &p.container).await {
+            let _ = engine.run(&["stop", "-t", "1", &p.container], Duration::from_secs(60)).await;
+            return Err(e);
+        }
         let r = Runner::start(engine, &p.container, None).await?;
         if matches!(target, Target::Shared) {
             // The parent lets each agent reach its own folder, not list others.
@@ -552,6 +558,102 @@ impl Containers {
             })
             .collect())
     }
+}
+
+/// Where a container may not connect: this machine's own addresses, the
+/// private, shared, link-local (the cloud's metadata) and multicast ranges.
+/// Its DNS server stays reachable on port 53.
+fn fence_script(pid: u32) -> Result<String, String> {
+    let mut nets: Vec<String> = [
+        "10.0.0.0/8",
+        "172.16.0.0/12",
+        "192.168.0.0/16",
+        "169.254.0.0/16",
+        "100.64.0.0/10",
+        "127.0.0.0/8",
+        "0.0.0.0/8",
+        "224.0.0.0/4",
+        "240.0.0.0/4",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut nets6: Vec<String> =
+        ["fc00::/7", "fe80::/10", "::1/128", "ff00::/8"].iter().map(|s| s.to_string()).collect();
+    for a in crate::daemon::hosts::interface_addresses() {
+        match a {
+            std::net::IpAddr::V4(v4) => nets.push(format!("{v4}/32")),
+            std::net::IpAddr::V6(v6) => nets6.push(format!("{v6}/128")),
+        }
+    }
+    // The container's resolvers (slirp4netns answers on 10.0.2.3).
+    let resolv = std::fs::read_to_string(format!("/proc/{pid}/root/etc/resolv.conf")).unwrap_or_default();
+    let mut dns: Vec<std::net::IpAddr> = resolv
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("nameserver"))
+        .filter_map(|a| a.trim().parse().ok())
+        .collect();
+    dns.push("10.0.2.3".parse().map_err(|_| "address")?);
+    let mut s = String::from("set -e\n");
+    for (cmd, list, v6) in [("iptables", &nets, false), ("ip6tables", &nets6, true)] {
+        if v6 {
+            s.push_str("command -v ip6tables >/dev/null 2>&1 || exit 0\n");
+        }
+        s.push_str(&format!("{cmd} -w -N ADF 2>/dev/null || {cmd} -w -F ADF\n"));
+        s.push_str(&format!("{cmd} -w -C OUTPUT -j ADF 2>/dev/null || {cmd} -w -I OUTPUT 1 -j ADF\n"));
+        s.push_str(&format!("{cmd} -w -A ADF -o lo -j RETURN\n"));
+        for d in dns.iter().filter(|d| d.is_ipv6() == v6) {
+            for proto in ["udp", "tcp"] {
+                s.push_str(&format!("{cmd} -w -A ADF -d {d} -p {proto} --dport 53 -j RETURN\n"));
+            }
+        }
+        for n in list.iter() {
+            s.push_str(&format!("{cmd} -w -A ADF -d {n} -j REJECT\n"));
+        }
+    }
+    Ok(s)
+}
+
+/// Put the fence into a running container's network namespace: the rules
+/// are set from outside it (the container has no capability to change
+/// them), and set again whenever adf finds it running.
+async fn fence(engine: &Engine, name: &str) -> Result<(), String> {
+    let pid: u32 = engine
+        .run(&["container", "inspect", "--format", "{{.State.Pid}}", name], Duration::from_secs(20))
+        .await?
+        .trim()
+        .parse()
+        .map_err(|_| format!("no process for container {name}"))?;
+    if super::display::on_path("iptables").is_none() && !std::path::Path::new("/usr/sbin/iptables").exists() {
+        return Err("containers need iptables on this machine to fence their network off it and its LAN (apt-get install iptables)".into());
+    }
+    let script = fence_script(pid)?;
+    // SAFETY: geteuid has no preconditions.
+    let mut c = if unsafe { libc::geteuid() } == 0 {
+        tokio::process::Command::new("nsenter")
+    } else {
+        // A rootless engine's namespaces are entered through it.
+        let mut c = engine.command();
+        c.args(["unshare", "nsenter"]);
+        c
+    };
+    let pid_s = pid.to_string();
+    c.args(["-t", &pid_s, "-n", "sh", "-c", &script])
+        .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(30), c.output())
+        .await
+        .map_err(|_| "setting the container's network fence took over 30 s".to_string())?
+        .map_err(|e| format!("cannot enter the container's network: {e}"))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(format!(
+            "the container's network fence could not be set ({}); no command runs there without it",
+            err.lines().last().unwrap_or("failed").trim()
+        ));
+    }
+    Ok(())
 }
 
 const DOCKER_NET: &str = "adf-isolated";
