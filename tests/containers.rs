@@ -263,12 +263,37 @@ async fn containers_run_agents_commands_in_their_own_places() {
         })
     };
     tokio::time::sleep(Duration::from_millis(800)).await;
-    // Dropping the call kills its group as well; release kills the rest.
+    let count = |pat: &str| {
+        let o = podman(&[
+            "exec",
+            containers::SHARED,
+            "sh",
+            "-c",
+            &format!("ps -eo args | grep -c '^[{}]{}' || true", &pat[..1], &pat[1..]),
+        ]);
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    assert_eq!(count("sleep 120"), "1", "the command runs");
+    // Dropping the call kills its group.
+    sleeper.abort();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(count("sleep 120"), "0", "a dropped call's command was left running");
+    // Stopping the agent kills the rest of its processes (one left in the
+    // background by a command's own setsid escapes its group, not its user).
+    let _ = containers::get()
+        .exec(
+            &settings,
+            &ann,
+            &Target::Shared,
+            "setsid sleep 121 >/dev/null 2>&1 < /dev/null & sleep 0.5",
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    assert_eq!(count("sleep 121"), "1", "the escaped process runs");
     containers::get().release(&ann);
     containers::get().settle().await;
-    let gone = podman(&["exec", containers::SHARED, "sh", "-c", "ps -eo args | grep -c '^[s]leep 120' || true"]);
-    assert_eq!(String::from_utf8_lossy(&gone.stdout).trim(), "0", "ann's command outlived her stop");
-    let _ = tokio::time::timeout(Duration::from_secs(10), sleeper).await;
+    assert_eq!(count("sleep 121"), "0", "ann's process outlived her stop");
     assert_eq!(running(containers::SHARED), Some(true), "the shared container stays for the others");
     a.store.close().unwrap();
     b.store.close().unwrap();

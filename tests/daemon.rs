@@ -1017,9 +1017,12 @@ async fn logs_and_budgets_through_the_daemon() {
     let f = agents.join("a.adf");
     let out = tokio::task::spawn_blocking(move || cli(&h, &["why", f.to_str().unwrap(), "--json"])).await.unwrap();
     assert!(json(&out)["state"].is_string(), "the live state, through the holder");
-    // The compute panel's view (issue 22): targets from the config.
+    // The compute panel's view (issue 22): the targets resolve would take
+    // (no container engine for this install, host commands off: none).
+    let h = home.clone();
+    tokio::task::spawn_blocking(move || cli_ok(&h, &["compute", "engine", "none"])).await.unwrap();
     let c = d.get("/agents/a/compute").await;
-    assert_eq!(c["compute"]["targets"], json!(["shared"]), "{c}");
+    assert_eq!(c["compute"]["targets"], json!([]), "{c}");
     assert_eq!(c["compute"]["browser"], "off", "{c}");
     assert!(c["compute"]["commands"].as_array().is_some_and(Vec::is_empty), "{c}");
     let (s, _) = d.call("GET", "/agents/nobody/compute", None).await;

@@ -1414,6 +1414,7 @@ async fn the_compute_panel_lists_the_last_commands() {
     let home = home_with_agent(dir.path());
     let agents = home.join("data/agents");
     ok(&adf_home(&home, &agents, &["config", "set", "a.adf", "compute", r#"{"enabled": true, "host_access": true}"#]));
+    ok(&adf_home(&home, &agents, &["compute", "host", "on"]));
     {
         let c = rusqlite::Connection::open(agents.join("a.adf")).unwrap();
         c.execute(

@@ -33,7 +33,10 @@ async fn compute(State(s): State<AppState>, Path(id): Path<String>) -> ApiResult
         })
         .await?;
     let live = crate::runtime::compute::summary::live(&id);
-    Ok(Json(json!({"agentId": id, "compute": crate::runtime::compute::summary::view(&cfg, &logs, &files, live)})))
+    let settings = crate::runtime::compute::Settings::load();
+    let engine = crate::runtime::compute::containers::engine_for(&settings).await.is_ok();
+    let v = crate::runtime::compute::summary::view(&cfg, &settings, engine, &logs, &files, live);
+    Ok(Json(json!({"agentId": id, "compute": v})))
 }
 
 /// Connect a channel (the owner's): the token sealed, never answered back.

@@ -645,6 +645,8 @@ impl Fleet {
                 }
                 Err(e) => errors.push(format!("{}: {e}", l.path.display())),
             }
+            // What a call still running made after the unregister goes too.
+            crate::runtime::compute::release(&id);
         }
         // Dedicated containers stop with their agents before the runtime goes.
         crate::runtime::compute::containers::get().settle().await;

@@ -81,7 +81,9 @@ pub trait Source: Send {
     /// The compute panel: read from the agent's config, logs and files.
     fn compute(&self, id: &str) -> Value {
         let cfg = self.config(id).unwrap_or_default();
-        crate::runtime::compute::summary::view(&cfg, &self.logs(id), &self.files(id), Value::Null)
+        let s = crate::runtime::compute::Settings::load();
+        let engine = crate::runtime::compute::engine::cached_ok().unwrap_or(true);
+        crate::runtime::compute::summary::view(&cfg, &s, engine, &self.logs(id), &self.files(id), Value::Null)
     }
     /// What this app's token may do (in-process: everything).
     fn role(&self) -> crate::daemon::roles::Role {
@@ -184,13 +186,20 @@ impl Source for Local {
     }
     fn compute(&self, id: &str) -> Value {
         let cfg = self.config(id).unwrap_or_default();
+        let q = crate::store::logs::LogQuery { level: None, origin: Some("compute"), after: 0, limit: 200 };
+        let logs: Vec<Value> = self
+            .readers
+            .get(id)
+            .and_then(|s| s.log_list(&q).ok())
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|r| serde_json::to_value(r).ok())
+            .collect();
+        let s = crate::runtime::compute::Settings::load();
+        let engine = crate::runtime::compute::engine::cached_ok().unwrap_or(true);
         // This process runs the agent: what runs now is known here.
-        crate::runtime::compute::summary::view(
-            &cfg,
-            &self.logs(id),
-            &self.files(id),
-            crate::runtime::compute::summary::live(id),
-        )
+        let live = crate::runtime::compute::summary::live(id);
+        crate::runtime::compute::summary::view(&cfg, &s, engine, &logs, &self.files(id), live)
     }
     fn mesh_url(&self) -> Option<String> {
         self.api.as_ref().and_then(Source::mesh_url)

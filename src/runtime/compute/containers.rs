@@ -41,14 +41,15 @@ pub fn isolated_name(agent_id: &str) -> String {
     format!("adf-{id}")
 }
 
-/// An agent's user in the shared container: a uid of its own (from its id,
-/// out of the range people's accounts use) and its name.
+/// An agent's user in the shared container: the first uid it tries (from
+/// its id, above people's accounts and within the 65,536 a rootless engine
+/// maps) and its name. A uid another agent holds is skipped for the next.
 pub fn shared_user(agent_id: &str) -> (u32, String) {
     use sha2::Digest;
     let d = sha2::Sha256::digest(agent_id.as_bytes());
     let n = u32::from_be_bytes([d[0], d[1], d[2], d[3]]);
     let short: String = agent_id.chars().filter(char::is_ascii_alphanumeric).take(12).collect();
-    (100_000 + n % 900_000, format!("a-{}", short.to_ascii_lowercase()))
+    (20_000 + n % 40_000, format!("a-{}", short.to_ascii_lowercase()))
 }
 
 /// Where a managed target's commands run, as whom.
@@ -87,6 +88,8 @@ pub struct Containers {
     runners: Mutex<HashMap<String, Arc<Runner>>>,
     starting: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     used: Mutex<HashMap<String, Used>>,
+    /// The uid each agent holds in the shared container.
+    shared_uids: Mutex<HashMap<String, u32>>,
     stops: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
@@ -277,6 +280,31 @@ impl Containers {
         engine.run(&a, Duration::from_secs(120)).await.map(|_| ())
     }
 
+    /// The agent's workspace and user in the shared container made ready:
+    /// its uid (the first one free from its own) set in `p`.
+    async fn ready_shared(&self, r: &Runner, agent_id: &str, p: &mut Place) -> Result<(), String> {
+        if let Some(uid) = self.shared_uids.lock().ok().and_then(|m| m.get(agent_id).copied()) {
+            p.uid = uid;
+            return Ok(());
+        }
+        let (first, name) = shared_user(agent_id);
+        let mut last = String::new();
+        for uid in (first..first + 32).map(|u| 20_000 + (u - 20_000) % 40_000) {
+            match r.prepare(&p.workspace, uid, uid, 0o700, Some(&name)).await {
+                Ok(()) => {
+                    p.uid = uid;
+                    if let Ok(mut m) = self.shared_uids.lock() {
+                        m.insert(agent_id.to_string(), uid);
+                    }
+                    return Ok(());
+                }
+                Err(e) if e.contains("belongs to") => last = e,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(format!("no free uid for this agent in the shared container ({last})"))
+    }
+
     /// Run a command in a container target.
     pub async fn exec(
         &self,
@@ -290,12 +318,12 @@ impl Containers {
         if let Target::External(x) = target {
             return self.exec_external(&engine, x, target, command, timeout).await;
         }
-        let p = place(agent_id, target).ok_or("not a container target")?;
+        let mut p = place(agent_id, target).ok_or("not a container target")?;
         let r = self.managed(&engine, settings, agent_id, &p, target).await?;
-        self.note(agent_id, target, p.uid);
         if matches!(target, Target::Shared) {
-            r.prepare(&p.workspace, p.uid, p.uid, 0o700, Some(&p.user)).await?;
+            self.ready_shared(&r, agent_id, &mut p).await?;
         }
+        self.note(agent_id, target, p.uid);
         let e = Exec {
             argv: vec!["bash".into(), "--noprofile".into(), "--norc".into(), "-c".into(), command.into()],
             cwd: p.workspace.clone(),
@@ -350,7 +378,9 @@ impl Containers {
                 ));
             }
         }
-        let key = format!("external:{}:{}", engine.name(), x.container);
+        // One runner per container and user: another alias of the same
+        // container may run as someone else.
+        let key = format!("external:{}:{}:{}", engine.name(), x.container, x.user.as_deref().unwrap_or(""));
         let runner = match self.cached(&key) {
             Some(r) => Some(r),
             None => match Runner::start(&engine, &x.container, x.user.as_deref()).await {
@@ -399,12 +429,12 @@ impl Containers {
         files: &[(PathBuf, Vec<u8>)],
     ) -> Result<(), String> {
         let engine = engine_for(settings).await?;
-        let p = place(agent_id, target).ok_or("external containers are not transfer endpoints")?;
+        let mut p = place(agent_id, target).ok_or("external containers are not transfer endpoints")?;
         let r = self.managed(&engine, settings, agent_id, &p, target).await?;
-        self.note(agent_id, target, p.uid);
         if matches!(target, Target::Shared) {
-            r.prepare(&p.workspace, p.uid, p.uid, 0o700, Some(&p.user)).await?;
+            self.ready_shared(&r, agent_id, &mut p).await?;
         }
+        self.note(agent_id, target, p.uid);
         let mut b = tar::Builder::new(Vec::new());
         for (path, bytes) in files {
             let mut h = tar::Header::new_gnu();
@@ -418,7 +448,8 @@ impl Containers {
             return Err(format!("the transfer is over {} MiB", TRANSFER_CAP >> 20));
         }
         let e = Exec {
-            argv: ["tar", "-x", "-f", "-", "--no-same-owner", "--no-same-permissions", "-C", &p.workspace]
+            // The image's own tar, not one the agent put on its PATH.
+            argv: ["/usr/bin/tar", "-x", "-f", "-", "--no-same-owner", "--no-same-permissions", "-C", &p.workspace]
                 .map(String::from)
                 .to_vec(),
             cwd: p.workspace.clone(),
@@ -448,11 +479,14 @@ impl Containers {
         src: &Path,
     ) -> Result<Vec<(PathBuf, Vec<u8>)>, String> {
         let engine = engine_for(settings).await?;
-        let p = place(agent_id, target).ok_or("external containers are not transfer endpoints")?;
+        let mut p = place(agent_id, target).ok_or("external containers are not transfer endpoints")?;
         let r = self.managed(&engine, settings, agent_id, &p, target).await?;
+        if matches!(target, Target::Shared) {
+            self.ready_shared(&r, agent_id, &mut p).await?;
+        }
         let s = src.to_string_lossy().into_owned();
         let e = Exec {
-            argv: ["tar", "-c", "-f", "-", "-C", &p.workspace, "--", &s].map(String::from).to_vec(),
+            argv: ["/usr/bin/tar", "-c", "-f", "-", "-C", &p.workspace, "--", &s].map(String::from).to_vec(),
             cwd: p.workspace.clone(),
             uid: Some(p.uid),
             gid: Some(p.uid),
@@ -482,7 +516,13 @@ impl Containers {
                 continue;
             }
             let path = entry.path().map_err(|e| e.to_string())?.into_owned();
-            let rest = path.strip_prefix(src).map(Path::to_path_buf).unwrap_or_default();
+            // Only plain names under what was asked for.
+            let Ok(rest) = path.strip_prefix(src) else { continue };
+            let rest = if rest.as_os_str().is_empty() {
+                rest.to_path_buf()
+            } else {
+                super::relative(&rest.to_string_lossy())?
+            };
             let mut bytes = Vec::new();
             std::io::Read::read_to_end(&mut entry, &mut bytes).map_err(|e| e.to_string())?;
             out.push((rest, bytes));
@@ -493,8 +533,9 @@ impl Containers {
     /// The agent stopped: its dedicated container stops (kept for the next
     /// start), its processes in the shared one are killed.
     pub fn release(&'static self, agent_id: &str) {
-        let Some(used) = self.used.lock().ok().and_then(|mut u| u.remove(agent_id)) else { return };
+        // Without a runtime nothing can be stopped: the record stays.
         let Ok(handle) = tokio::runtime::Handle::try_current() else { return };
+        let Some(used) = self.used.lock().ok().and_then(|mut u| u.remove(agent_id)) else { return };
         let agent = agent_id.to_string();
         let task = handle.spawn(async move {
             let settings = Settings::load();
@@ -504,10 +545,18 @@ impl Containers {
                 self.forget(&name);
                 let _ = engine.run(&["stop", "-t", "2", &name], Duration::from_secs(60)).await;
             }
-            if let Some(uid) = used.shared_uid
-                && let Some(r) = self.cached(SHARED)
-            {
-                let _ = r.kill_user(uid).await;
+            if let Some(uid) = used.shared_uid {
+                // A runner that died is started again for this.
+                let r = match self.cached(SHARED) {
+                    Some(r) => Some(r),
+                    None if engine.state(SHARED).await == Ok(Some(true)) => {
+                        Runner::start(&engine, SHARED, None).await.ok()
+                    }
+                    None => None,
+                };
+                if let Some(r) = r {
+                    let _ = r.kill_user(uid).await;
+                }
             }
         });
         if let Ok(mut s) = self.stops.lock() {
@@ -730,7 +779,7 @@ mod tests {
         let (u1, n1) = shared_user("AgentOne123456789");
         let (u2, _) = shared_user("AgentTwo123456789");
         assert_ne!(u1, u2);
-        assert!((100_000..1_000_000).contains(&u1));
+        assert!((20_000..60_000).contains(&u1));
         assert_eq!(n1, "a-agentone1234");
         assert_eq!(shared_user("AgentOne123456789").0, u1, "the same agent is the same user");
     }

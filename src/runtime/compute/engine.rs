@@ -65,6 +65,11 @@ pub async fn detect(choice: Option<&str>) -> Result<Engine, String> {
     r
 }
 
+/// Whether the last probe found an engine (`None`: none was made yet).
+pub fn cached_ok() -> Option<bool> {
+    FOUND.lock().ok()?.as_ref().map(|(_, _, r)| r.is_ok())
+}
+
 async fn probe(choice: Option<&str>) -> Result<Engine, String> {
     let candidates: Vec<PathBuf> = match choice {
         Some("none") => {

@@ -234,10 +234,21 @@ pub fn resolve(
 /// (`containers::get().settle()` waits for the container stops.)
 pub fn release(agent_id: &str) {
     containers::get().release(agent_id);
-    if let Some(t) = browser::stop(agent_id) {
-        containers::get().track(t);
+    // The browser closes (its profile written) before its display goes.
+    match browser::stop(agent_id) {
+        Some(closing) => {
+            let agent = agent_id.to_string();
+            if let Ok(h) = tokio::runtime::Handle::try_current() {
+                containers::get().track(h.spawn(async move {
+                    let _ = closing.await;
+                    display::stop(&agent);
+                }));
+            } else {
+                display::stop(agent_id);
+            }
+        }
+        None => display::stop(agent_id),
     }
-    display::stop(agent_id);
 }
 
 /// The agent's working folder on the host (made on first use).

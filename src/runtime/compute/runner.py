@@ -10,6 +10,8 @@ import base64, json, os, resource, signal, subprocess, sys, threading, time
 
 out_lock = threading.Lock()
 groups = {}
+# Kills that came before their command had started.
+killed = set()
 groups_lock = threading.Lock()
 
 
@@ -39,12 +41,30 @@ def drain(stream, cap, box):
     box.append((b"".join(kept), cut))
 
 
+def live_in_group(pgid):
+    # Members that are not zombies (a zombie waits for its reaper, and
+    # killing it again changes nothing).
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                rest = f.read().rsplit(")", 1)[1].split()
+            if int(rest[2]) == pgid and rest[0] != "Z":
+                return True
+        except (OSError, IndexError, ValueError):
+            pass
+    return False
+
+
 def kill_group(pgid):
-    # Again until the group is empty: what forked while it was killed too.
+    # Again until no live member is left: what forked while it was killed too.
     for _ in range(200):
         try:
             os.killpg(pgid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
+            return
+        if not live_in_group(pgid):
             return
         time.sleep(0.005)
 
@@ -81,6 +101,10 @@ def run(req):
         return
     with groups_lock:
         groups[rid] = p.pid
+        early = rid in killed
+        killed.discard(rid)
+    if early:
+        kill_group(p.pid)
     boxes = ([], [])
     readers = [threading.Thread(target=drain, args=(s, cap, b), daemon=True) for s, b in ((p.stdout, boxes[0]), (p.stderr, boxes[1]))]
     for t in readers:
@@ -142,17 +166,22 @@ def kill_uid(req):
 
 
 def known(name, uid, gid, home):
-    # A passwd and group line, so `whoami`, pip and npm find the user.
+    # A passwd and group line, so `whoami`, pip and npm find the user; a
+    # uid another agent has already is refused (the caller tries the next).
     with groups_lock:
         try:
             with open("/etc/passwd") as f:
-                if any(l.split(":")[2:3] == [str(uid)] for l in f):
-                    return
+                for l in f:
+                    p = l.split(":")
+                    if p[2:3] == [str(uid)]:
+                        if p[0] == name:
+                            return
+                        raise OSError("uid %d belongs to %s" % (uid, p[0]))
             with open("/etc/passwd", "a") as f:
                 f.write("%s:x:%d:%d::%s:/bin/bash\n" % (name, uid, gid, home))
             with open("/etc/group", "a") as f:
                 f.write("%s:x:%d:\n" % (name, gid))
-        except OSError:
+        except FileNotFoundError:
             pass
 
 
@@ -160,6 +189,9 @@ def prepare(req):
     # The agent's workspace: made, owned by its user, private to it.
     try:
         path, uid, gid = req["path"], int(req["uid"]), int(req["gid"])
+        name = req.get("name")
+        if name:
+            known(name, uid, gid, path)
         os.makedirs(path, exist_ok=True)
         st = os.lstat(path)
         if not os.path.isdir(path) or os.path.islink(path):
@@ -167,9 +199,6 @@ def prepare(req):
         if st.st_uid != uid or st.st_gid != gid:
             os.chown(path, uid, gid)
         os.chmod(path, int(req.get("mode", 0o700)))
-        name = req.get("name")
-        if name:
-            known(name, uid, gid, path)
         say({"id": req["id"], "ok": True})
     except Exception as e:
         say({"id": req["id"], "error": str(e)})
@@ -192,8 +221,10 @@ def main():
         elif op == "kill":
             with groups_lock:
                 pgid = groups.get(req.get("target"))
+                if not pgid and len(killed) < 10000:
+                    killed.add(req.get("target"))
             if pgid:
-                kill_group(pgid)
+                threading.Thread(target=kill_group, args=(pgid,), daemon=True).start()
         elif op == "killuid":
             threading.Thread(target=kill_uid, args=(req,), daemon=True).start()
         elif op == "prepare":

@@ -23,7 +23,9 @@ const SCRIPT: &str = include_str!("runner.py");
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Value>>>>;
 
 pub struct Runner {
-    stdin: tokio::sync::Mutex<tokio::process::ChildStdin>,
+    /// Lines to the runner, written in order by one task (a destructor can
+    /// queue a kill without waiting, and lines never interleave).
+    lines: tokio::sync::mpsc::UnboundedSender<String>,
     pending: Pending,
     next: AtomicU64,
     alive: Arc<AtomicBool>,
@@ -69,13 +71,7 @@ impl Drop for KillOnDrop<'_> {
             if let Ok(mut p) = self.runner.pending.lock() {
                 p.remove(&id);
             }
-            let line = format!("{}\n", json!({"op": "kill", "target": id.to_string()}));
-            if let Ok(mut w) = self.runner.stdin.try_lock() {
-                // Best effort from a destructor: the write is small and the
-                // pipe is almost never full.
-                let fut = w.write_all(line.as_bytes());
-                let _ = futures_util::FutureExt::now_or_never(fut);
-            }
+            let _ = self.runner.lines.send(format!("{}\n", json!({"op": "kill", "target": id.to_string()})));
         }
     }
 }
@@ -93,7 +89,7 @@ impl Runner {
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
         let mut child = c.spawn().map_err(|e| format!("cannot run {}: {e}", engine.program.display()))?;
-        let stdin = child.stdin.take().ok_or("no stdin")?;
+        let mut stdin = child.stdin.take().ok_or("no stdin")?;
         let mut lines = BufReader::new(child.stdout.take().ok_or("no stdout")?).lines();
         let mut stderr = child.stderr.take().ok_or("no stderr")?;
         let ready = tokio::time::timeout(Duration::from_secs(30), lines.next_line()).await;
@@ -137,13 +133,19 @@ impl Runner {
                 let _ = tokio::io::copy(&mut stderr, &mut sink).await;
             });
         }
-        Ok(Arc::new(Runner {
-            stdin: tokio::sync::Mutex::new(stdin),
-            pending,
-            next: AtomicU64::new(1),
-            alive,
-            _child: child,
-        }))
+        let (lines_tx, mut lines_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        {
+            let alive = alive.clone();
+            tokio::spawn(async move {
+                while let Some(l) = lines_rx.recv().await {
+                    if stdin.write_all(l.as_bytes()).await.is_err() || stdin.flush().await.is_err() {
+                        alive.store(false, Ordering::SeqCst);
+                        break;
+                    }
+                }
+            });
+        }
+        Ok(Arc::new(Runner { lines: lines_tx, pending, next: AtomicU64::new(1), alive, _child: child }))
     }
 
     pub fn alive(&self) -> bool {
@@ -159,12 +161,7 @@ impl Runner {
         if req["op"] == "exec" {
             guard.id = Some(id);
         }
-        let line = format!("{req}\n");
-        {
-            let mut w = self.stdin.lock().await;
-            w.write_all(line.as_bytes()).await.map_err(|e| format!("the command runner is gone: {e}"))?;
-            w.flush().await.map_err(|e| format!("the command runner is gone: {e}"))?;
-        }
+        self.lines.send(format!("{req}\n")).map_err(|_| "the command runner is gone".to_string())?;
         let v = tokio::time::timeout(limit, rx)
             .await
             .map_err(|_| "the command runner did not answer in time".to_string())?

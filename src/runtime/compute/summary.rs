@@ -13,21 +13,18 @@ const SHOWN: usize = 50;
 /// The panel's content from what any source can read: the agent's config,
 /// its logs (newest first) and its files; `live` from the runtime when the
 /// app hosts the agent (null otherwise).
-pub fn view(cfg: &Value, logs: &[Value], files: &[FileEntry], live: Value) -> Value {
+/// `settings` and `engine` (does one run here; unknown counts as yes) make
+/// the targets the ones `resolve` would take.
+pub fn view(
+    cfg: &Value,
+    settings: &super::Settings,
+    engine: bool,
+    logs: &[Value],
+    files: &[FileEntry],
+    live: Value,
+) -> Value {
     let c = &cfg["compute"];
-    let mut targets: Vec<String> = Vec::new();
-    match c["allowed_targets"].as_array() {
-        Some(a) => targets.extend(a.iter().filter_map(|t| t.as_str().map(str::to_string))),
-        None => {
-            if c["enabled"] == true {
-                targets.push("isolated".into());
-            }
-            targets.push("shared".into());
-            if c["host_access"] == true {
-                targets.push("host".into());
-            }
-        }
-    }
+    let targets = super::available(cfg, settings, engine);
     let mut rows: Vec<&Value> = logs.iter().filter(|l| l["origin"] == "compute" && l["event"] == "exec").collect();
     // Newest first, whatever order the source gave.
     rows.sort_by_key(|l| std::cmp::Reverse(l["created_at"].as_i64().unwrap_or(0)));
@@ -98,7 +95,16 @@ mod tests {
         };
         let files =
             [file("screenshots/a.png", "2026-01-01"), file("screenshots/b.png", "2026-02-01"), file("b.txt", "2027")];
-        let v = view(&cfg, &logs, &files, Value::Null);
+        let on = crate::runtime::compute::Settings {
+            host: crate::runtime::compute::HostPolicy { enabled: true, programs: vec![] },
+            ..Default::default()
+        };
+        let v = view(&cfg, &on, true, &logs, &files, Value::Null);
+        assert_eq!(
+            view(&cfg, &Default::default(), false, &logs, &files, Value::Null)["targets"],
+            json!([]),
+            "no engine, host off"
+        );
         assert_eq!(v["targets"], json!(["isolated", "shared", "host"]));
         assert_eq!(v["browser"], "visible");
         assert_eq!(v["commands"].as_array().unwrap().len(), 3);
@@ -108,7 +114,11 @@ mod tests {
         );
         let mut reversed = logs.clone();
         reversed.reverse();
-        assert_eq!(view(&cfg, &reversed, &files, Value::Null)["commands"][0]["at"], 2, "newest first either way");
+        assert_eq!(
+            view(&cfg, &on, true, &reversed, &files, Value::Null)["commands"][0]["at"],
+            2,
+            "newest first either way"
+        );
         assert_eq!(v["commands"][1]["command"], "ls -la: x");
         assert_eq!(v["commands"][2]["exit_code"], Value::Null);
         assert_eq!(v["screenshot"]["path"], "screenshots/b.png");
