@@ -285,6 +285,19 @@ pub fn programs(command: &str) -> Result<Vec<String>, String> {
                     );
                 }
             }
+            // Variables that make an approved program load or run other code.
+            let setting =
+                cmd.assigns.iter().map(|(n, _)| n.as_str()).chain(match cmd.words.first().map(String::as_str) {
+                    Some("export" | "unset" | "declare" | "readonly" | "local") => {
+                        cmd.words[1..].iter().map(|w| w.split('=').next().unwrap_or("")).collect::<Vec<_>>()
+                    }
+                    _ => Vec::new(),
+                });
+            for name in setting {
+                if code_variable(name) {
+                    return Err(format!("setting {name} would let a program run code nobody approved"));
+                }
+            }
             let Some(first) = cmd.words.first() else { continue };
             if first.chars().any(|c| matches!(c, '$' | '*' | '?' | '[' | '{' | '~' | '\\' | '"' | '\'')) && first != "["
             {
@@ -297,6 +310,45 @@ pub fn programs(command: &str) -> Result<Vec<String>, String> {
         }
     }
     Ok(out)
+}
+
+/// A variable that makes programs load or run other code: the dynamic
+/// loader's, the shell's start-up and search path, and the usual hooks of
+/// git, ssh, editors and language runtimes.
+fn code_variable(name: &str) -> bool {
+    let n = name.to_ascii_uppercase();
+    n.starts_with("LD_")
+        || n.starts_with("DYLD_")
+        || n.starts_with("GIT_")
+        || n.ends_with("_COMMAND")
+        || matches!(
+            n.as_str(),
+            "PATH"
+                | "BASH_ENV"
+                | "ENV"
+                | "IFS"
+                | "SHELLOPTS"
+                | "BASHOPTS"
+                | "PS4"
+                | "CDPATH"
+                | "EDITOR"
+                | "VISUAL"
+                | "PAGER"
+                | "SHELL"
+                | "PYTHONPATH"
+                | "PYTHONSTARTUP"
+                | "PYTHONHOME"
+                | "NODE_OPTIONS"
+                | "NODE_PATH"
+                | "PERL5OPT"
+                | "PERL5LIB"
+                | "RUBYOPT"
+                | "RUBYLIB"
+                | "MAKEFLAGS"
+                | "SSH_ASKPASS"
+                | "HOME"
+                | "XDG_CONFIG_HOME"
+        )
 }
 
 /// May this command run on the host under `policy`? The programs it would
@@ -356,6 +408,12 @@ mod tests {
             "if true; then ls; fi",
             "(ls)",
             "echo hi > $(whoami)",
+            "LD_PRELOAD=./x.so git status",
+            "PATH=./bin git status",
+            "export LD_PRELOAD=./x.so; git status",
+            "export PATH=.:$PATH && git log",
+            "GIT_SSH_COMMAND='sh -c id' git fetch",
+            "BASH_ENV=./rc make",
         ] {
             assert!(programs(bad).is_err(), "{bad} should be refused");
         }
