@@ -7,9 +7,9 @@
 # containers), "0" with the reason on stderr when this machine cannot.
 set -uo pipefail
 ADF=${1:?usage: containers.sh ADF_BINARY}
-if ! command -v podman >/dev/null 2>&1 || ! command -v mmdebstrap >/dev/null 2>&1; then
+if ! command -v podman >/dev/null 2>&1 || ! command -v mmdebstrap >/dev/null 2>&1 || ! command -v iptables >/dev/null 2>&1 || ! command -v runc >/dev/null 2>&1; then
   apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-    podman runc crun slirp4netns uidmap fuse-overlayfs mmdebstrap ca-certificates >&2
+    podman runc crun slirp4netns uidmap fuse-overlayfs mmdebstrap iptables ca-certificates >&2
 fi
 ADF_HOME=$(mktemp -d) "$ADF" compute --json >&2 || true
 image=$(ADF_HOME=$(mktemp -d) "$ADF" compute --json 2>/dev/null | python3 -c 'import json,sys; e=json.load(sys.stdin)["engine"]; print(e.get("image") or "")')

@@ -19,22 +19,10 @@ use std::time::Duration;
 
 use adf::providers::scripted::{Reply, Scripted};
 use adf::runtime::bus::Bus;
-use adf::runtime::executor::{ApprovalRequest, Decision, Executor, Owner};
+use adf::runtime::executor::Executor;
 use adf::store::{NewAgent, Store};
 use common::*;
-use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
-
-struct Approve;
-
-impl Owner for Approve {
-    fn approve<'a>(&'a self, _: &'a ApprovalRequest) -> BoxFuture<'a, Decision> {
-        Box::pin(async { Decision::Approve { always: false } })
-    }
-    fn answer<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Option<String>> {
-        Box::pin(async { None })
-    }
-}
 
 const PAGE: &str = r#"<!doctype html><html><head><title>Form</title></head><body>
 <h1>Hello form</h1><input id="name" onkeyup="document.getElementById('out').innerText='typed: '+this.value">
@@ -99,7 +87,7 @@ async fn calls(store: Store, calls: Vec<Value>) -> (Vec<(Value, bool)>, Executor
     ];
     let model = Arc::new(Scripted::new(replies));
     let before = tool_results(&store).len();
-    let mut ex = Executor::new(store, model.clone(), Bus::new(), Arc::new(Approve)).unwrap();
+    let mut ex = Executor::new(store, model.clone(), Bus::new(), Arc::new(Approve::default())).unwrap();
     ex.chat("go").await.unwrap();
     // A copied file brings its earlier turns: only this one's results.
     let out = tool_results(&ex.store)

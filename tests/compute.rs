@@ -7,29 +7,14 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use adf::providers::scripted::{Reply, Scripted};
 use adf::runtime::bus::Bus;
-use adf::runtime::executor::{ApprovalRequest, Decision, Executor, Owner};
+use adf::runtime::executor::Executor;
 use adf::store::{Caller, NewAgent, Store};
 use common::*;
-use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
-
-/// Approves every call, and keeps what it was asked.
-#[derive(Default)]
-struct Approve(Mutex<Vec<String>>);
-
-impl Owner for Approve {
-    fn approve<'a>(&'a self, req: &'a ApprovalRequest) -> BoxFuture<'a, Decision> {
-        self.0.lock().unwrap().push(req.tool.clone());
-        Box::pin(async { Decision::Approve { always: false } })
-    }
-    fn answer<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Option<String>> {
-        Box::pin(async { None })
-    }
-}
 
 fn agent(dir: &std::path::Path, name: &str, host_access: bool) -> Store {
     let (mut s, _) = Store::create(

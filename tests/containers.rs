@@ -19,22 +19,10 @@ use std::time::Duration;
 use adf::providers::scripted::{Reply, Scripted};
 use adf::runtime::bus::Bus;
 use adf::runtime::compute::{Settings, Target, containers};
-use adf::runtime::executor::{ApprovalRequest, Decision, Executor, Owner};
+use adf::runtime::executor::Executor;
 use adf::store::{NewAgent, Store};
 use common::*;
-use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
-
-struct Approve;
-
-impl Owner for Approve {
-    fn approve<'a>(&'a self, _: &'a ApprovalRequest) -> BoxFuture<'a, Decision> {
-        Box::pin(async { Decision::Approve { always: false } })
-    }
-    fn answer<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Option<String>> {
-        Box::pin(async { None })
-    }
-}
 
 fn agent(dir: &std::path::Path, name: &str, compute: Value) -> Store {
     let (mut s, _) = Store::create(
@@ -59,7 +47,8 @@ fn agent(dir: &std::path::Path, name: &str, compute: Value) -> Store {
 async fn calls(store: Store, calls: Vec<(&str, Value)>) -> (Vec<(Value, bool)>, Executor) {
     let replies =
         vec![Reply::Tools(calls.iter().map(|(n, v)| (n.to_string(), v.clone())).collect()), Reply::Text("done".into())];
-    let mut ex = Executor::new(store, Arc::new(Scripted::new(replies)), Bus::new(), Arc::new(Approve)).unwrap();
+    let mut ex =
+        Executor::new(store, Arc::new(Scripted::new(replies)), Bus::new(), Arc::new(Approve::default())).unwrap();
     ex.chat("go").await.unwrap();
     let out = tool_results(&ex.store)
         .into_iter()

@@ -364,6 +364,18 @@ async fn two_daemons_exchange_signed_and_encrypted_messages() {
     assert!(adf::runtime::mesh::card::verify(&card));
     let ping: Value = d2.http.get(format!("{}/ping", d2.mesh)).send().await.unwrap().json().await.unwrap();
     assert_eq!(ping["proto"], "alf/0.2");
+    let health: Value = d2.http.get(format!("{}/health", d2.mesh)).send().await.unwrap().json().await.unwrap();
+    assert_eq!(health["status"], "ok", "{health}");
+    assert!(health["agents"].as_u64().is_some_and(|n| n >= 1) && health["uptime"].is_number(), "{health}");
+    let h: Value = d2.http.get(format!("{}/agents/b/health", d2.mesh)).send().await.unwrap().json().await.unwrap();
+    assert_eq!(
+        (h["status"].as_str(), h["did"].as_str(), h["handle"].as_str()),
+        (Some("ok"), Some(b_did.as_str()), Some("b")),
+        "{h}"
+    );
+    assert!(h["state"].is_string(), "{h}");
+    let gone = d2.http.get(format!("{}/agents/nobody/health", d2.mesh)).send().await.unwrap();
+    assert_eq!(gone.status().as_u16(), 404);
 }
 
 /// The mesh router in-process behind a chosen peer address, over a real

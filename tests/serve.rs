@@ -282,6 +282,15 @@ export function guard(input) {
     let (status, took) = spin.await.unwrap();
     assert_eq!(status, 504);
     assert!(took >= std::time::Duration::from_millis(1400), "{took:?}");
+    // After it, the agent serves on: another route, and the looping one
+    // again stopped at its limit (its worker was replaced, not stuck).
+    assert_eq!(http.get(format!("{base}/text")).send().await.unwrap().status(), 200);
+    assert_eq!(http.get(format!("{base}/spin")).send().await.unwrap().status(), 504);
+    assert_eq!(http.get(format!("{base}/text")).send().await.unwrap().status(), 200);
+    // A chunked body that grows past 2 MiB without declaring a length.
+    let got = raw_post_chunked(&addr, "/agents/api/items", 3 << 20).await;
+    assert!(got.starts_with("HTTP/1.1 413"), "{got}");
+    assert_eq!(http.get(format!("{base}/text")).send().await.unwrap().status(), 200);
     // The answers are in the agent's log.
     let id = fleet.list()[0].id.clone();
     let mb = fleet.mesh.find(&id).unwrap();
@@ -292,6 +301,29 @@ export function guard(input) {
     assert!(lines.iter().any(|l| l.starts_with("GET /boom -> 500")), "{lines:?}");
     assert!(lines.iter().any(|l| l.starts_with("GET /spin -> 504")), "{lines:?}");
     fleet.shutdown().await;
+}
+
+/// A chunked POST of `len` bytes with no length declared.
+async fn raw_post_chunked(addr: &str, target: &str, len: usize) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST {target} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    let chunk = vec![b'a'; 64 << 10];
+    let mut sent = 0;
+    while sent < len {
+        let frame = [format!("{:x}\r\n", chunk.len()).into_bytes(), chunk.clone(), b"\r\n".to_vec()].concat();
+        if s.write_all(&frame).await.is_err() {
+            break;
+        }
+        sent += chunk.len();
+    }
+    let _ = s.write_all(b"0\r\n\r\n").await;
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), s.read_to_end(&mut out)).await;
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A POST that declares `len` bytes and sends none: refused on the header.

@@ -233,3 +233,23 @@ pub fn model_factory(
     let m = model.clone();
     std::sync::Arc::new(move |_| Ok(m.clone() as std::sync::Arc<dyn adf::providers::Provider>))
 }
+
+/// An owner who approves every call and keeps the names of the tools it
+/// was asked about.
+#[derive(Default)]
+pub struct Approve(pub std::sync::Mutex<Vec<String>>);
+
+impl adf::runtime::executor::Owner for Approve {
+    fn approve<'a>(
+        &'a self,
+        req: &'a adf::runtime::executor::ApprovalRequest,
+    ) -> futures_util::future::BoxFuture<'a, adf::runtime::executor::Decision> {
+        if let Ok(mut l) = self.0.lock() {
+            l.push(req.tool.clone());
+        }
+        Box::pin(async { adf::runtime::executor::Decision::Approve { always: false } })
+    }
+    fn answer<'a>(&'a self, _: &'a str, _: &'a str) -> futures_util::future::BoxFuture<'a, Option<String>> {
+        Box::pin(async { None })
+    }
+}

@@ -119,6 +119,32 @@ async fn checked(
     Ok(SocketAddr::new(ip, port))
 }
 
+/// A connection to where `url` points, as the guard checked it; `None`
+/// once the client has been told why not (403, or 502 when it does not
+/// answer).
+async fn upstream(
+    c: &mut TcpStream,
+    url: &url::Url,
+    allow_local: bool,
+    resolver: &dyn Resolve,
+    blocked: &Blocked,
+) -> Option<TcpStream> {
+    let addr = match checked(url, allow_local, resolver, blocked).await {
+        Ok(a) => a,
+        Err(why) => {
+            refuse(c, "403 Forbidden", &why).await;
+            return None;
+        }
+    };
+    match tokio::time::timeout(Duration::from_secs(15), TcpStream::connect(addr)).await {
+        Ok(Ok(u)) => Some(u),
+        _ => {
+            refuse(c, "502 Bad Gateway", &format!("{} did not answer", url.host_str().unwrap_or(""))).await;
+            None
+        }
+    }
+}
+
 async fn serve(mut c: TcpStream, allow_local: bool, resolver: &dyn Resolve, blocked: &Blocked) -> Result<(), String> {
     let (head, rest) = head(&mut c).await?;
     let text = String::from_utf8_lossy(&head).into_owned();
@@ -140,20 +166,7 @@ async fn serve(mut c: TcpStream, allow_local: bool, resolver: &dyn Resolve, bloc
                 return Ok(());
             }
         };
-        let addr = match checked(&url, allow_local, resolver, blocked).await {
-            Ok(a) => a,
-            Err(why) => {
-                refuse(&mut c, "403 Forbidden", &why).await;
-                return Ok(());
-            }
-        };
-        let mut up = match tokio::time::timeout(Duration::from_secs(15), TcpStream::connect(addr)).await {
-            Ok(Ok(u)) => u,
-            _ => {
-                refuse(&mut c, "502 Bad Gateway", &format!("{target} did not answer")).await;
-                return Ok(());
-            }
-        };
+        let Some(mut up) = upstream(&mut c, &url, allow_local, resolver, blocked).await else { return Ok(()) };
         c.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n").await.map_err(|e| e.to_string())?;
         if !rest.is_empty() {
             up.write_all(&rest).await.map_err(|e| e.to_string())?;
@@ -168,20 +181,7 @@ async fn serve(mut c: TcpStream, allow_local: bool, resolver: &dyn Resolve, bloc
             return Ok(());
         }
     };
-    let addr = match checked(&url, allow_local, resolver, blocked).await {
-        Ok(a) => a,
-        Err(why) => {
-            refuse(&mut c, "403 Forbidden", &why).await;
-            return Ok(());
-        }
-    };
-    let mut up = match tokio::time::timeout(Duration::from_secs(15), TcpStream::connect(addr)).await {
-        Ok(Ok(u)) => u,
-        _ => {
-            refuse(&mut c, "502 Bad Gateway", &format!("{} did not answer", url.host_str().unwrap_or(""))).await;
-            return Ok(());
-        }
-    };
+    let Some(mut up) = upstream(&mut c, &url, allow_local, resolver, blocked).await else { return Ok(()) };
     let path = match url.query() {
         Some(q) => format!("{}?{q}", url.path()),
         None => url.path().to_string(),
