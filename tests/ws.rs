@@ -80,7 +80,10 @@ async fn a_ws_route_is_answered_by_its_lambda_and_floods_are_closed() {
         "echo",
         &[(
             "serving",
-            json!({"api": [{"method": "WS", "path": "/chat/:room", "lambda": "ws.ts:on", "max_frames_per_sec": 20}]}),
+            json!({"api": [
+                {"method": "WS", "path": "/chat/:room", "lambda": "ws.ts:on", "max_frames_per_sec": 20},
+                {"method": "WS", "path": "/guarded", "lambda": "ws.ts:on", "middleware": [{"lambda": "mw.ts:guard"}]}
+            ]}),
         )],
     );
     {
@@ -102,6 +105,18 @@ export async function on(ev) {
             &Default::default(),
         )
         .unwrap();
+        s.file_write(
+            Caller::Owner,
+            "mw.ts",
+            br#"export function guard(input) {
+  if (input.data.query.key !== "ok") return { reject: { code: 401, reason: "no key" } };
+  return { data: input.data };
+}
+"#,
+            &Default::default(),
+        )
+        .unwrap();
+        s.file_set_authorized("mw.ts", true).unwrap();
         s.close().unwrap();
     }
     enable_tools(&path, &["ws_send"]);
@@ -126,6 +141,16 @@ export async function on(ev) {
     assert_eq!(socks.len(), 1);
     assert_eq!(socks[0].info()["direction"], "inbound");
     assert_eq!(socks[0].info()["target"], "/chat/r1");
+
+    // Route middleware decides before the upgrade: refused, no socket.
+    match tokio_tungstenite::connect_async(format!("ws://{addr}/agents/echo/guarded")).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(r)) => assert_eq!(r.status().as_u16(), 401),
+        other => panic!("expected a refused upgrade, got {other:?}"),
+    }
+    let (mut guarded, _) =
+        tokio_tungstenite::connect_async(format!("ws://{addr}/agents/echo/guarded?key=ok")).await.unwrap();
+    assert_eq!(text_of(next(&mut guarded).await), "welcome");
+    guarded.close(None).await.unwrap();
 
     // No route at a path: closed with 4004.
     let (mut none, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/agents/echo/nothing")).await.unwrap();

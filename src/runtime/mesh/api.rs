@@ -401,6 +401,33 @@ pub async fn answer(mb: Arc<Mailbox>, cfg: &Value, m: Matched, req: Value) -> Re
     response
 }
 
+/// A WebSocket route's middleware, before the upgrade: `Err` is the
+/// refusal to answer instead (the socket is never opened). A route
+/// without middleware costs nothing.
+pub async fn admit_socket(mb: &Arc<Mailbox>, cfg: &Value, m: &Matched, req: Value) -> Result<(), Response> {
+    let pointer = format!("/serving/api/{}/middleware", m.index);
+    if !cfg.pointer(&pointer).and_then(Value::as_array).is_some_and(|a| !a.is_empty()) {
+        return Ok(());
+    }
+    let Ok(Ok(_permit)) = tokio::time::timeout(QUEUE_WAIT, mb.serving.admit.acquire()).await else {
+        return Err(refuse(503, "the agent is answering as many requests as it takes; try again shortly"));
+    };
+    let Some(mut runner) = mb.serving.take_runner().or_else(|| (mb.runner)()) else {
+        return Err(refuse(503, "the agent's file cannot be opened to answer this route"));
+    };
+    let r = runner.middleware_coded(cfg, "route", &pointer, req, Vec::new()).await;
+    let out = match r {
+        Ok(_) => Ok(()),
+        Err((code, reason)) => {
+            let code = code.unwrap_or(403);
+            let _ = runner.log("warn", "serving", "ws_refused", &format!("{code} by route middleware: {reason}"));
+            Err(refuse(code, format!("refused by route middleware: {reason}")))
+        }
+    };
+    mb.serving.give_back(runner);
+    out
+}
+
 /// The middleware, then the lambda: the status and the answer (or the
 /// refusal to send).
 async fn run(

@@ -312,6 +312,14 @@ async fn socket(
             let _ = socket.send(Message::Close(Some(close))).await;
         });
     };
+    // Route middleware decides before the upgrade, as for any route.
+    let path =
+        format!("/{}", req.uri.path().strip_prefix("/agents/").and_then(|r| r.split_once('/')).map_or("", |(_, r)| r));
+    if let Ok(v) = api::request_value("GET", &path, m.params.clone(), req.uri.query().unwrap_or(""), &req.headers, &[])
+        && let Err(refused) = api::admit_socket(&mb, cfg, &m, v).await
+    {
+        return refused;
+    }
     // `url_params`: the route's parameters, then the query's (first wins).
     let mut params = m.params.clone();
     for (k, v) in url::form_urlencoded::parse(req.uri.query().unwrap_or("").as_bytes()) {
