@@ -1423,6 +1423,14 @@ async fn snapshot_of_a_serving_agent() {
     both("serving_agent", &a);
     let frame = render(&a, 120, 40);
     assert!(frame.contains("⌂ serving http://127.0.0.1:7295/agents/scribe/"), "{frame}");
+    // Its visibility off: it serves nothing, and is not marked.
+    let path = a.selected().unwrap().info.path.clone();
+    let mut s = Store::open(&path).unwrap();
+    s.config_set(adf::store::Caller::Owner, "messaging.visibility", json!("off")).unwrap();
+    s.close().unwrap();
+    let infos = a.agents.iter().map(|x| x.info.clone()).collect();
+    a.set_agents(infos, root);
+    assert!(a.agents.iter().all(|x| x.serving.is_none()), "an agent with visibility off is not marked as serving");
 }
 
 /// `:compute` shows where the agent's commands run, its last commands with

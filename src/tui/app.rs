@@ -221,9 +221,11 @@ pub struct AgentEntry {
 /// API routes)?
 pub fn serves(cfg: &Value) -> bool {
     let s = &cfg["serving"];
-    s["public"]["enabled"] == true
-        || s["shared"]["enabled"] == true
-        || s["api"].as_array().is_some_and(|a| !a.is_empty())
+    // An agent whose visibility is off serves nothing, whatever it declares.
+    cfg["messaging"]["visibility"] != "off"
+        && (s["public"]["enabled"] == true
+            || s["shared"]["enabled"] == true
+            || s["api"].as_array().is_some_and(|a| !a.is_empty()))
 }
 
 /// An agent file's DID and parent DID (empty when unreadable).
