@@ -410,6 +410,77 @@ async fn containers_run_agents_commands_in_their_own_places() {
     assert_eq!(running(&ext), Some(false), "and it stays stopped");
     podman(&["rm", "-f", &ext]);
     e.store.close().unwrap();
+    // A stream binding's process end in the agent's own container: its
+    // output pumped to a TCP socket on the host; the shared container's is
+    // refused without the owner's gate.
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let got = Arc::new(std::sync::Mutex::new(Vec::new()));
+    {
+        let g = got.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                let g = g.clone();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 4096];
+                    while let Ok(n) = tokio::io::AsyncReadExt::read(&mut s, &mut buf).await {
+                        if n == 0 {
+                            break;
+                        }
+                        g.lock().unwrap().extend_from_slice(&buf[..n]);
+                    }
+                });
+            }
+        });
+    }
+    let bpath = d.join("binder.adf");
+    let mut bs = agent(d, "binder", json!({"enabled": true}));
+    bs.config_set(
+        adf::store::Caller::Owner,
+        "stream_bind",
+        json!({"allow_tcp_bind": true, "tcp_allowlist": [{"host": "127.0.0.1", "port": port}], "container_isolated_bind": true}),
+    )
+    .unwrap();
+    let mut cfg = bs.config_value().unwrap();
+    for t in cfg["tools"].as_array_mut().unwrap() {
+        if t["name"] == "stream_bind" {
+            t["enabled"] = json!(true);
+            t["visible"] = json!(true);
+        }
+    }
+    bs.config_replace(cfg).unwrap();
+    bs.close().unwrap();
+    let model = Arc::new(Scripted::new(vec![
+        Reply::Tools(vec![
+            (
+                "stream_bind".into(),
+                json!({"a": {"kind": "process", "isolation": "container_isolated", "command": ["sh", "-c", "printf \"from $(whoami) in $(pwd)\""]},
+                       "b": {"kind": "tcp", "host": "127.0.0.1", "port": port}}),
+            ),
+            (
+                "stream_bind".into(),
+                json!({"a": {"kind": "process", "isolation": "container_shared", "command": ["true"]},
+                       "b": {"kind": "tcp", "host": "127.0.0.1", "port": port}}),
+            ),
+        ]),
+        Reply::Text("done".into()),
+    ]));
+    let mut fleet = adf::runtime::fleet::Fleet::new(Bus::new(), model_factory(&model));
+    fleet.load(&bpath).unwrap();
+    let bid = fleet.list()[0].id.clone();
+    fleet
+        .command(adf::protocol::Command::SendChat { agent: bid.clone(), r#loop: "main".into(), text: "go".into() })
+        .unwrap();
+    wait("the turn", || model.requests().len() >= 2).await;
+    let results = sent_results(&model, 1);
+    wait("the process's output from the container", || {
+        String::from_utf8_lossy(&got.lock().unwrap()) == "from agent in /workspace"
+    })
+    .await;
+    assert!(results[1].contains("container_shared process stream binding is not enabled"), "{results:?}");
+    fleet.shutdown().await;
+    assert_eq!(running(&containers::isolated_name(&bid)), Some(false), "its container stopped with it");
+    podman(&["rm", "-f", &containers::isolated_name(&bid)]);
     for n in [containers::isolated_name(&id), containers::isolated_name(&sib_id)] {
         podman(&["rm", "-f", &n]);
     }

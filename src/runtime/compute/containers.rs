@@ -420,6 +420,52 @@ impl Containers {
         }
     }
 
+    /// Start a long-lived process in a managed target, its stdin and stdout
+    /// piped (a stream binding's end), as the agent's user in its
+    /// workspace. The process leads a group of its own inside the
+    /// container; the returned stopper kills that group.
+    pub async fn spawn(
+        &self,
+        settings: &Settings,
+        agent_id: &str,
+        target: &Target,
+        argv: &[String],
+        env: &[(String, String)],
+    ) -> Result<(tokio::process::Child, Stopper), String> {
+        let engine = engine_for(settings).await?;
+        let mut p =
+            place(agent_id, target).ok_or("a process binding runs in the shared or the agent's own container")?;
+        let r = self.managed(&engine, settings, agent_id, &p, target).await?;
+        if matches!(target, Target::Shared) {
+            self.ready_shared(&r, agent_id, &mut p).await?;
+        }
+        self.note(agent_id, target, p.uid);
+        let uid = p.uid.to_string();
+        let mut c = engine.command();
+        c.args(["exec", "-i", "--user", &format!("{uid}:{uid}"), "--workdir", &p.workspace]);
+        for (k, v) in environment(agent_id, &p.workspace, &p.user).iter().chain(env) {
+            c.args(["--env", &format!("{k}={v}")]);
+        }
+        // setsid -w: its own group (whose id it says first on stderr), and
+        // setsid waits for it (a group leader would fork and leave at once).
+        c.args([p.container.as_str(), "setsid", "-w", "sh", "-c", "echo $$ >&2; exec \"$@\"", "sh"]).args(argv);
+        c.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+        let mut child = c.spawn().map_err(|e| format!("cannot run {}: {e}", engine.program.display()))?;
+        let stderr = child.stderr.take().ok_or("no stderr")?;
+        let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stderr));
+        let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+            .await
+            .map_err(|_| "the process did not start in the container within 30 s".to_string())?
+            .map_err(|e| e.to_string())?;
+        let pid: u32 = first
+            .as_deref()
+            .and_then(|l| l.trim().parse().ok())
+            .ok_or_else(|| format!("the process did not start in the container: {}", first.unwrap_or_default()))?;
+        // What it writes on stderr after that is read and dropped.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Ok((child, Stopper { engine, container: p.container, pid }))
+    }
+
     /// Copy files into a managed target's workspace (as the agent's user).
     pub async fn put(
         &self,
@@ -703,6 +749,21 @@ async fn fence(engine: &Engine, name: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// Kills a process group that runs inside a container.
+pub struct Stopper {
+    engine: Engine,
+    container: String,
+    pid: u32,
+}
+
+impl Stopper {
+    pub async fn stop(self) {
+        let group = format!("-{}", self.pid);
+        let _ =
+            self.engine.run(&["exec", &self.container, "kill", "-KILL", "--", &group], Duration::from_secs(20)).await;
+    }
 }
 
 const DOCKER_NET: &str = "adf-isolated";

@@ -4,7 +4,8 @@
 //! chunks coming out) and a writer (byte chunks going in). The gates are
 //! the owner's `stream_bind` config: TCP only with `allow_tcp_bind` and a
 //! matching `tcp_allowlist` rule, host processes only with
-//! `host_process_bind`; container processes wait for a container engine.
+//! `host_process_bind`, processes in the shared or the agent's own
+//! container only with `container_shared_bind` / `container_isolated_bind`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,6 +33,44 @@ pub struct Opened {
     pub dropped: Arc<AtomicU64>,
     /// Stops what runs behind it (a process is killed with its group).
     pub stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+/// A process in the shared or the agent's own container, as its user; its
+/// group inside the container is killed when the binding ends.
+async fn container_process(
+    agent: &str,
+    target: &crate::runtime::compute::Target,
+    isolation: &str,
+    argv: &[String],
+    e: &Value,
+) -> Result<Opened, String> {
+    let env: Vec<(String, String)> = e["env"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
+        .collect();
+    let settings = crate::runtime::compute::Settings::load();
+    let (mut child, stopper) =
+        crate::runtime::compute::containers::get().spawn(&settings, agent, target, argv, &env).await?;
+    let (stdout, stdin) = (child.stdout.take(), child.stdin.take());
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = child.wait() => {}
+            _ = stop_rx => {
+                stopper.stop().await;
+                let _ = child.kill().await;
+            }
+        }
+    });
+    Ok(Opened {
+        reader: stdout.map(read_from),
+        writer: stdin.map(write_to),
+        summary: json!({"kind": "process", "isolation": isolation, "command": argv}),
+        dropped: Default::default(),
+        stop: Some(stop_tx),
+    })
 }
 
 /// Is `host:port` allowed by the agent's `stream_bind.tcp_allowlist`?
@@ -100,22 +139,34 @@ pub async fn open(
         }
         Some("process") => {
             let isolation = e["isolation"].as_str().unwrap_or("host");
-            match isolation {
-                "host" if gate["host_process_bind"] == true => {}
+            let argv: Vec<String> = e["command"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+                .unwrap_or_default();
+            let target = match isolation {
+                "host" if gate["host_process_bind"] == true => None,
                 "host" => return Err("Host process stream binding is not enabled for this agent".into()),
+                "container_shared" if gate["container_shared_bind"] == true => {
+                    Some(crate::runtime::compute::Target::Shared)
+                }
+                "container_isolated" if gate["container_isolated_bind"] == true => {
+                    Some(crate::runtime::compute::Target::Isolated)
+                }
                 "container_shared" | "container_isolated" => {
                     return Err(format!(
-                        "{isolation} process bindings need a container engine, which this adf does not provide yet"
+                        "{isolation} process stream binding is not enabled for this agent (stream_bind.{isolation}_bind)"
                     ));
                 }
                 other => {
                     return Err(format!("unknown isolation {other:?} (host, container_shared or container_isolated)"));
                 }
+            };
+            if argv.is_empty() {
+                return Err("a process endpoint needs a command (a list, program first)".into());
             }
-            let argv: Vec<String> = e["command"]
-                .as_array()
-                .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
-                .unwrap_or_default();
+            if let Some(t) = target {
+                return container_process(agent, &t, isolation, &argv, e).await;
+            }
             let (prog, args) =
                 argv.split_first().ok_or("a process endpoint needs a command (a list, program first)")?;
             let mut cmd = tokio::process::Command::new(prog);
