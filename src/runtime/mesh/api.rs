@@ -406,7 +406,7 @@ pub async fn answer(mb: Arc<Mailbox>, cfg: &Value, m: Matched, req: Value) -> Re
 /// without middleware costs nothing.
 pub async fn admit_socket(mb: &Arc<Mailbox>, cfg: &Value, m: &Matched, req: Value) -> Result<(), Response> {
     let pointer = format!("/serving/api/{}/middleware", m.index);
-    if !cfg.pointer(&pointer).and_then(Value::as_array).is_some_and(|a| !a.is_empty()) {
+    if cfg.pointer(&pointer).and_then(Value::as_array).is_none_or(|a| a.is_empty()) {
         return Ok(());
     }
     let Ok(Ok(_permit)) = tokio::time::timeout(QUEUE_WAIT, mb.serving.admit.acquire()).await else {
