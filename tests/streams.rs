@@ -65,12 +65,16 @@ async fn collector(l: Option<tokio::net::TcpListener>) -> (u16, Arc<std::sync::M
     (port, got)
 }
 
+/// The tests set ADF_HOME for the process: one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn text(got: &Arc<std::sync::Mutex<Vec<u8>>>) -> String {
     String::from_utf8_lossy(&got.lock().unwrap()).to_string()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bindings_pump_bytes_between_sockets_processes_and_events_within_the_gates() {
+    let _one = SERIAL.lock().await;
     let dir = tmp();
     let d = dir.path();
     unsafe { std::env::set_var("ADF_HOME", d.join(".adf-home")) };
@@ -260,4 +264,139 @@ async fn fleet_bindings_gone(bus: &Arc<Bus>) -> bool {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// A TCP server that writes `n` bytes to each connection, then waits.
+async fn chatter(n: usize) -> u16 {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let _ = s.write_all(&vec![b'x'; n]).await;
+                tokio::time::sleep(Duration::from_secs(60)).await;
+            });
+        }
+    });
+    port
+}
+
+/// Thresholds end a binding (`max_bytes`, `idle_timeout_ms`), said on the
+/// bus; `stream_unbind` by the id `stream_bind` gave (from code) ends one
+/// and an unknown id is an error; host processes are refused while the
+/// owner has not switched them on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thresholds_unbind_and_the_host_process_gate() {
+    let _one = SERIAL.lock().await;
+    let dir = tmp();
+    let d = dir.path();
+    unsafe { std::env::set_var("ADF_HOME", d.join(".adf-home")) };
+    let loud = chatter(100_000).await;
+    let quiet = chatter(0).await;
+    let (sink, _) = collector(None).await;
+    let path = d.join("limits.adf");
+    {
+        let (mut s, _) = Store::create(
+            &path,
+            &NewAgent { name: Some("limits"), provider: Some("scripted"), model: Some("m"), ..Default::default() },
+        )
+        .unwrap();
+        s.file_write(
+            Caller::Owner,
+            "ctl.ts",
+            format!(
+                r#"export async function on(ev) {{
+  if (ev.type !== "open") return null;
+  const r = await adf.stream_bind({{ a: {{ kind: "tcp", host: "127.0.0.1", port: {quiet} }}, b: {{ kind: "tcp", host: "127.0.0.1", port: {sink} }} }});
+  const id = (typeof r === "string" ? JSON.parse(r) : r).binding_id;
+  const u = await adf.stream_unbind({{ binding_id: id }});
+  let again;
+  try {{ again = await adf.stream_unbind({{ binding_id: id }}); }} catch (e) {{ again = "error: " + (e.message || e); }}
+  return JSON.stringify({{ id, unbound: u, again }});
+}}"#
+            )
+            .as_bytes(),
+            &Default::default(),
+        )
+        .unwrap();
+        let allow = json!([{"host": "127.0.0.1", "ports": [loud, quiet, sink]}]);
+        s.config_set(Caller::Owner, "stream_bind", json!({"allow_tcp_bind": true, "tcp_allowlist": allow})).unwrap();
+        s.config_set(
+            Caller::Owner,
+            "serving",
+            json!({"api": [{"method": "WS", "path": "/ctl", "lambda": "ctl.ts:on"}]}),
+        )
+        .unwrap();
+        let mut cfg = s.config_value().unwrap();
+        for t in cfg["tools"].as_array_mut().unwrap() {
+            if t["name"].as_str().is_some_and(|n| n.starts_with("stream_")) {
+                t["enabled"] = json!(true);
+                t["visible"] = json!(true);
+            }
+        }
+        s.config_replace(cfg).unwrap();
+        s.close().unwrap();
+    }
+    let model = Arc::new(Scripted::new(vec![
+        Reply::Tools(vec![
+            (
+                "stream_bind".into(),
+                json!({"a": {"kind": "tcp", "host": "127.0.0.1", "port": loud}, "b": {"kind": "tcp", "host": "127.0.0.1", "port": sink},
+                       "options": {"max_bytes": 1000}}),
+            ),
+            (
+                "stream_bind".into(),
+                json!({"a": {"kind": "tcp", "host": "127.0.0.1", "port": quiet}, "b": {"kind": "tcp", "host": "127.0.0.1", "port": sink},
+                       "options": {"idle_timeout_ms": 300}}),
+            ),
+            (
+                "stream_bind".into(),
+                json!({"a": {"kind": "process", "command": ["true"]}, "b": {"kind": "tcp", "host": "127.0.0.1", "port": sink}}),
+            ),
+            ("stream_unbind".into(), json!({"binding_id": "no-such-binding"})),
+        ]),
+        Reply::Text("done".into()),
+    ]));
+    let bus = Bus::new();
+    let mut sub = bus.subscribe(None, Filter { agent_id: None, types: vec!["binding.*".into()] });
+    let mut fleet = Fleet::new(bus.clone(), model_factory(&model));
+    fleet.load(&path).unwrap();
+    let id = fleet.list()[0].id.clone();
+    fleet
+        .command(adf::protocol::Command::SendChat { agent: id.clone(), r#loop: "main".into(), text: "go".into() })
+        .unwrap();
+    wait("the model's turn", || model.requests().len() >= 2).await;
+    let results = sent_results(&model, 1);
+    assert!(results[0].contains("binding_id") && results[1].contains("binding_id"), "{results:?}");
+    assert!(results[2].contains("Host process stream binding is not enabled"), "{results:?}");
+    assert!(results[3].contains("Binding not found: no-such-binding"), "{results:?}");
+    // Both end at their thresholds, each said with its reason.
+    let mut seen: Vec<(String, String)> = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !(seen.iter().any(|(t, _)| t == "max_bytes") && seen.iter().any(|(t, _)| t == "idle_timeout_ms")) {
+        let item = tokio::time::timeout_at(deadline, sub.next()).await.expect("two thresholds within 10 s").unwrap();
+        if let Item::Event(e) = item
+            && e.event.event_type == "binding.threshold_exceeded"
+        {
+            let p = &e.event.payload;
+            seen.push((p["threshold"].as_str().unwrap_or("").into(), p["observed"].to_string()));
+        }
+    }
+    wait("both bindings gone", || fleet.mesh.bindings.of(&id).is_empty()).await;
+    // From code: bind, unbind by the id it gave, then the same id again.
+    let addr = adf::runtime::mesh::server::serve(fleet.mesh.clone(), "127.0.0.1", 0).await.unwrap().to_string();
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/agents/limits/ctl")).await.unwrap();
+    let answer = loop {
+        match tokio::time::timeout(Duration::from_secs(10), ws.next()).await.unwrap() {
+            Some(Ok(Message::Text(t))) => break t.to_string(),
+            Some(Ok(_)) => continue,
+            other => panic!("{other:?}"),
+        }
+    };
+    let v: Value = serde_json::from_str(&answer).unwrap();
+    assert!(v["id"].as_str().is_some_and(|s| !s.is_empty()), "{v}");
+    assert!(v["unbound"].to_string().contains("true"), "{v}");
+    assert!(v["again"].to_string().contains("Binding not found"), "{v}");
+    assert!(fleet.mesh.bindings.of(&id).is_empty());
+    fleet.shutdown().await;
 }
