@@ -108,6 +108,9 @@ async fn public_and_shared_files_are_served_with_etags_and_ranges_and_nothing_el
         "/agents/site/notes/%2E%2E/secret.md",
         "/agents/site/notes%5C..%5Csecret.md",
         "/agents/site/notes//plan.md",
+        "/agents/site//secret.md",
+        "/agents/site///etc/passwd",
+        "http://127.0.0.1/agents/site/../site/secret.md",
     ] {
         let got = raw(&addr, target).await;
         assert!(!got.contains("do not serve"), "{target}: {got}");

@@ -201,7 +201,7 @@ async fn serve(
     handle: String,
     rest: String,
 ) -> Response {
-    let rest = rest.trim_start_matches('/').to_string();
+    // `//x` names an empty segment, refused like any other.
     if !clean(&rest) || rest.starts_with('/') {
         return json_reply(400, json!({"error": "a path segment that is empty, `.`, `..` or has a backslash"}));
     }

@@ -241,6 +241,15 @@ pub struct Sockets {
 
 impl Sockets {
     pub fn insert(&self, s: Arc<Socket>) {
+        // An outbound socket whose keeping was stopped while it was being
+        // made (its agent unloaded mid-reconnect) is closed, not listed.
+        if s.direction == Direction::Outbound
+            && let Some(cfg) = &s.config_id
+            && !self.kept(&s.agent_id, cfg)
+        {
+            s.close(1000, "agent stopped");
+            return;
+        }
         if let Ok(mut m) = self.map.write() {
             m.insert(s.id.clone(), s);
         }
