@@ -413,26 +413,7 @@ async fn containers_run_agents_commands_in_their_own_places() {
     // A stream binding's process end in the agent's own container: its
     // output pumped to a TCP socket on the host; the shared container's is
     // refused without the owner's gate.
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = l.local_addr().unwrap().port();
-    let got = Arc::new(std::sync::Mutex::new(Vec::new()));
-    {
-        let g = got.clone();
-        tokio::spawn(async move {
-            while let Ok((mut s, _)) = l.accept().await {
-                let g = g.clone();
-                tokio::spawn(async move {
-                    let mut buf = vec![0u8; 4096];
-                    while let Ok(n) = tokio::io::AsyncReadExt::read(&mut s, &mut buf).await {
-                        if n == 0 {
-                            break;
-                        }
-                        g.lock().unwrap().extend_from_slice(&buf[..n]);
-                    }
-                });
-            }
-        });
-    }
+    let (port, got) = collector(None).await;
     let bpath = d.join("binder.adf");
     let mut bs = agent(d, "binder", json!({"enabled": true}));
     bs.config_set(

@@ -39,32 +39,6 @@ async fn echo_server() -> u16 {
     port
 }
 
-/// A TCP server that keeps what it gets.
-async fn collector(l: Option<tokio::net::TcpListener>) -> (u16, Arc<std::sync::Mutex<Vec<u8>>>) {
-    let l = match l {
-        Some(l) => l,
-        None => tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
-    };
-    let port = l.local_addr().unwrap().port();
-    let got = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let g = got.clone();
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = l.accept().await {
-            let g = g.clone();
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 4096];
-                while let Ok(n) = s.read(&mut buf).await {
-                    if n == 0 {
-                        break;
-                    }
-                    g.lock().unwrap().extend_from_slice(&buf[..n]);
-                }
-            });
-        }
-    });
-    (port, got)
-}
-
 /// The tests set ADF_HOME for the process: one at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 

@@ -253,3 +253,29 @@ impl adf::runtime::executor::Owner for Approve {
         Box::pin(async { None })
     }
 }
+
+/// A TCP server that keeps what it gets.
+pub async fn collector(l: Option<tokio::net::TcpListener>) -> (u16, std::sync::Arc<std::sync::Mutex<Vec<u8>>>) {
+    let l = match l {
+        Some(l) => l,
+        None => tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+    };
+    let port = l.local_addr().unwrap().port();
+    let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let g = got.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let g = g.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                while let Ok(n) = tokio::io::AsyncReadExt::read(&mut s, &mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    g.lock().unwrap().extend_from_slice(&buf[..n]);
+                }
+            });
+        }
+    });
+    (port, got)
+}
