@@ -248,9 +248,18 @@ async fn agents_on_two_runtimes_authenticate_by_did_and_send_over_the_socket() {
             json!({"id": "hub", "url": url, "did": hub_did, "reconnect_delay_ms": 200}),
         )]),
         Reply::Tools(vec![("ws_connections".into(), json!({}))]),
-        Reply::Tools(vec![("msg_send".into(), json!({"recipient": hub_did, "content": "over the socket"}))]),
+        // The hub's HTTP address too: the open socket is still preferred.
+        Reply::Tools(vec![(
+            "msg_send".into(),
+            json!({"recipient": hub_did, "address": format!("http://{hub_addr}/agents/hub/inbox"), "content": "over the socket"}),
+        )]),
         Reply::Text("done".into()),
         Reply::Tools(vec![("ws_disconnect".into(), json!({"id": "hub"}))]),
+        // No socket now: the address carries it (the mesh answers 202).
+        Reply::Tools(vec![(
+            "msg_send".into(),
+            json!({"recipient": hub_did, "address": format!("http://{hub_addr}/agents/hub/inbox"), "content": "over http"}),
+        )]),
         Reply::Tools(vec![("ws_connections".into(), json!({}))]),
         Reply::Text("closed".into()),
     ];
@@ -271,7 +280,10 @@ async fn agents_on_two_runtimes_authenticate_by_did_and_send_over_the_socket() {
     let results = sent_results(&model, model.requests().len() - 1);
     assert!(results.iter().any(|r| r.contains("Connected. connection_id:")), "{results:?}");
     assert!(results.iter().any(|r| r.contains(&hub_did) && r.contains("outbound")), "{results:?}");
-    assert!(results.iter().any(|r| r.contains("Message sent")), "{results:?}");
+    assert!(
+        results.iter().any(|r| r.contains("Message sent") && r.contains("Status: delivered.")),
+        "over the socket, not HTTP: {results:?}"
+    );
     // The hub sees an inbound socket from alice's proven DID.
     let alice_did = alice_rt.mesh.find(&alice_id).unwrap().did();
     let inbound = hub_rt.mesh.sockets.of(&hub_id);
@@ -291,9 +303,11 @@ async fn agents_on_two_runtimes_authenticate_by_did_and_send_over_the_socket() {
         })
         .unwrap();
     wait("the hub's socket to close", || hub_rt.mesh.sockets.of(&hub_id).is_empty()).await;
-    wait("alice's second turn", || model.requests().len() >= 7).await;
-    let last = sent_results(&model, 6);
+    wait("alice's second turn", || model.requests().len() >= 8).await;
+    let last = sent_results(&model, 7);
     assert!(last.iter().any(|r| r.contains("Disconnected.")), "{last:?}");
+    assert!(last.iter().any(|r| r.contains("Message sent") && r.contains("Status: 202.")), "then over HTTP: {last:?}");
+    wait("the HTTP message in the hub's inbox", || inbox().iter().any(|r| r["content"] == "over http")).await;
     assert!(last.last().unwrap().contains("No active WebSocket connections."), "{last:?}");
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     assert!(hub_rt.mesh.sockets.of(&hub_id).is_empty(), "a disconnected config does not come back");
