@@ -23,12 +23,7 @@ fn agent(dir: &std::path::Path, name: &str, host_access: bool) -> Store {
     )
     .unwrap();
     let mut cfg = s.config_value().unwrap();
-    for t in cfg["tools"].as_array_mut().unwrap() {
-        if matches!(t["name"].as_str(), Some("compute_exec" | "fs_transfer")) {
-            t["enabled"] = json!(true);
-            t["visible"] = json!(true);
-        }
-    }
+    enable_tools_where(&mut cfg, |n| matches!(n, "compute_exec" | "fs_transfer"));
     cfg["compute"]["host_access"] = json!(host_access);
     s.config_replace(cfg).unwrap();
     s

@@ -31,12 +31,7 @@ fn agent(dir: &std::path::Path, name: &str, compute: Value) -> Store {
     )
     .unwrap();
     let mut cfg = s.config_value().unwrap();
-    for t in cfg["tools"].as_array_mut().unwrap() {
-        if matches!(t["name"].as_str(), Some("compute_exec" | "fs_transfer")) {
-            t["enabled"] = json!(true);
-            t["visible"] = json!(true);
-        }
-    }
+    enable_tools_where(&mut cfg, |n| matches!(n, "compute_exec" | "fs_transfer"));
     cfg["compute"] = compute;
     cfg["limits"]["execution_timeout_ms"] = json!(120_000);
     s.config_replace(cfg).unwrap();
@@ -423,12 +418,7 @@ async fn containers_run_agents_commands_in_their_own_places() {
     )
     .unwrap();
     let mut cfg = bs.config_value().unwrap();
-    for t in cfg["tools"].as_array_mut().unwrap() {
-        if t["name"] == "stream_bind" {
-            t["enabled"] = json!(true);
-            t["visible"] = json!(true);
-        }
-    }
+    enable_tools_where(&mut cfg, |n| n == "stream_bind");
     bs.config_replace(cfg).unwrap();
     bs.close().unwrap();
     let model = Arc::new(Scripted::new(vec![

@@ -104,12 +104,7 @@ async fn bindings_pump_bytes_between_sockets_processes_and_events_within_the_gat
         )
         .unwrap();
         let mut cfg = s.config_value().unwrap();
-        for t in cfg["tools"].as_array_mut().unwrap() {
-            if t["name"].as_str().is_some_and(|n| n.starts_with("stream_")) {
-                t["enabled"] = json!(true);
-                t["visible"] = json!(true);
-            }
-        }
+        enable_tools_where(&mut cfg, |n| n.starts_with("stream_"));
         s.config_replace(cfg).unwrap();
         s.close().unwrap();
     }
@@ -302,12 +297,7 @@ async fn thresholds_unbind_and_the_host_process_gate() {
         )
         .unwrap();
         let mut cfg = s.config_value().unwrap();
-        for t in cfg["tools"].as_array_mut().unwrap() {
-            if t["name"].as_str().is_some_and(|n| n.starts_with("stream_")) {
-                t["enabled"] = json!(true);
-                t["visible"] = json!(true);
-            }
-        }
+        enable_tools_where(&mut cfg, |n| n.starts_with("stream_"));
         s.config_replace(cfg).unwrap();
         s.close().unwrap();
     }

@@ -279,3 +279,14 @@ pub async fn collector(l: Option<tokio::net::TcpListener>) -> (u16, std::sync::A
     });
     (port, got)
 }
+
+/// Enable and show the declared tools whose names `pick` takes (their
+/// other flags, `restricted` among them, stay as they are).
+pub fn enable_tools_where(cfg: &mut serde_json::Value, pick: impl Fn(&str) -> bool) {
+    for t in cfg["tools"].as_array_mut().into_iter().flatten() {
+        if t["name"].as_str().is_some_and(&pick) {
+            t["enabled"] = serde_json::json!(true);
+            t["visible"] = serde_json::json!(true);
+        }
+    }
+}
