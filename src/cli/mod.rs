@@ -22,7 +22,9 @@ mod mcp;
 mod meta;
 mod msg;
 mod output;
+mod peers;
 mod remote;
+mod remotes;
 mod repair;
 mod scenario;
 mod skills;
@@ -39,7 +41,7 @@ pub use output::Out;
 
 /// Run and manage AI agents that each live in one .adf file.
 #[derive(Debug, Parser)]
-#[command(name = "adf", version, about, propagate_version = true, args_conflicts_with_subcommands = true)]
+#[command(name = "adf", version, about, propagate_version = true)]
 pub struct Cli {
     /// Print machine-readable JSON instead of text.
     #[arg(long, global = true)]
@@ -48,6 +50,10 @@ pub struct Cli {
     /// for the fleet, else http://127.0.0.1:7385).
     #[arg(long, short = 'u', global = true, env = "ADF_DAEMON_URL")]
     pub url: Option<String>,
+    /// A daemon of `adf remote ls` by name, with its token (repeatable, or
+    /// `all`: `adf agents` then lists every host's agents).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub remote: Vec<String>,
     /// Terminal app: draw below the prompt instead of on the alternate screen.
     #[arg(long)]
     pub inline: bool,
@@ -383,6 +389,21 @@ pub enum Command {
     /// Channel adapters: add (Telegram), ls, rm; status through the daemon.
     #[command(subcommand)]
     Adapters(adapters::AdaptersCmd),
+    /// Other runtimes this one can message, found by mDNS, the tailnet
+    /// sweep (`tailscale status`) and manual host:port entries (`add`,
+    /// `rm`), with their source and when they were last seen; from the
+    /// fleet's daemon when one runs.
+    Peers {
+        #[command(subcommand)]
+        cmd: Option<peers::PeersCmd>,
+        /// Sweep now (the daemon sweeps every 45 s).
+        #[arg(long)]
+        refresh: bool,
+    },
+    /// Daemons on other machines by name (`--remote NAME`): ls (with
+    /// whether each answers), add NAME URL [--token-file F], rm NAME.
+    #[command(subcommand)]
+    Remote(remotes::RemoteCmd),
     /// Daemon tokens with a role (owner, approver, observer): new, ls, rm.
     #[command(subcommand)]
     Token(token::TokenCmd),
@@ -596,7 +617,25 @@ pub fn usage_since(s: &str) -> anyhow::Result<String> {
 
 pub fn run(cli: Cli) -> anyhow::Result<u8> {
     let out = Out::new(cli.json);
-    let url = cli.url.as_deref();
+    // `--remote`: one names the daemon (and its token); several list
+    // their agents together.
+    let mut url_owned = cli.url.clone();
+    if !cli.remote.is_empty() {
+        if url_owned.is_some() && std::env::var("ADF_DAEMON_URL").map_or(true, |e| Some(e) != cli.url) {
+            anyhow::bail!("--remote and --url both name a daemon: give one");
+        }
+        let picked = crate::client::remotes::pick(&cli.remote)?;
+        match (&picked[..], &cli.command) {
+            ([], _) => anyhow::bail!("no remotes to talk to (adf remote add NAME URL)"),
+            ([one], _) => {
+                crate::client::Client::use_remote(&one.url, one.token()?.map(|(t, _)| t));
+                url_owned = Some(one.url.clone());
+            }
+            (many, Some(Command::Agents) | None) => return remotes::agents(&out, many),
+            (_, _) => anyhow::bail!("this command talks to one daemon: name one remote (--remote NAME)"),
+        }
+    }
+    let url = url_owned.as_deref();
     // An agent named on the command line (not a file): for the daemon.
     let arg = |p: &PathBuf| p.display().to_string();
     // A path that names a file which is not there is a typo, not an agent
@@ -754,6 +793,8 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Some(Command::Budget { cmd }) => return usage::budget(&out, cmd.as_ref()).map(|()| 0),
         Some(Command::Compute { cmd }) => return compute::run(&out, cmd.as_ref()).map(|()| 0),
         Some(Command::Token(cmd)) => return token::run(&out, cmd).map(|()| 0),
+        Some(Command::Remote(cmd)) => return remotes::run(&out, cmd),
+        Some(Command::Peers { cmd, refresh }) => return peers::run(&out, url, cmd.as_ref(), *refresh),
         Some(Command::Fork { src, at_row, dst }) => return clone::fork(&out, src, at_row, dst).map(|()| 0),
         Some(Command::Lint { path, stale_days }) => {
             missing(path)?;
@@ -841,7 +882,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
                 files: Vec::new(),
                 paths: cli.paths.clone(),
                 daemon: cli.daemon,
-                url: cli.url.clone(),
+                url: url.map(str::to_string),
             })?;
             return Ok(0);
         }

@@ -8,6 +8,8 @@
 use reqwest::Method;
 use serde_json::Value;
 
+pub mod remotes;
+
 pub const DEFAULT_URL: &str = "http://127.0.0.1:7385";
 
 #[derive(Debug, thiserror::Error)]
@@ -21,6 +23,9 @@ pub enum ClientError {
     #[error("bad URL {0}")]
     BadUrl(String),
 }
+
+/// The remote `--remote` named: its URL and token.
+static REMOTE: std::sync::OnceLock<(String, Option<String>)> = std::sync::OnceLock::new();
 
 pub struct Client {
     pub base: String,
@@ -41,11 +46,18 @@ impl Client {
     }
 
     pub fn new(base: &str) -> Client {
-        Client {
-            base: base.trim_end_matches('/').to_string(),
-            token: crate::daemon::token::for_client(),
-            http: crate::providers::http_client(),
-        }
+        let base = base.trim_end_matches('/').to_string();
+        let token = match REMOTE.get() {
+            Some((url, token)) if *url == base => token.clone(),
+            _ => crate::daemon::token::for_client(),
+        };
+        Client { base, token, http: crate::providers::http_client() }
+    }
+
+    /// This process talks to a remote (`--remote NAME`): clients of its URL
+    /// send its token instead of the local one.
+    pub fn use_remote(url: &str, token: Option<String>) {
+        let _ = REMOTE.set((url.trim_end_matches('/').to_string(), token));
     }
 
     /// Whether a daemon was named explicitly or is known to run here.
@@ -106,7 +118,7 @@ impl Client {
     }
 }
 
-fn root_cause(e: &reqwest::Error) -> String {
+pub(crate) fn root_cause(e: &reqwest::Error) -> String {
     let mut s: &dyn std::error::Error = e;
     while let Some(src) = s.source() {
         s = src;

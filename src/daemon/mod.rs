@@ -413,8 +413,11 @@ pub async fn serve_with(
             let host = if lan { "0.0.0.0" } else { "127.0.0.1" };
             match crate::runtime::mesh::server::serve(fleet.mesh.clone(), host, p).await {
                 Ok(addr) => {
+                    // Runtimes on the tailnet and the manual entries are
+                    // swept for (every 45 s).
+                    crate::runtime::mesh::sweep::start(&fleet.mesh, addr.port());
                     // LAN agents are announced, and other runtimes found, by mDNS.
-                    if lan {
+                    if lan && crate::runtime::mesh::mdns::enabled() {
                         match crate::runtime::mesh::mdns::start(fleet.mesh.clone(), addr.port()) {
                             Ok(d) => discovery = Some(d),
                             Err(e) => eprintln!("adf daemon: no LAN discovery: {e}"),

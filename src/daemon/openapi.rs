@@ -34,6 +34,14 @@ pub const ROUTES: &[Route] = &[
     r("get", "/openapi.json", "This document"),
     r("get", "/whoami", "The role of this request's token (owner, approver or observer) and the mesh server's URL"),
     q(
+        r(
+            "get",
+            "/peers",
+            "Other runtimes found by mDNS, the tailnet sweep and manual entries (refresh=true sweeps first)",
+        ),
+        &["refresh:boolean"],
+    ),
+    q(
         r("get", "/events", "Server-sent events: the fleet's event stream"),
         &["agentId:string", "since:integer", "types:string"],
     ),

@@ -75,6 +75,7 @@ pub fn router(_s: AppState) -> Router<AppState> {
         .route("/runtime/usage", get(runtime_usage))
         .route("/usage", get(ledger_usage))
         .route("/whoami", get(whoami))
+        .route("/peers", get(peers))
         .route("/diagnostics", get(diagnostics))
         .merge(resources::router())
         .merge(super::mcp::router())
@@ -292,6 +293,22 @@ async fn runtime_usage(State(s): State<AppState>) -> ApiResult {
 async fn whoami(State(s): State<AppState>, axum::Extension(role): axum::Extension<super::roles::Role>) -> Json<Value> {
     let mesh = s.fleet.lock().await.mesh.base_url();
     Json(json!({"role": role, "mesh": mesh}))
+}
+
+/// The peer table: other runtimes found by mDNS, the tailnet sweep and
+/// the manual entries, each with its source and when it was last seen;
+/// `refresh=true` sweeps first (`adf peers --refresh`).
+async fn peers(State(s): State<AppState>, Query(q): Q) -> ApiResult {
+    let refresh = match q.get("refresh").map(String::as_str) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => return Err(ApiError::bad(format!("refresh must be true or false, got \"{other}\""))),
+    };
+    let mesh = s.fleet.lock().await.mesh.clone();
+    if refresh {
+        mesh.sweep_now().await;
+    }
+    Ok(Json(mesh.peers_report().await))
 }
 
 /// The app-wide ledger (`adf usage --by … --json` through the daemon).

@@ -199,12 +199,15 @@ pub fn run_with(opts: Options, factory: ProviderFactory) -> anyhow::Result<()> {
                 }
                 // Agents of other runtimes reach this fleet's agents here;
                 // a taken port range only means no inbound mesh.
-                let _ = crate::runtime::mesh::server::serve(
+                if let Ok(addr) = crate::runtime::mesh::server::serve(
                     fleet.mesh.clone(),
                     "127.0.0.1",
                     crate::runtime::mesh::server::DEFAULT_PORT,
                 )
-                .await;
+                .await
+                {
+                    crate::runtime::mesh::sweep::start(&fleet.mesh, addr.port());
+                }
                 Backend::Local(bound.serve(fleet, dir.clone())?)
             }
         };

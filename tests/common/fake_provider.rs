@@ -66,9 +66,14 @@ pub struct FakeProvider {
 
 impl FakeProvider {
     pub async fn start(script: Vec<Scripted>) -> Self {
+        Self::start_on("127.0.0.1:0", script).await
+    }
+
+    /// Listening on `addr` (a test host's bridge, say).
+    pub async fn start_on(addr: &str, script: Vec<Scripted>) -> Self {
         let shared = Shared { script: Arc::new(Mutex::new(script.into())), seen: Default::default() };
         let app = axum::Router::new().fallback(handle).with_state(shared.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod fake_provider;
+pub mod hosts;
 pub mod provider_rules;
 
 use std::path::{Path, PathBuf};

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use mdns_sd::{ServiceDaemon, ServiceEvent, ServiceInfo};
 
 use super::Mesh;
+use super::peers::Sighting;
 
 pub const SERVICE: &str = "_adf-runtime._tcp.local.";
 
@@ -32,6 +33,15 @@ impl Drop for Discovery {
     }
 }
 
+/// Is mDNS on (`"mdnsDiscovery": false` in settings.json turns it off, on
+/// a network where multicast is unwelcome)?
+pub fn enabled() -> bool {
+    crate::providers::accounts::load()
+        .ok()
+        .and_then(|s| s.extra.get("mdnsDiscovery").and_then(serde_json::Value::as_bool))
+        != Some(false)
+}
+
 /// The peer URL of a resolved service, unless it is this runtime.
 pub fn peer_url(own_runtime: &str, runtime_id: Option<&str>, v4: &[std::net::Ipv4Addr], port: u16) -> Option<String> {
     if runtime_id == Some(own_runtime) {
@@ -44,12 +54,28 @@ pub fn peer_url(own_runtime: &str, runtime_id: Option<&str>, v4: &[std::net::Ipv
 /// A service resolved to `url`. It resolves again as its addresses arrive
 /// (loopback first, the LAN address later): the mesh keeps one peer per
 /// service, the latest, so its goodbye removes all of it.
-fn resolved(mesh: &Mesh, known: &mut HashMap<String, String>, fullname: &str, url: String) {
-    mesh.add_peer(&url, "mdns");
+fn resolved(mesh: &Mesh, known: &mut HashMap<String, String>, fullname: &str, url: String, seen: Sighting<'_>) {
+    mesh.with_peers(|t| t.upsert(&url, "mdns", seen));
     if let Some(old) = known.insert(fullname.to_string(), url.clone())
         && old != url
     {
         mesh.remove_peer(&old, "mdns");
+    }
+}
+
+/// A service resolved: a peer, unless it is this runtime, with what its TXT
+/// record says of it.
+fn on_resolved(mesh: &Mesh, known: &mut HashMap<String, String>, own: &str, r: &mdns_sd::ResolvedService) {
+    let id = r.get_property_val_str("runtime_id");
+    let v4: Vec<_> = r.get_addresses_v4().into_iter().collect();
+    if let Some(url) = peer_url(own, id, &v4, r.port) {
+        let seen = Sighting {
+            runtime_id: id,
+            runtime_did: r.get_property_val_str("runtime_did"),
+            host: Some(r.host.trim_end_matches('.')),
+            at: Some(chrono::Utc::now().timestamp_millis()),
+        };
+        resolved(mesh, known, &r.fullname, url, seen);
     }
 }
 
@@ -83,12 +109,7 @@ pub fn start(mesh: Arc<Mesh>, port: u16) -> Result<Discovery, String> {
             while let Ok(ev) = rx.recv() {
                 let Some(mesh) = weak.upgrade() else { break };
                 match ev {
-                    ServiceEvent::ServiceResolved(r) => {
-                        let v4: Vec<_> = r.get_addresses_v4().into_iter().collect();
-                        if let Some(url) = peer_url(&own, r.get_property_val_str("runtime_id"), &v4, r.port) {
-                            resolved(&mesh, &mut known, &r.fullname, url);
-                        }
-                    }
+                    ServiceEvent::ServiceResolved(r) => on_resolved(&mesh, &mut known, &own, &r),
                     ServiceEvent::ServiceRemoved(_, fullname) => {
                         if let Some(url) = known.remove(&fullname) {
                             mesh.remove_peer(&url, "mdns");
@@ -102,6 +123,25 @@ pub fn start(mesh: Arc<Mesh>, port: u16) -> Result<Discovery, String> {
     Ok(Discovery { daemon, fullname })
 }
 
+/// Browse (without announcing) for `wait`, adding what answers to the
+/// mesh's peers: `adf peers` when no daemon runs. `Err` says why mDNS is
+/// not available here.
+pub fn browse_for(mesh: &Mesh, wait: std::time::Duration) -> Result<(), String> {
+    let daemon = ServiceDaemon::new().map_err(|e| format!("mDNS unavailable: {e}"))?;
+    let rx = daemon.browse(SERVICE).map_err(|e| format!("mDNS browse: {e}"))?;
+    let deadline = std::time::Instant::now() + wait;
+    let mut known: HashMap<String, String> = Default::default();
+    while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+        match rx.recv_timeout(left) {
+            Ok(ServiceEvent::ServiceResolved(r)) => on_resolved(mesh, &mut known, &mesh.runtime_id, &r),
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    let _ = daemon.shutdown();
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,9 +150,11 @@ mod tests {
     fn a_service_that_resolves_again_stays_one_peer() {
         let mesh = Mesh::with_runtime(crate::runtime::bus::Bus::new(), Default::default(), ("me".into(), None));
         let mut known = HashMap::new();
-        resolved(&mesh, &mut known, "adf-you._adf-runtime._tcp.local.", "http://127.0.0.1:7295".into());
-        resolved(&mesh, &mut known, "adf-you._adf-runtime._tcp.local.", "http://192.168.1.7:7295".into());
-        resolved(&mesh, &mut known, "adf-you._adf-runtime._tcp.local.", "http://192.168.1.7:7295".into());
+        let name = "adf-you._adf-runtime._tcp.local.";
+        let seen = || Sighting { runtime_id: Some("you"), ..Default::default() };
+        resolved(&mesh, &mut known, name, "http://127.0.0.1:7295".into(), seen());
+        resolved(&mesh, &mut known, name, "http://192.168.1.7:7295".into(), seen());
+        resolved(&mesh, &mut known, name, "http://192.168.1.7:7295".into(), seen());
         assert_eq!(mesh.peers(), vec![("http://192.168.1.7:7295".to_string(), "mdns")]);
     }
 

@@ -9,10 +9,12 @@ pub mod api;
 pub mod card;
 pub mod ingress;
 pub mod mdns;
+pub mod peers;
 pub mod send;
 mod serve;
 pub mod serve_bench;
 pub mod server;
+pub mod sweep;
 pub mod ws;
 
 use std::collections::BTreeMap;
@@ -146,9 +148,11 @@ pub struct Mesh {
     pub runtime_id: String,
     pub runtime_did: Option<String>,
     base_url: RwLock<Option<String>>,
-    /// Peer runtimes (`http://host:port`) and where they came from
-    /// (`manual`, `mdns`).
-    peers: RwLock<Vec<(String, &'static str)>>,
+    /// Peer runtimes (`http://host:port`), where they came from (`mdns`,
+    /// `manual`, `tailnet`) and when they were last seen.
+    peers: RwLock<peers::PeerTable>,
+    /// The tailnet and manual-peer sweep (`sweep.rs`), one at a time.
+    sweeper: tokio::sync::Mutex<sweep::Sweeper>,
     pub http: reqwest::Client,
     pub bus: Arc<Bus>,
     started: std::time::Instant,
@@ -185,21 +189,12 @@ impl Mesh {
         states: Arc<Mutex<BTreeMap<String, String>>>,
         runtime: (String, Option<String>),
     ) -> Arc<Self> {
-        // Manually listed peer runtimes: `meshPeers` in settings.json and
-        // `ADF_MESH_PEERS` (comma-separated `http://host:port`).
-        let mut peers: Vec<String> = crate::providers::accounts::load()
-            .ok()
-            .and_then(|s| s.extra.get("meshPeers").and_then(|v| v.as_array()).cloned())
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|v| v.as_str().map(|p| p.trim().trim_end_matches('/').to_string()))
-            .collect();
-        if let Ok(env) = std::env::var("ADF_MESH_PEERS") {
-            peers.extend(env.split(',').map(|p| p.trim().trim_end_matches('/').to_string()));
+        // Manually listed peer runtimes (`meshPeers` in settings.json,
+        // `ADF_MESH_PEERS`) are routes from the start; the sweep probes them.
+        let mut table = peers::PeerTable::default();
+        for url in sweep::manual_peers(server::DEFAULT_PORT).0 {
+            table.upsert(&url, "manual", Default::default());
         }
-        peers.retain(|p| !p.is_empty());
-        peers.dedup();
-        let peers = peers.into_iter().map(|p| (p, "manual")).collect();
         crate::providers::install_crypto();
         let http = reqwest::Client::builder()
             .timeout(std::time::Duration::from_secs(15))
@@ -211,7 +206,8 @@ impl Mesh {
             runtime_id: runtime.0,
             runtime_did: runtime.1,
             base_url: RwLock::new(None),
-            peers: RwLock::new(peers),
+            peers: RwLock::new(table),
+            sweeper: Default::default(),
             http,
             bus,
             started: std::time::Instant::now(),
@@ -325,25 +321,73 @@ impl Mesh {
         }
     }
 
+    /// One route per known peer runtime: `(url, source)`.
     pub fn peers(&self) -> Vec<(String, &'static str)> {
-        self.peers.read().map(|p| p.clone()).unwrap_or_default()
+        self.peers.read().map(|p| p.routes()).unwrap_or_default()
     }
 
-    /// Add a peer runtime found by `source` (the first source wins).
+    /// Every row of the peer table, each with the route that shadows it
+    /// (another source's row for the same runtime), if any.
+    pub fn peer_rows(&self) -> Vec<peers::Peer> {
+        self.peers.read().map(|p| p.list()).unwrap_or_default()
+    }
+
+    /// The peer table as `adf peers` and `GET /peers` show it.
+    pub async fn peers_report(&self) -> serde_json::Value {
+        let rows: Vec<serde_json::Value> = self
+            .peers
+            .read()
+            .map(|t| {
+                t.list()
+                    .iter()
+                    .map(|r| {
+                        let mut v = serde_json::to_value(r).unwrap_or_default();
+                        v["route"] = t.shadowed_by(r).is_none().into();
+                        if let Some(o) = t.shadowed_by(r) {
+                            v["shadowed_by"] = o.url.clone().into();
+                        }
+                        v
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let sw = self.sweeper.lock().await;
+        serde_json::json!({
+            "runtime_id": self.runtime_id,
+            "peers": rows,
+            "tailnet": sw.tailnet,
+            "bad_manual": sw.bad_manual,
+            "backing_off": sw.backing_off(),
+            "last_sweep": sw.last_sweep,
+        })
+    }
+
+    /// Change the peer table.
+    pub fn with_peers<T>(&self, f: impl FnOnce(&mut peers::PeerTable) -> T) -> Option<T> {
+        self.peers.write().ok().map(|mut t| f(&mut t))
+    }
+
+    /// Add a peer runtime found by `source`.
     pub fn add_peer(&self, url: &str, source: &'static str) {
-        if let Ok(mut p) = self.peers.write() {
-            let url = url.trim_end_matches('/').to_string();
-            if !p.iter().any(|(u, _)| *u == url) {
-                p.push((url, source));
-            }
-        }
+        self.with_peers(|t| t.upsert(url, source, Default::default()));
     }
 
     /// Forget a peer that `source` found (it went away).
     pub fn remove_peer(&self, url: &str, source: &'static str) {
-        if let Ok(mut p) = self.peers.write() {
-            p.retain(|(u, s)| !(u == url && *s == source));
+        self.with_peers(|t| t.remove(url, source));
+    }
+
+    /// The mesh server listens on `port`: the sweep probes tailnet
+    /// machines there (and on the default port).
+    pub fn set_sweep_port(&self, port: u16) {
+        if let Ok(mut s) = self.sweeper.try_lock() {
+            s.set_own_port(port);
         }
+    }
+
+    /// Sweep the tailnet and the manual entries now (`sweep.rs`).
+    pub async fn sweep_now(&self) {
+        self.sweeper.lock().await.sweep(self).await;
     }
 
     pub fn uptime_secs(&self) -> u64 {

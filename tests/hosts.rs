@@ -1,0 +1,447 @@
+//! Runtimes on separate hosts (issue 23): each daemon in a Linux network
+//! namespace of its own, with its own address on a private bridge the test
+//! makes (`common::hosts`), both on the default ports as on real machines.
+//! The tailnet sweep reads a fake `tailscale` that prints the hosts'
+//! addresses; a runtime it finds is messaged, signed and encrypted, across
+//! the bridge. Needs root and iproute2: without them these tests say so and
+//! pass, unless `ADF_REQUIRE_NETNS=1` (CI) makes that a failure.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use common::fake_provider::{FakeProvider, Scripted, anthropic_text, anthropic_tool};
+use common::hosts::Lan;
+use common::{adf_home, fails, json, ok, tmp};
+use serde_json::{Value, json};
+
+const TOKEN: &str = "hosts-test-token-0123456789abcdef";
+
+/// Make the test hosts, or say why not (a failure where CI requires them).
+fn lan(n: usize) -> Option<Lan> {
+    match Lan::new(n) {
+        Ok(l) => Some(l),
+        Err(e) if std::env::var("ADF_REQUIRE_NETNS").is_ok_and(|v| v == "1") => panic!("test hosts: {e}"),
+        Err(e) => {
+            eprintln!("skipped: no network namespaces here ({e})");
+            None
+        }
+    }
+}
+
+/// A daemon inside test host `i`, its API and mesh on the default ports of
+/// that host's own address.
+struct Host {
+    child: Child,
+    api: String,
+    mesh: String,
+    http: reqwest::Client,
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn(lan: &Lan, i: usize, home: &Path, env: &[(&str, String)]) -> Host {
+    let info = home.join("data/agents/.daemon.json");
+    let _ = std::fs::remove_file(&info);
+    let child = lan
+        .command(i, Path::new(env!("CARGO_BIN_EXE_adf")))
+        .args(["daemon", "--host", "0.0.0.0"])
+        .env("ADF_HOME", home)
+        .env("ADF_DAEMON_TOKEN", TOKEN)
+        .env("ANTHROPIC_API_KEY", "sk-test")
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let v = common::daemon_info(&home.join("data/agents"), Duration::from_secs(30));
+    let mesh = v["mesh"].as_str().expect("the mesh server listens").to_string();
+    assert!(mesh.ends_with(":7295"), "the mesh on its default port: {mesh}");
+    Host {
+        child,
+        api: format!("http://{}:7385", lan.addr(i)),
+        mesh: format!("http://{}:7295", lan.addr(i)),
+        http: adf::providers::http_client(),
+    }
+}
+
+impl Host {
+    async fn get(&self, path: &str) -> Value {
+        let r = self.http.get(format!("{}{path}", self.api)).bearer_auth(TOKEN).send().await.unwrap();
+        let s = r.status();
+        let v: Value = r.json().await.unwrap_or(Value::Null);
+        assert!(s.is_success(), "GET {path}: {s} {v}");
+        v
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Value {
+        let r = self.http.post(format!("{}{path}", self.api)).bearer_auth(TOKEN).json(&body).send().await.unwrap();
+        let s = r.status();
+        let v: Value = r.json().await.unwrap_or(Value::Null);
+        assert!(s.is_success(), "POST {path}: {s} {v}");
+        v
+    }
+
+    async fn wait(&self, path: &str, what: &str, ok: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let v = self.get(path).await;
+            if ok(&v) {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "{what}: {v}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// A fleet home with LAN agents (so its mesh listens beyond loopback).
+fn home(dir: &Path, name: &str, agents: &[&str]) -> PathBuf {
+    let home = dir.join(name);
+    let fleet = home.join("data/agents");
+    std::fs::create_dir_all(&fleet).unwrap();
+    for a in agents {
+        let f = format!("{a}.adf");
+        ok(&adf_home(&home, &fleet, &["new", &f, "--provider", "anthropic", "--model", "m"]));
+        ok(&adf_home(&home, &fleet, &["config", "set", &f, "messaging.visibility", "lan"]));
+        ok(&adf_home(&home, &fleet, &["config", "set", &f, "security.level", "2"]));
+    }
+    home
+}
+
+fn did_of(home: &Path, agent: &str) -> String {
+    let fleet = home.join("data/agents");
+    json(&adf_home(home, &fleet, &["inspect", &format!("{agent}.adf"), "--json"]))["did"].as_str().unwrap().to_string()
+}
+
+/// A fake `tailscale` whose `status --json` prints `status` (rewritten by
+/// the test as machines come and go); its folder goes first on PATH.
+fn fake_tailscale(dir: &Path, status: &Value) -> (PathBuf, String) {
+    let bin = dir.join("tsbin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let file = dir.join("tailscale-status.json");
+    std::fs::write(&file, status.to_string()).unwrap();
+    let script = bin.join("tailscale");
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\n[ \"$1 $2\" = \"status --json\" ] || exit 2\ncat '{}'\n", file.display()),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (file, format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default()))
+}
+
+fn machine(host: &str, ip: &str, online: bool) -> Value {
+    json!({"HostName": host, "DNSName": format!("{host}.tail0.ts.net."), "TailscaleIPs": [ip, "fd7a:115c:a1e0::99"], "Online": online})
+}
+
+fn row<'a>(peers: &'a Value, url: &str, source: &str) -> Option<&'a Value> {
+    peers["peers"].as_array().unwrap().iter().find(|p| p["url"] == url && p["source"] == source)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tailnet_sweep_finds_a_runtime_on_another_host_and_its_agents_are_messaged_there() {
+    let Some(lan) = lan(2) else { return };
+    let dir = tmp();
+    let (ha, hb) = (home(dir.path(), "a", &["a"]), home(dir.path(), "b", &["b"]));
+    // b does not wake on its inbox (no model reaches host 1).
+    ok(&adf_home(&hb, &hb.join("data/agents"), &["config", "set", "b.adf", "triggers.on_inbox.enabled", "false"]));
+    let (a_did, b_did) = (did_of(&ha, "a"), did_of(&hb, "b"));
+    // The tailnet as host 0 sees it: itself is not a peer; host 1 runs adf;
+    // a machine nobody answers for; one offline (never probed).
+    let status = json!({"Self": machine("ant", &lan.addr(0), true), "Peer": {
+        "n1": machine("bee-box", &lan.addr(1), true),
+        "n2": machine("ghost", &lan.nobody(), true),
+        "n3": machine("sleeper", &format!("{}.251", lan.prefix), false),
+        "n0": machine("ant-again", &lan.addr(0), true),
+    }});
+    let (status_file, path) = fake_tailscale(dir.path(), &status);
+    // Host 0 does not use mDNS here (it would find host 1 across the
+    // bridge and route through that: the next test).
+    std::fs::create_dir_all(ha.join("config")).unwrap();
+    std::fs::write(ha.join("config/settings.json"), r#"{"mdnsDiscovery": false}"#).unwrap();
+    let b_host = spawn(&lan, 1, &hb, &[]);
+    let to_b = json!({"recipient": b_did, "address": format!("{}/agents/b/inbox", b_host.mesh), "content": "hello across", "subject": "hosts"});
+    let fake = FakeProvider::start_on(
+        &format!("{}:0", lan.gateway()),
+        vec![
+            Scripted::sse(anthropic_tool("t1", "msg_send", &to_b.to_string())),
+            Scripted::sse(anthropic_tool("t2", "agent_discover", r#"{"scope":"all"}"#)),
+            Scripted::sse(anthropic_text(&["done"], 5, 1)),
+        ],
+    )
+    .await;
+    let a_host = spawn(&lan, 0, &ha, &[("PATH", path), ("ANTHROPIC_BASE_URL", fake.base_url.clone())]);
+
+    // The sweep (at start, and now on request) found host 1 by its tailnet
+    // address and nothing else.
+    let peers = a_host.get("/peers?refresh=true").await;
+    let b_url = b_host.mesh.clone();
+    let b_row = row(&peers, &b_url, "tailnet").unwrap_or_else(|| panic!("host 1 in {peers}"));
+    let b_runtime = b_row["runtime_id"].as_str().unwrap().to_string();
+    assert!(!b_runtime.is_empty() && b_runtime != peers["runtime_id"], "{peers}");
+    assert_eq!(
+        (b_row["host"].clone(), b_row["route"].clone(), b_row["error"].clone()),
+        (json!("bee-box"), json!(true), Value::Null)
+    );
+    assert!(b_row["last_seen"].as_i64().unwrap() > 0);
+    let listed: Vec<&str> = peers["peers"].as_array().unwrap().iter().filter_map(|p| p["url"].as_str()).collect();
+    assert!(
+        listed.iter().all(|u| !u.contains(&lan.addr(0)) && !u.contains(&lan.nobody()) && !u.contains(".251")),
+        "only runtimes that answered are listed (not itself, the silent or the offline machine): {peers}"
+    );
+    assert_eq!(peers["tailnet"]["state"], "ok");
+    assert_eq!(peers["tailnet"]["machines"], 3, "the three online machines: {peers}");
+    // The silent machine backs off 30 s, its own address five minutes.
+    let quiet = |u: &str| {
+        peers["backing_off"].as_array().unwrap().iter().find(|q| q["url"] == u).cloned().unwrap_or(Value::Null)
+    };
+    let ghost = quiet(&format!("http://{}:7295", lan.nobody()));
+    assert!((1..=30).contains(&ghost["seconds"].as_u64().unwrap_or(0)), "{peers}");
+    let itself = quiet(&format!("http://{}:7295", lan.addr(0)));
+    assert!(itself["seconds"].as_u64().unwrap_or(0) > 240, "{peers}");
+    assert_eq!(itself["why"], "this runtime");
+
+    // a messages b on the other host, signed and encrypted, and finds it
+    // with agent_discover(all) as a tailnet peer.
+    a_host.post("/agents/a/chat", json!({"text": "write to b"})).await;
+    let a_loop = a_host.wait("/agents/a/loop?limit=500", "a's turn ends", |v| v.to_string().contains("done")).await;
+    let b_in = b_host.wait("/agents/b/inbox", "b's inbox", |v| !v["messages"].as_array().unwrap().is_empty()).await;
+    let msg = &b_in["messages"][0];
+    assert_eq!((msg["content"].clone(), msg["from"].clone()), (json!("hello across"), json!(a_did)));
+    let meta: Value = serde_json::from_str(msg["meta"].as_str().unwrap_or("{}")).unwrap();
+    assert_eq!((meta["message_verified"].clone(), meta["payload_encrypted"].clone()), (json!(true), json!(true)));
+    let original: Value = serde_json::from_str(msg["original_message"].as_str().unwrap()).unwrap();
+    assert_eq!(original["payload"]["content_type"], "application/x-adf-encrypted", "it crossed the bridge encrypted");
+    let found = a_loop["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r["content"].as_array().cloned().unwrap_or_default())
+        .find(|b| b["tool_use_id"] == "t2")
+        .expect("the discover result");
+    let cards: Value = serde_json::from_str(found["content"].as_str().unwrap()).unwrap();
+    let b_card =
+        cards.as_array().unwrap().iter().find(|c| c["handle"] == "b").unwrap_or_else(|| panic!("b in {cards}"));
+    assert_eq!((b_card["source"].clone(), b_card["card_verified"].clone()), (json!("tailnet"), json!(true)));
+    assert_eq!(b_card["did"], b_did.as_str());
+
+    // Host 1 leaves the tailnet: still listed after one quiet sweep,
+    // expired after the second.
+    let mut gone = status.clone();
+    gone["Peer"].as_object_mut().unwrap().remove("n1");
+    std::fs::write(&status_file, gone.to_string()).unwrap();
+    let once = a_host.get("/peers?refresh=true").await;
+    assert!(row(&once, &b_url, "tailnet").is_some(), "one missed sweep keeps it: {once}");
+    let twice = a_host.get("/peers?refresh=true").await;
+    assert!(row(&twice, &b_url, "tailnet").is_none(), "two expire it: {twice}");
+    // A tailscale that fails says so, and nothing else changes.
+    std::fs::write(&status_file, "tailscaled is not running").unwrap();
+    let broken = a_host.get("/peers?refresh=true").await;
+    assert_eq!(broken["tailnet"]["state"], "error", "{broken}");
+    assert!(broken["tailnet"]["detail"].as_str().unwrap().contains("not JSON"), "{broken}");
+    drop(a_host);
+    drop(b_host);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mdns_across_the_bridge_wins_over_the_tailnet_route() {
+    let Some(lan) = lan(2) else { return };
+    let dir = tmp();
+    let (ha, hb) = (home(dir.path(), "a", &["a"]), home(dir.path(), "b", &["b"]));
+    let (_, path) = fake_tailscale(dir.path(), &json!({"Peer": {"n1": machine("bee-box", &lan.addr(1), true)}}));
+    let b_host = spawn(&lan, 1, &hb, &[]);
+    let a_host = spawn(&lan, 0, &ha, &[("PATH", path)]);
+    let (b_tail, deadline) = (b_host.mesh.clone(), Instant::now() + Duration::from_secs(20));
+    let peers = loop {
+        let p = a_host.get("/peers?refresh=true").await;
+        if p["peers"].as_array().unwrap().iter().any(|r| r["source"] == "mdns") && row(&p, &b_tail, "tailnet").is_some()
+        {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "mDNS found nothing across the bridge: {p}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    let m = peers["peers"].as_array().unwrap().iter().find(|r| r["source"] == "mdns").unwrap();
+    let t = row(&peers, &b_tail, "tailnet").unwrap();
+    assert_eq!(m["runtime_id"], t["runtime_id"], "one runtime, two sources: {peers}");
+    assert_eq!((m["route"].clone(), t["route"].clone()), (json!(true), json!(false)), "{peers}");
+    assert_eq!(t["shadowed_by"], m["url"]);
+    assert!(m["url"].as_str().unwrap().contains(&lan.addr(1)), "its announced LAN address: {peers}");
+    drop(a_host);
+    drop(b_host);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manual_peers_on_other_hosts_are_probed_and_listed_without_a_daemon() {
+    let Some(lan) = lan(2) else { return };
+    let dir = tmp();
+    let (ha, hb) = (home(dir.path(), "a", &[]), home(dir.path(), "b", &["b"]));
+    let b_host = spawn(&lan, 1, &hb, &[]);
+    let fleet = ha.join("data/agents");
+    // Three entries: the runtime on host 1; a port there nothing listens
+    // on; an address nobody has.
+    for p in [lan.addr(1), format!("{}:7999", lan.addr(1)), format!("http://{}:7295/", lan.nobody())] {
+        ok(&adf_home(&ha, &fleet, &["peers", "add", &p]));
+    }
+    let run = lan
+        .command(0, Path::new(env!("CARGO_BIN_EXE_adf")))
+        .args(["peers", "--json"])
+        .env("ADF_HOME", &ha)
+        .env("PATH", "/usr/bin:/bin")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let peers = json(&run);
+    assert!(peers["from"].is_null(), "no daemon: swept from here: {peers}");
+    let b = row(&peers, &b_host.mesh, "manual").unwrap_or_else(|| panic!("{peers}"));
+    assert!(b["runtime_id"].as_str().is_some_and(|r| !r.is_empty()) && b["last_seen"].as_i64().is_some(), "{peers}");
+    let refused = row(&peers, &format!("http://{}:7999", lan.addr(1)), "manual").unwrap();
+    assert_eq!((refused["error"].clone(), refused["route"].clone()), (json!("connection refused"), json!(true)));
+    let silent = row(&peers, &format!("http://{}:7295", lan.nobody()), "manual").unwrap();
+    assert_eq!(silent["error"], "timed out", "{peers}");
+    assert_eq!(peers["tailnet"]["state"], "absent", "no tailscale on this PATH: {peers}");
+    // mDNS across the bridge may have found host 1 too: then it carries the
+    // traffic and the manual row says it is the same runtime.
+    if let Some(m) = peers["peers"].as_array().unwrap().iter().find(|p| p["source"] == "mdns") {
+        assert_eq!(m["runtime_id"], b["runtime_id"], "{peers}");
+        assert_eq!(b["shadowed_by"], m["url"], "{peers}");
+    }
+    // The text table says the same to a person.
+    let text = lan
+        .command(0, Path::new(env!("CARGO_BIN_EXE_adf")))
+        .args(["peers"])
+        .env("ADF_HOME", &ha)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = ok(&text);
+    assert!(
+        text.contains("SOURCE") && text.contains("connection refused") && text.contains("no daemon runs"),
+        "{text}"
+    );
+    drop(b_host);
+}
+
+#[test]
+fn peers_add_and_rm_keep_settings_and_refuse_what_is_not_host_port() {
+    let dir = tmp();
+    let home = dir.path().join("h");
+    std::fs::create_dir_all(&home).unwrap();
+    let settings = home.join("config/settings.json");
+    let added = json(&adf_home(&home, dir.path(), &["peers", "add", "box.tail0.ts.net", "--json"]));
+    assert_eq!(added["meshPeers"], json!(["http://box.tail0.ts.net:7295"]));
+    assert_eq!(added["changed"], true);
+    let again = json(&adf_home(&home, dir.path(), &["peers", "add", "http://box.tail0.ts.net:7295/", "--json"]));
+    assert_eq!(again["changed"], false, "the same entry written another way");
+    let before = std::fs::read(&settings).unwrap();
+    for bad in ["ftp://box", "box:99999", "box/agents", "user@box"] {
+        fails(&adf_home(&home, dir.path(), &["peers", "add", bad]), &["settings.json unchanged"]);
+    }
+    fails(&adf_home(&home, dir.path(), &["peers", "rm", "other:7295"]), &["not a manual peer", "unchanged"]);
+    assert_eq!(std::fs::read(&settings).unwrap(), before, "bad input changed nothing");
+    let rm = json(&adf_home(&home, dir.path(), &["peers", "rm", "box.tail0.ts.net", "--json"]));
+    assert_eq!(rm["meshPeers"], json!([]));
+}
+
+/// `adf` in the test's own network namespace, with `home`'s settings.
+fn adf_at(home: &Path, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_adf"))
+        .args(args)
+        .env("ADF_HOME", home)
+        .env_remove("ADF_DAEMON_URL")
+        .env_remove("ADF_DAEMON_TOKEN")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remotes_name_daemons_on_other_hosts_with_their_tokens() {
+    let Some(lan) = lan(2) else { return };
+    let dir = tmp();
+    let (ha, hb) = (home(dir.path(), "a", &["ann"]), home(dir.path(), "b", &["bob", "bea"]));
+    let (host_a, host_b) = (spawn(&lan, 0, &ha, &[]), spawn(&lan, 1, &hb, &[]));
+    // The owner's own machine: a home of its own, the tokens in files.
+    let me = dir.path().join("me");
+    std::fs::create_dir_all(&me).unwrap();
+    let token_file = me.join("token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    let wrong = me.join("wrong");
+    std::fs::write(&wrong, "not-the-token-at-all-0123456789").unwrap();
+    let tf = token_file.to_str().unwrap();
+    ok(&adf_at(&me, &["remote", "add", "ant", &host_a.api, "--token-file", tf], &[]));
+    ok(&adf_at(&me, &["remote", "add", "bee", &host_b.api], &[]));
+    ok(&adf_at(&me, &["remote", "add", "liar", &host_b.api, "--token-file", wrong.to_str().unwrap()], &[]));
+    let down = format!("http://{}:7999", lan.addr(1));
+    ok(&adf_at(&me, &["remote", "add", "down", &down], &[]));
+    // Nothing of the token is in settings.json.
+    let settings = std::fs::read_to_string(me.join("config/settings.json")).unwrap();
+    assert!(!settings.contains(TOKEN) && settings.contains("tokenFile"), "{settings}");
+    // bee's token from the environment.
+    let env = [("ADF_DAEMON_TOKEN_BEE", TOKEN)];
+    let ls = json(&adf_at(&me, &["remote", "ls", "--json"], &env));
+    let by = |n: &str| ls["remotes"].as_array().unwrap().iter().find(|r| r["name"] == n).cloned().unwrap();
+    assert_eq!((by("ant")["ok"].clone(), by("ant")["role"].clone()), (json!(true), json!("owner")), "{ls}");
+    assert_eq!(by("ant")["token"], tf);
+    assert_eq!((by("bee")["ok"].clone(), by("bee")["token"].clone()), (json!(true), json!("ADF_DAEMON_TOKEN_BEE")));
+    assert_eq!(by("liar")["ok"], false, "a wrong token: {ls}");
+    assert_eq!(by("down")["ok"], false, "nothing listens: {ls}");
+    assert!(by("down")["status"].as_str().unwrap().contains("no daemon answers"), "{ls}");
+    assert!(!ls.to_string().contains(TOKEN), "ls never shows a token");
+
+    // One remote: a daemon command goes there with its token.
+    let st = json(&adf_at(&me, &["--remote", "bee", "status", "bob", "--json"], &env));
+    assert!(st.to_string().contains("bob") || st["state"].is_string(), "{st}");
+    // Several: their agents side by side; a host that does not answer is
+    // named, and the exit status says so.
+    let both = adf_at(&me, &["--remote", "ant", "--remote", "bee", "agents", "--json"], &env);
+    let v = json(&both);
+    let names: Vec<(String, String)> = v["remotes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|h| {
+            h["agents"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| (h["name"].as_str().unwrap().to_string(), a["name"].as_str().unwrap().to_string()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(names.len(), 3, "{v}");
+    assert!(names.contains(&("ant".into(), "ann".into())) && names.contains(&("bee".into(), "bea".into())), "{v}");
+    let all = adf_at(&me, &["--remote", "all", "agents"], &env);
+    assert_eq!(all.status.code(), Some(1), "liar and down fail");
+    let text = String::from_utf8_lossy(&all.stdout);
+    assert!(text.contains("REMOTE") && text.contains("bob"), "{text}");
+    let err = String::from_utf8_lossy(&all.stderr);
+    assert!(err.contains("remote down:") && err.contains("remote liar:"), "{err}");
+
+    // Bad input: a clear line, settings unchanged.
+    let before = std::fs::read(me.join("config/settings.json")).unwrap();
+    fails(&adf_at(&me, &["--remote", "nope", "agents"], &[]), &["no remote named \"nope\""]);
+    fails(&adf_at(&me, &["remote", "add", "ant", "http://x:1"], &[]), &["exists already"]);
+    fails(&adf_at(&me, &["remote", "add", "All", "http://x:1"], &[]), &["remote name"]);
+    fails(&adf_at(&me, &["remote", "add", "x", "x:1"], &[]), &["not a daemon URL"]);
+    fails(
+        &adf_at(&me, &["remote", "add", "y", "http://x:1", "--token-file", "/no/such/file"], &[]),
+        &["/no/such/file"],
+    );
+    fails(&adf_at(&me, &["--remote", "ant", "--remote", "bee", "status", "bob"], &[]), &["name one remote"]);
+    fails(&adf_at(&me, &["remote", "rm", "nope"], &[]), &["no remote named"]);
+    assert_eq!(std::fs::read(me.join("config/settings.json")).unwrap(), before);
+    ok(&adf_at(&me, &["remote", "rm", "liar"], &[]));
+    drop(host_a);
+    drop(host_b);
+}
