@@ -23,7 +23,7 @@ KbdInteractiveAuthentication no
 UsePAM no
 StrictModes no
 PidFile $DIR/sshd.pid
-AcceptEnv LANG LC_*
+AcceptEnv LANG LC_* ADF_HOME
 CONF
 /usr/sbin/sshd -f "$DIR/sshd_config" -E "$DIR/sshd.log"
 for _ in $(seq 1 50); do

@@ -151,7 +151,9 @@ export function hello(req: any) {
 export function add(req) { return { status: 201, body: { got: req.body, method: req.method, path: req.path } }; }
 export function text() { return "plain words"; }
 export function boom() { throw new Error("the route broke"); }
-export function spin() { while (true) {} }
+// Nested, so no single loop reaches the sandbox's iteration cap (a
+// bare while(true) ends there, quicker than the time limit on a fast machine).
+export function spin() { while (true) { for (let i = 0; i < 1000; i++) {} } }
 let n = 0;
 export function count() { n += 1; return { n }; }
 export function stamp(req) { return { at: Math.random(), path: req.path }; }

@@ -246,3 +246,79 @@ async fn a_dropped_ssh_connection_mid_turn() {
     .await
     .unwrap();
 }
+
+/// `adf` with `home` as its ADF_HOME and `path` first on PATH.
+fn adf_via(home: &Path, path: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_adf"))
+        .args(args)
+        .env("ADF_HOME", home)
+        .env("PATH", format!("{}:{}", path.display(), std::env::var("PATH").unwrap_or_default()))
+        .env_remove("ADF_DAEMON_URL")
+        .env_remove("ADF_DAEMON_TOKEN")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[test]
+#[ignore = "needs the sshd of .ci/sshd.sh (ADF_SSH_PORT, ADF_SSH_KEY)"]
+fn an_ssh_remote_reaches_the_far_daemon_through_a_tunnel_with_its_token() {
+    let port = std::env::var("ADF_SSH_PORT").expect("ADF_SSH_PORT");
+    let key = std::env::var("ADF_SSH_KEY").expect("ADF_SSH_KEY");
+    let user = std::env::var("ADF_SSH_USER").unwrap_or_else(|_| "root".into());
+    let started = std::time::SystemTime::now();
+    let dir = tmp();
+    // The far side: a fleet with a daemon (on this machine, reached through
+    // the sshd as if it were another).
+    let far = dir.path().join("far");
+    let fleet = far.join("data/agents");
+    std::fs::create_dir_all(&fleet).unwrap();
+    ok(&adf_home(&far, &fleet, &["new", "scout.adf"]));
+    let (mut daemon, _, _) = spawn_daemon(&far, &["--no-mesh"], &[]);
+    let empty = dir.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    // The owner's ssh config names the hosts (ssh reads ~/.ssh of the
+    // passwd entry, so a wrapper hands it this config instead).
+    let cfg = dir.path().join("ssh_config");
+    let host = |name: &str, adf_home: &Path| {
+        format!(
+            "Host {name}\n  HostName 127.0.0.1\n  Port {port}\n  User {user}\n  IdentityFile {key}\n  IdentitiesOnly yes\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n  SetEnv ADF_HOME={}\n",
+            adf_home.display()
+        )
+    };
+    std::fs::write(&cfg, format!("{}{}", host("farbox", &far), host("emptybox", &empty))).unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::write(bin.join("ssh"), format!("#!/bin/sh\nexec /usr/bin/ssh -F '{}' \"$@\"\n", cfg.display())).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(bin.join("ssh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let me = dir.path().join("me");
+    std::fs::create_dir_all(&me).unwrap();
+    ok(&adf_via(&me, &bin, &["remote", "add", "far", "ssh://farbox"]));
+    ok(&adf_via(&me, &bin, &["remote", "add", "void", "ssh://emptybox"]));
+    let ls = json(&adf_via(&me, &bin, &["remote", "ls", "--json"]));
+    let by = |n: &str| ls["remotes"].as_array().unwrap().iter().find(|r| r["name"] == n).cloned().unwrap();
+    assert_eq!(
+        (by("far")["ok"].clone(), by("far")["role"].clone()),
+        (serde_json::json!(true), serde_json::json!("owner")),
+        "{ls}"
+    );
+    assert_eq!(by("far")["token"], "over ssh");
+    assert_eq!(by("void")["ok"], false);
+    assert!(by("void")["status"].as_str().unwrap().contains("no daemon runs"), "{ls}");
+    let agents = json(&adf_via(&me, &bin, &["--remote", "far", "agents", "--json"]));
+    assert!(agents.to_string().contains("scout"), "{agents}");
+    fails(&adf_via(&me, &bin, &["--remote", "void", "agents"]), &["remote void", "no daemon runs"]);
+    // Nothing is left behind: no ssh master, no control socket.
+    let left = Command::new("pgrep").args(["-f", "ssh -S .*adf-ssh-"]).output().unwrap();
+    assert!(left.stdout.is_empty(), "an ssh master outlived the command: {}", String::from_utf8_lossy(&left.stdout));
+    let sockets: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("adf-ssh-"))
+        .filter(|e| e.metadata().and_then(|m| m.modified()).is_ok_and(|t| t >= started))
+        .collect();
+    assert!(sockets.is_empty(), "control sockets left: {sockets:?}");
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+}

@@ -620,6 +620,9 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
     // `--remote`: one names the daemon (and its token); several list
     // their agents together.
     let mut url_owned = cli.url.clone();
+    // The way to the one remote named (an SSH tunnel stays open while the
+    // command or the app runs).
+    let mut _conn = None;
     if !cli.remote.is_empty() {
         if url_owned.is_some() && std::env::var("ADF_DAEMON_URL").map_or(true, |e| Some(e) != cli.url) {
             anyhow::bail!("--remote and --url both name a daemon: give one");
@@ -628,8 +631,10 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         match (&picked[..], &cli.command) {
             ([], _) => anyhow::bail!("no remotes to talk to (adf remote add NAME URL)"),
             ([one], _) => {
-                crate::client::Client::use_remote(&one.url, one.token()?.map(|(t, _)| t));
-                url_owned = Some(one.url.clone());
+                let c = one.connect()?;
+                crate::client::Client::use_remote(&c);
+                url_owned = Some(c.url().to_string());
+                _conn = Some(c);
             }
             (many, Some(Command::Agents) | None) => return remotes::agents(&out, many),
             (_, _) => anyhow::bail!("this command talks to one daemon: name one remote (--remote NAME)"),

@@ -55,7 +55,9 @@ pub fn run(out: &Out, cmd: &RemoteCmd) -> anyhow::Result<u8> {
         RemoteCmd::Ls => {
             let list = remotes::list()?;
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-            let states = rt.block_on(futures_util::future::join_all(list.iter().map(state)));
+            // Tunnels are opened first (ssh runs as a process of its own).
+            let conns: Vec<_> = list.iter().map(|r| (r, r.connect())).collect();
+            let states = rt.block_on(futures_util::future::join_all(conns.iter().map(|(r, c)| state(r, c))));
             if out.json {
                 out.json(&json!({"remotes": states}))?;
                 return Ok(0);
@@ -79,21 +81,22 @@ pub fn run(out: &Out, cmd: &RemoteCmd) -> anyhow::Result<u8> {
 
 /// One remote as `ls` shows it: its token's source (never the token) and
 /// what its daemon answers.
-async fn state(r: &Remote) -> Value {
+async fn state(r: &Remote, conn: &Result<remotes::Connection, remotes::RemoteError>) -> Value {
     let mut v = json!({"name": r.name, "url": r.url});
-    let client = match r.client() {
+    v["token"] = match r.token() {
+        Ok(Some((_, from))) => from.into(),
+        _ if r.url.starts_with("ssh:") => "over ssh".into(),
+        _ => Value::Null,
+    };
+    let conn = match conn {
         Ok(c) => c,
         Err(e) => {
-            v["token"] = Value::Null;
             v["ok"] = false.into();
-            v["status"] = format!("token: {e}").into();
+            v["status"] = e.to_string().into();
             return v;
         }
     };
-    v["token"] = match r.token() {
-        Ok(Some((_, from))) => from.into(),
-        _ => Value::Null,
-    };
+    let client = conn.client();
     let (ok, status) = match client.get(&["whoami"]).await {
         Ok(w) => {
             let agents = client.get(&["agents"]).await.ok().and_then(|a| a.as_array().map(Vec::len));
@@ -112,12 +115,13 @@ async fn state(r: &Remote) -> Value {
 /// a host that does not answer named with why (exit status 1 then).
 pub fn agents(out: &Out, list: &[Remote]) -> anyhow::Result<u8> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let answers = rt.block_on(futures_util::future::join_all(list.iter().map(|r| async move {
-        let got = match r.client() {
-            Ok(c) => c.get(&["agents"]).await.map_err(|e| e.to_string()),
+    let conns: Vec<_> = list.iter().map(|r| (r, r.connect())).collect();
+    let answers = rt.block_on(futures_util::future::join_all(conns.iter().map(|(r, c)| async move {
+        let got = match c {
+            Ok(c) => c.client().get(&["agents"]).await.map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
         };
-        (r, got)
+        (*r, got)
     })));
     let mut hosts = Vec::new();
     let mut rows = Vec::new();

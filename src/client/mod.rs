@@ -9,6 +9,7 @@ use reqwest::Method;
 use serde_json::Value;
 
 pub mod remotes;
+pub mod ssh;
 
 pub const DEFAULT_URL: &str = "http://127.0.0.1:7385";
 
@@ -24,12 +25,15 @@ pub enum ClientError {
     BadUrl(String),
 }
 
-/// The remote `--remote` named: its URL and token.
-static REMOTE: std::sync::OnceLock<(String, Option<String>)> = std::sync::OnceLock::new();
+/// The remote `--remote` named: its URL, token and Host.
+static REMOTE: std::sync::OnceLock<remotes::Fields> = std::sync::OnceLock::new();
 
 pub struct Client {
     pub base: String,
     token: Option<String>,
+    /// The `Host` header to send (a daemon reached through a tunnel
+    /// answers only to its own address).
+    host: Option<String>,
     http: reqwest::Client,
 }
 
@@ -47,17 +51,18 @@ impl Client {
 
     pub fn new(base: &str) -> Client {
         let base = base.trim_end_matches('/').to_string();
-        let token = match REMOTE.get() {
-            Some((url, token)) if *url == base => token.clone(),
-            _ => crate::daemon::token::for_client(),
+        let (token, host) = match REMOTE.get() {
+            Some(r) if r.url == base => (r.token.clone(), r.host.clone()),
+            _ => (crate::daemon::token::for_client(), None),
         };
-        Client { base, token, http: crate::providers::http_client() }
+        Client { base, token, host, http: crate::providers::http_client() }
     }
 
     /// This process talks to a remote (`--remote NAME`): clients of its URL
-    /// send its token instead of the local one.
-    pub fn use_remote(url: &str, token: Option<String>) {
-        let _ = REMOTE.set((url.trim_end_matches('/').to_string(), token));
+    /// send its token (and, through a tunnel, its Host) instead of the
+    /// local ones.
+    pub fn use_remote(conn: &remotes::Connection) {
+        let _ = REMOTE.set(conn.clone_fields());
     }
 
     /// Whether a daemon was named explicitly or is known to run here.
@@ -84,7 +89,11 @@ impl Client {
     }
 
     pub fn request(&self, method: Method, url: reqwest::Url) -> reqwest::RequestBuilder {
-        let r = self.http.request(method, url);
+        let mut r = self.http.request(method, url);
+        // Through a tunnel: the name the far daemon answers to.
+        if let Some(h) = &self.host {
+            r = r.header(reqwest::header::HOST, h);
+        }
         match &self.token {
             Some(t) => r.bearer_auth(t),
             None => r,

@@ -29,7 +29,7 @@ pub enum RemoteError {
         "remote name {0:?}: 1 to 32 of a-z, 0-9, - and _, starting with a letter or digit (\"all\" means every remote)"
     )]
     BadName(String),
-    #[error("{url:?} is not a daemon URL ({why}): use http://host:port or https://host")]
+    #[error("{url:?} is not a daemon URL ({why}): use http://host:port, https://host or ssh://[user@]host")]
     BadUrl { url: String, why: String },
     #[error("no remote named {0:?} (adf remote ls lists them)")]
     Unknown(String),
@@ -37,6 +37,8 @@ pub enum RemoteError {
     Exists(String),
     #[error("{}: {why}", path.display())]
     TokenFile { path: PathBuf, why: String },
+    #[error("remote {name}: {err}")]
+    Ssh { name: String, err: super::ssh::SshError },
 }
 
 /// `[a-z0-9][a-z0-9_-]{0,31}`, not `all`.
@@ -51,10 +53,14 @@ pub fn check_name(name: &str) -> Result<(), RemoteError> {
 }
 
 /// A daemon's base URL, as the URL parser reads it: http or https, a
-/// host, no path, query or user.
+/// host, no path, query or user; or `ssh://[user@]host[:port]`.
 pub fn check_url(raw: &str) -> Result<String, RemoteError> {
     let bad = |why: &str| RemoteError::BadUrl { url: raw.to_string(), why: why.to_string() };
     let u = url::Url::parse(raw.trim()).map_err(|e| bad(&e.to_string()))?;
+    if u.scheme() == "ssh" {
+        super::ssh::destination(raw.trim()).map_err(|e| bad(&e.to_string()))?;
+        return Ok(raw.trim().trim_end_matches('/').to_string());
+    }
     if !matches!(u.scheme(), "http" | "https") {
         return Err(bad(&format!("the scheme is {}", u.scheme())));
     }
@@ -168,11 +174,51 @@ impl Remote {
         }
     }
 
-    /// A client of this remote's daemon, with its token.
-    pub fn client(&self) -> Result<super::Client, RemoteError> {
-        let mut c = super::Client::new(&self.url);
-        c.token = self.token()?.map(|(t, _)| t);
-        Ok(c)
+    /// Reach this remote's daemon: at its URL, or through an SSH tunnel
+    /// (kept open as long as the connection is), with its token (an
+    /// `ssh://` remote's from the far side unless set here).
+    pub fn connect(&self) -> Result<Connection, RemoteError> {
+        let token = self.token()?.map(|(t, _)| t);
+        if !self.url.starts_with("ssh:") {
+            let f = Fields { url: self.url.clone(), token, host: None };
+            return Ok(Connection { f, _tunnel: None });
+        }
+        let t = super::ssh::open(&self.url).map_err(|err| RemoteError::Ssh { name: self.name.clone(), err })?;
+        let f = Fields { url: t.url.clone(), token: token.or_else(|| t.token.clone()), host: Some(t.host.clone()) };
+        Ok(Connection { f, _tunnel: Some(t) })
+    }
+}
+
+/// Where and how to reach a remote daemon.
+#[derive(Debug, Clone)]
+pub struct Fields {
+    pub url: String,
+    pub token: Option<String>,
+    /// The `Host` to send (the far daemon's own address, through a tunnel).
+    pub host: Option<String>,
+}
+
+/// A way to a remote daemon (the tunnel, for an `ssh://` one, closes when
+/// this is dropped).
+pub struct Connection {
+    f: Fields,
+    _tunnel: Option<super::ssh::Tunnel>,
+}
+
+impl Connection {
+    pub fn url(&self) -> &str {
+        &self.f.url
+    }
+
+    pub fn clone_fields(&self) -> Fields {
+        self.f.clone()
+    }
+
+    pub fn client(&self) -> super::Client {
+        let mut c = super::Client::new(&self.f.url);
+        c.token = self.f.token.clone();
+        c.host = self.f.host.clone();
+        c
     }
 }
 
@@ -191,7 +237,10 @@ mod tests {
         assert_eq!(check_url("http://10.0.0.2:7385/").unwrap(), "http://10.0.0.2:7385");
         assert_eq!(check_url("https://hub.example.org").unwrap(), "https://hub.example.org");
         assert_eq!(check_url("http://[fd00::1]:7385").unwrap(), "http://[fd00::1]:7385");
-        for bad in ["10.0.0.2:7385", "ftp://x", "http://x/agents", "http://u:p@x:1", "http://x:1?q", "nonsense"] {
+        assert_eq!(check_url("ssh://me@box:2222").unwrap(), "ssh://me@box:2222");
+        for bad in
+            ["10.0.0.2:7385", "ftp://x", "http://x/agents", "http://u:p@x:1", "http://x:1?q", "nonsense", "ssh://-oX"]
+        {
             assert!(check_url(bad).is_err(), "{bad:?}");
         }
         assert_eq!(token_var("vps-1"), "ADF_DAEMON_TOKEN_VPS_1");
