@@ -71,10 +71,14 @@ impl Lan {
         format!("{}.1", self.prefix)
     }
 
-    /// `program args…` inside host `i`.
+    /// `program args…` inside host `i`, under a host name of its own
+    /// (`adf-host-<i>`, in a UTS namespace of its own: mDNS announces it).
     pub fn command(&self, i: usize, program: &Path) -> Command {
         let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.hosts[i]]).arg(program);
+        c.args(["netns", "exec", &self.hosts[i], "unshare", "--uts", "--", "sh", "-c"])
+            .arg(r#"hostname "$1" && shift && exec "$@""#)
+            .args(["sh", &format!("adf-host-{i}")])
+            .arg(program);
         c
     }
 }
