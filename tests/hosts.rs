@@ -445,3 +445,97 @@ async fn remotes_name_daemons_on_other_hosts_with_their_tokens() {
     drop(host_a);
     drop(host_b);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adf_move_takes_an_agent_to_another_host_and_its_old_address_relays() {
+    let Some(lan) = lan(2) else { return };
+    let dir = tmp();
+    // Host 1 has a LAN agent of its own, so its mesh listens on its address.
+    let (ha, hb) = (home(dir.path(), "a", &["mover", "stayer"]), home(dir.path(), "b", &["anchor"]));
+    // One owner on both machines (the recovery phrase restored on host 1,
+    // as people do), so the moved file's sealed key opens there.
+    let shown = json(&adf_home(&ha, dir.path(), &["identity", "show", "--phrase", "--yes", "--json"]));
+    let phrase = shown["phrase"].as_str().unwrap_or_else(|| panic!("{shown}")).to_string();
+    let restore = std::process::Command::new(env!("CARGO_BIN_EXE_adf"))
+        .args(["identity", "restore"])
+        .env("ADF_HOME", &hb)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(format!("{phrase}\n").as_bytes())?;
+            c.wait()
+        })
+        .unwrap();
+    assert!(restore.success());
+    // mover keeps its messages for the test (no model on either host).
+    ok(&adf_home(&ha, &ha.join("data/agents"), &["config", "set", "mover.adf", "triggers.on_inbox.enabled", "false"]));
+    let did = did_of(&ha, "mover");
+    let (host_a, host_b) = (spawn(&lan, 0, &ha, &[]), spawn(&lan, 1, &hb, &[]));
+    // Host 0's owner names host 1 (token from the environment) and one
+    // that does not answer.
+    let adf0 = |args: &[&str]| {
+        lan.command(0, Path::new(env!("CARGO_BIN_EXE_adf")))
+            .args(args)
+            .env("ADF_HOME", &ha)
+            .env("ADF_DAEMON_TOKEN", TOKEN)
+            .env("ADF_DAEMON_TOKEN_BEE", TOKEN)
+            .env("ADF_DAEMON_TOKEN_DOWN", TOKEN)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    ok(&adf0(&["remote", "add", "bee", &host_b.api]));
+    ok(&adf0(&["remote", "add", "down", &format!("http://{}:7999", lan.addr(1))]));
+    let before = std::fs::read(ha.join("data/agents/mover.adf")).unwrap();
+
+    // A remote that does not answer: nothing stops, nothing moves.
+    fails(&adf0(&["move", "mover", "--to", "down"]), &["mover was not moved", "down"]);
+    let here = host_a.get("/agents").await;
+    assert!(here.to_string().contains("\"mover\""), "still here: {here}");
+
+    let moved = json(&adf0(&["move", "mover", "--to", "bee", "--json"]));
+    assert_eq!(moved["did"], did.as_str(), "{moved}");
+    let relay = format!("http://{}:7295/agents/mover/inbox", lan.addr(1));
+    assert_eq!(moved["relayFrom"], relay.as_str(), "{moved}");
+    // It runs on host 1 with the same identity; host 0 lists it no more
+    // and keeps its file aside, byte for byte what it was.
+    let there = host_b.wait("/agents", "mover on host 1", |v| v.to_string().contains("\"mover\"")).await;
+    let id =
+        there.as_array().unwrap().iter().find(|a| a["name"] == "mover").unwrap()["id"].as_str().unwrap().to_string();
+    let card = reqwest::get(format!("{}/agents/mover/card", host_b.mesh)).await.unwrap().json::<Value>().await.unwrap();
+    assert_eq!(card["did"], did.as_str(), "{card}");
+    let here = host_a.get("/agents").await;
+    assert!(!here.to_string().contains("\"mover\"") && here.to_string().contains("\"stayer\""), "{here}");
+    let kept = ha.join("data/agents/mover.adf.moved");
+    assert_eq!(std::fs::read(&kept).unwrap(), before, "the file here is kept as it was");
+    assert!(!ha.join("data/agents/mover.adf").exists());
+    let fwd = host_a.get("/agents/forwards").await;
+    assert_eq!(fwd["forwards"][0]["to"], relay.as_str(), "{fwd}");
+
+    // A peer that still writes to the old address reaches it on host 1.
+    let key = ed25519_dalek::SigningKey::from_bytes(&[7u8; 32]);
+    let msg = common::message_from(&key, &did, "still finds you", 2);
+    let r = reqwest::Client::new().post(format!("{}/agents/mover/inbox", host_a.mesh)).json(&msg).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 202, "relayed and taken: {}", r.text().await.unwrap_or_default());
+    let inbox = host_b
+        .wait(&format!("/agents/{id}/inbox"), "the relayed message", |v| {
+            v["messages"].as_array().is_some_and(|m| !m.is_empty())
+        })
+        .await;
+    assert_eq!(inbox["messages"][0]["content"], "still finds you");
+    // What host 1 refuses, the old address refuses the same way.
+    let r = reqwest::Client::new().post(format!("{}/agents/mover/inbox", host_a.mesh)).json(&msg).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 409, "a replay, refused by the new host");
+
+    // The daemon here keeps relaying after a restart (`.moved.json`).
+    drop(host_a);
+    let host_a = spawn(&lan, 0, &ha, &[]);
+    let again = common::message_from(&key, &did, "after a restart", 2);
+    let r =
+        reqwest::Client::new().post(format!("{}/agents/mover/inbox", host_a.mesh)).json(&again).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 202);
+    drop(host_a);
+    drop(host_b);
+}

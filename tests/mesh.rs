@@ -14,7 +14,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use adf::identity::message;
 use adf::store::identity::did_key;
 use common::fake_provider::*;
 use common::*;
@@ -151,19 +150,6 @@ fn did_of(home: &Path, agent: &str) -> String {
 
 fn meta(row: &Value) -> Value {
     serde_json::from_str(row["meta"].as_str().unwrap_or("{}")).unwrap()
-}
-
-/// A message from a key of the test's own, to `to`, signed (and
-/// encrypted when `level` is 2).
-fn message_from(key: &SigningKey, to: &str, content: &str, level: u8) -> Value {
-    let from = did_key(&key.verifying_key());
-    let id = adf::store::create::nanoid(20);
-    let mut m = json!({"version": "1.0", "network": "devnet", "id": id, "timestamp": adf::store::now_iso(),
-        "from": from, "to": to, "reply_to": "http://127.0.0.1:9/agents/t/inbox", "meta": {},
-        "payload": {"sender_alias": "tester", "parent_id": null, "content": content, "attachments": [],
-            "sent_at": adf::store::now_iso()}});
-    message::egress(&mut m, Some(key), level, true).unwrap();
-    m
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

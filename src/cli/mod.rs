@@ -20,6 +20,7 @@ mod logs;
 mod loops;
 mod mcp;
 mod meta;
+mod moves;
 mod msg;
 mod output;
 mod peers;
@@ -399,6 +400,17 @@ pub enum Command {
         /// Sweep now (the daemon sweeps every 45 s).
         #[arg(long)]
         refresh: bool,
+    },
+    /// Move an agent to another machine's daemon (a remote): stop it here,
+    /// send its file, start it there; its DID goes with the file and the
+    /// daemon here relays what arrives at its old inbox address. The file
+    /// here is kept as FILE.moved.
+    Move {
+        /// The agent: a name of the fleet's daemon, or its file.
+        agent: String,
+        /// The remote (adf remote ls) to move it to.
+        #[arg(long, value_name = "REMOTE")]
+        to: String,
     },
     /// Daemons on other machines by name (`--remote NAME`): ls (with
     /// whether each answers), add NAME URL [--token-file F], rm NAME.
@@ -799,6 +811,10 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Some(Command::Compute { cmd }) => return compute::run(&out, cmd.as_ref()).map(|()| 0),
         Some(Command::Token(cmd)) => return token::run(&out, cmd).map(|()| 0),
         Some(Command::Remote(cmd)) => return remotes::run(&out, cmd),
+        Some(Command::Move { .. }) if !cli.remote.is_empty() => {
+            anyhow::bail!("adf move runs where the agent runs: --to names the remote it goes to")
+        }
+        Some(Command::Move { agent, to }) => return moves::run(&out, url, agent, to),
         Some(Command::Peers { cmd, refresh }) => return peers::run(&out, url, cmd.as_ref(), *refresh),
         Some(Command::Fork { src, at_row, dst }) => return clone::fork(&out, src, at_row, dst).map(|()| 0),
         Some(Command::Lint { path, stale_days }) => {

@@ -19,6 +19,7 @@ pub mod local;
 pub mod loops;
 pub mod mcp;
 pub mod memory;
+pub mod moves;
 pub mod openapi;
 pub mod resources;
 pub mod roles;
@@ -363,6 +364,8 @@ pub async fn serve_with(
     crate::store::lock::set_api(&format!("http://{host}:{}", addr.port()));
     let bus = Bus::new();
     let mut fleet = Fleet::new(bus.clone(), factory).stream_deltas(true).lenient(true);
+    // Agents that moved to another host: their old inbox address relays.
+    fleet.mesh.set_forwards(crate::runtime::mesh::forward::load_forwards(&fleet_dir));
     // Files named on the command line are the owner's choice; the fleet's
     // start only when the owner created or reviewed them.
     let canon = |p: &PathBuf| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());

@@ -48,6 +48,19 @@ pub const ROUTES: &[Route] = &[
     q(r("get", "/agents/{id}/events", "Server-sent events of one agent"), &["since:integer", "types:string"]),
     r("get", "/agents", "Loaded agents"),
     b(r("post", "/agents/load", "Load an agent file"), &["filePath:path!"]),
+    q(
+        r("post", "/agents/import", "Take in a whole agent file (the body, raw), start it here (adf move)"),
+        &["name:adfname!"],
+    ),
+    r("get", "/agents/forwards", "Agents that moved to another host, whose messages are relayed there"),
+    b(
+        r(
+            "post",
+            "/agents/forwards",
+            "Relay an agent's messages to its new host (adf move); its old file is kept as .moved",
+        ),
+        &["handle:string!", "did:string!", "to:string!", "filePath:string"],
+    ),
     q(r("get", "/agents/review", "What a file would do unattended, and whether it is reviewed"), &["filePath:path!"]),
     b(r("post", "/agents/review/accept", "Record the owner's review of a file"), &["filePath:path!"]),
     r("get", "/agents/{id}", "An agent and its config"),
@@ -258,6 +271,7 @@ fn field(spec: &str) -> (String, Value, bool) {
     let schema = match ty {
         "integer" => json!({"type": "integer", "minimum": 0, "maximum": 9_007_199_254_740_991u64}),
         "path" => json!({"type": "string", "minLength": 1}),
+        "adfname" => json!({"type": "string", "pattern": "^[A-Za-z0-9_-][A-Za-z0-9._-]{0,119}\\.adf$"}),
         "boolean" => json!({"type": "boolean"}),
         "turns" => json!({"type": "integer", "minimum": 0, "maximum": crate::store::loops::MAX_TURNS_LIMIT}),
         // Non-empty text with something besides spaces.
@@ -375,6 +389,12 @@ pub fn document() -> Value {
             }
             op["requestBody"] = json!({"required": true, "content": {"application/json": {"schema": schema}}});
             // The body is read before the route runs (`body.rs`).
+            op["responses"]["408"] = json!({"$ref": "#/components/responses/Error"});
+            op["responses"]["413"] = json!({"$ref": "#/components/responses/Error"});
+        }
+        if route.path == super::moves::IMPORT {
+            op["requestBody"] = json!({"required": true, "content": {"application/octet-stream":
+                {"schema": {"type": "string", "format": "binary"}}}});
             op["responses"]["408"] = json!({"$ref": "#/components/responses/Error"});
             op["responses"]["413"] = json!({"$ref": "#/components/responses/Error"});
         }

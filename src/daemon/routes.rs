@@ -59,6 +59,8 @@ pub fn router(_s: AppState) -> Router<AppState> {
         .route("/agents/{id}/events", get(sse::agent_events))
         .route("/agents", get(agents))
         .route("/agents/load", post(load))
+        .route(super::moves::IMPORT, post(super::moves::import))
+        .route("/agents/forwards", get(super::moves::list).post(super::moves::add))
         .route("/agents/review", get(review))
         .route("/agents/review/accept", post(review_accept))
         .route("/agents/{id}", get(agent))

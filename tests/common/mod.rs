@@ -291,3 +291,16 @@ pub fn enable_tools_where(cfg: &mut serde_json::Value, pick: impl Fn(&str) -> bo
         }
     }
 }
+
+/// A message from a key of the test's own, to `to`, signed (and
+/// encrypted when `level` is 2).
+pub fn message_from(key: &ed25519_dalek::SigningKey, to: &str, content: &str, level: u8) -> serde_json::Value {
+    let from = adf::store::identity::did_key(&key.verifying_key());
+    let id = adf::store::create::nanoid(20);
+    let mut m = serde_json::json!({"version": "1.0", "network": "devnet", "id": id, "timestamp": adf::store::now_iso(),
+        "from": from, "to": to, "reply_to": "http://127.0.0.1:9/agents/t/inbox", "meta": {},
+        "payload": {"sender_alias": "tester", "parent_id": null, "content": content, "attachments": [],
+            "sent_at": adf::store::now_iso()}});
+    adf::identity::message::egress(&mut m, Some(key), level, true).unwrap();
+    m
+}

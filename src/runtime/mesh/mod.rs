@@ -7,6 +7,7 @@
 
 pub mod api;
 pub mod card;
+pub mod forward;
 pub mod ingress;
 pub mod mdns;
 pub mod peers;
@@ -153,6 +154,8 @@ pub struct Mesh {
     peers: RwLock<peers::PeerTable>,
     /// The tailnet and manual-peer sweep (`sweep.rs`), one at a time.
     sweeper: tokio::sync::Mutex<sweep::Sweeper>,
+    /// Agents that moved to another host: their messages are relayed.
+    forwards: RwLock<Vec<forward::Forward>>,
     pub http: reqwest::Client,
     pub bus: Arc<Bus>,
     started: std::time::Instant,
@@ -208,6 +211,7 @@ impl Mesh {
             base_url: RwLock::new(None),
             peers: RwLock::new(table),
             sweeper: Default::default(),
+            forwards: Default::default(),
             http,
             bus,
             started: std::time::Instant::now(),
@@ -360,6 +364,23 @@ impl Mesh {
             "backing_off": sw.backing_off(),
             "last_sweep": sw.last_sweep,
         })
+    }
+
+    /// The agents that moved away from this runtime.
+    pub fn forwards(&self) -> Vec<forward::Forward> {
+        self.forwards.read().map(|f| f.clone()).unwrap_or_default()
+    }
+
+    pub fn set_forwards(&self, list: Vec<forward::Forward>) {
+        if let Ok(mut f) = self.forwards.write() {
+            *f = list;
+        }
+    }
+
+    /// Where messages for a handle or DID that moved away go now.
+    pub fn forward_for(&self, key: &str) -> Option<String> {
+        let f = self.forwards.read().ok()?;
+        f.iter().find(|f| f.handle == key || (!key.is_empty() && f.did == key)).map(|f| f.to.clone())
     }
 
     /// Change the peer table.

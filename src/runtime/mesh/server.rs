@@ -112,6 +112,10 @@ async fn agent_health(
 
 async fn inbox(State(m): S, ConnectInfo(peer): Peer, Path(handle): Path<String>, body: axum::body::Bytes) -> Response {
     let Some(mb) = m.find(&handle) else {
+        // An agent that moved to another host: on to its new inbox.
+        if let Some(to) = m.forward_for(&handle) {
+            return super::forward::relay(&m.http, &to, body).await;
+        }
         return reply(404, json!({"error": "No agent with matching handle or DID"}));
     };
     let msg: Value = match serde_json::from_slice(&body) {

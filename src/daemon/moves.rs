@@ -1,0 +1,231 @@
+//! Moving an agent between hosts (issue 23, `adf move`). The file is the
+//! agent, so a move is: stop it here, send the file, start it there. The
+//! receiving daemon takes the file whole (`POST /agents/import`: streamed
+//! to a hidden file beside the fleet, checked as an agent file, linked into
+//! place only if no file of that name is there, then reviewed and loaded);
+//! the sending daemon keeps a forward for the agent's handle and DID
+//! (`POST /agents/forwards`, kept in the fleet's `.moved.json`), so a peer
+//! that still posts to the old inbox address is relayed to the new one.
+//! Its file is kept beside the fleet as `<file>.moved`, never deleted.
+//! The relaying itself is the mesh's (`runtime/mesh/forward.rs`).
+
+use std::path::{Path, PathBuf};
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt;
+
+use super::routes::{Q, body, field};
+use super::{ApiError, ApiResult, AppState};
+use crate::runtime::mesh::forward::{Forward, forwards_path};
+use crate::store::Store;
+
+/// The route that reads its own body (the body layer's 2 MiB cap does not
+/// apply to it).
+pub const IMPORT: &str = "/agents/import";
+/// The largest agent file a daemon takes in.
+pub const MAX_IMPORT: u64 = 4 << 30;
+/// The longest quiet gap while a file arrives.
+const IDLE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// A file name a daemon takes for an agent: `NAME.adf`, no folder, no
+/// leading dot.
+fn check_name(name: &str) -> Result<(), ApiError> {
+    let ok = name.len() <= 128
+        && name.ends_with(".adf")
+        && name.len() > 4
+        && !name.starts_with('.')
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::bad(format!("name must be a file name like scout.adf (a-z, 0-9, . _ -), got {name:?}")))
+    }
+}
+
+/// `POST /agents/import?name=NAME.adf`: the body is a whole agent file.
+pub async fn import(State(s): State<AppState>, Query(q): Q, b: Body) -> ApiResult {
+    let name = q.get("name").ok_or_else(|| ApiError::bad("name is required (?name=scout.adf)"))?.clone();
+    check_name(&name)?;
+    let dest = s.fleet_dir.join(&name);
+    if dest.exists() {
+        return Err(exists(&dest));
+    }
+    let tmp = s.fleet_dir.join(format!(".{name}.import-{}", crate::store::create::nanoid(8)));
+    let got = receive(b, &tmp).await;
+    let placed = match got {
+        Ok(()) => tokio::task::spawn_blocking({
+            let (tmp, dest) = (tmp.clone(), dest.clone());
+            move || place(&tmp, &dest)
+        })
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))
+        .and_then(|r| r),
+        Err(e) => Err(e),
+    };
+    let _ = std::fs::remove_file(&tmp);
+    let id = placed?;
+    let mut fleet = s.fleet.lock().await;
+    if fleet.list().iter().any(|a| a.id == id) {
+        drop(fleet);
+        let _ = std::fs::remove_file(&dest);
+        return Err(ApiError::new(StatusCode::CONFLICT, format!("agent {id} runs on this host already"))
+            .with_code("AGENT_EXISTS"));
+    }
+    // The owner sent it: that is the review.
+    crate::review::mark_reviewed(&id).map_err(ApiError::internal)?;
+    let (info, _) = fleet.load_config(&dest).map_err(ApiError::bad)?;
+    Ok(Json(json!({"id": info.id, "handle": info.handle, "name": info.name, "filePath": info.path})))
+}
+
+fn exists(dest: &Path) -> ApiError {
+    ApiError::new(StatusCode::CONFLICT, format!("{} exists on this host already", dest.display()))
+        .with_code("FILE_EXISTS")
+}
+
+/// The body into `tmp`, within [`MAX_IMPORT`] and [`IDLE`]; synced.
+async fn receive(b: Body, tmp: &Path) -> Result<(), ApiError> {
+    let mut f = tokio::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(tmp)
+        .await
+        .map_err(|e| ApiError::internal(format!("{}: {e}", tmp.display())))?;
+    let mut stream = b.into_data_stream();
+    let mut n: u64 = 0;
+    loop {
+        let chunk = match tokio::time::timeout(IDLE, stream.next()).await {
+            Err(_) => {
+                return Err(ApiError::new(StatusCode::REQUEST_TIMEOUT, "the file stopped arriving for 30 s")
+                    .with_code("BODY_TIMEOUT"));
+            }
+            Ok(None) => break,
+            Ok(Some(Err(e))) => return Err(ApiError::bad(format!("the file could not be read: {e}"))),
+            Ok(Some(Ok(c))) => c,
+        };
+        n += chunk.len() as u64;
+        if n > MAX_IMPORT {
+            return Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("the file is over the limit of {MAX_IMPORT} bytes"),
+            )
+            .with_code("BODY_TOO_LARGE"));
+        }
+        f.write_all(&chunk).await.map_err(|e| ApiError::internal(format!("{}: {e}", tmp.display())))?;
+    }
+    f.sync_all().await.map_err(|e| ApiError::internal(format!("{}: {e}", tmp.display())))?;
+    Ok(())
+}
+
+/// Check `tmp` is a whole agent file and link it in as `dest` (never over
+/// a file that is there); the agent's id.
+fn place(tmp: &Path, dest: &Path) -> Result<String, ApiError> {
+    let problems = crate::store::repair::check(tmp).map_err(|e| ApiError::bad(format!("not an agent file: {e}")))?;
+    if !problems.is_empty() {
+        return Err(ApiError::bad(format!("the file is damaged: {}", problems.join("; "))));
+    }
+    let id = {
+        let store = Store::open_read_only(tmp).map_err(|e| ApiError::bad(format!("not an agent file: {e}")))?;
+        let cfg = store.config_value().map_err(|e| ApiError::bad(format!("not an agent file: {e}")))?;
+        cfg["id"]
+            .as_str()
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .ok_or_else(|| ApiError::bad("the file's config has no id"))?
+    };
+    // The read-only open may leave nothing behind, but be sure.
+    for s in ["-wal", "-shm"] {
+        let mut p = tmp.as_os_str().to_owned();
+        p.push(s);
+        let _ = std::fs::remove_file(PathBuf::from(p));
+    }
+    std::fs::hard_link(tmp, dest).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AlreadyExists {
+            exists(dest)
+        } else {
+            ApiError::internal(format!("{}: {e}", dest.display()))
+        }
+    })?;
+    if let Some(dir) = dest.parent()
+        && let Ok(d) = std::fs::File::open(dir)
+    {
+        let _ = d.sync_all();
+    }
+    Ok(id)
+}
+
+/// `GET /agents/forwards`: the agents that moved away from this host.
+pub async fn list(State(s): State<AppState>) -> ApiResult {
+    let mesh = s.fleet.lock().await.mesh.clone();
+    Ok(Json(json!({"forwards": mesh.forwards()})))
+}
+
+/// `POST /agents/forwards {handle, did, to, filePath?}`: keep relaying
+/// messages for an agent that moved; its old file (not loaded) is kept as
+/// `<file>.moved`.
+pub async fn add(State(s): State<AppState>, b: axum::body::Bytes) -> ApiResult {
+    let v = body(&b)?;
+    let (handle, did, to) = (field(&v, "handle")?, field(&v, "did")?, field(&v, "to")?);
+    if handle.is_empty() || !handle.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-') {
+        return Err(ApiError::bad(format!("handle must be [a-z0-9-], got {handle:?}")));
+    }
+    if !did.starts_with("did:key:z") {
+        return Err(ApiError::bad(format!("did must be a did:key, got {did:?}")));
+    }
+    let u = url::Url::parse(to).map_err(|e| ApiError::bad(format!("to is not a URL: {e}")))?;
+    if !matches!(u.scheme(), "http" | "https") || u.host_str().is_none() || !u.path().ends_with("/inbox") {
+        return Err(ApiError::bad(format!(
+            "to must be an http(s) inbox address (…/agents/<handle>/inbox), got {to:?}"
+        )));
+    }
+    let fleet = s.fleet.lock().await;
+    if fleet.list().iter().any(|a| a.handle == handle) {
+        return Err(ApiError::new(StatusCode::CONFLICT, format!("{handle} is loaded here: stop it first"))
+            .with_code("AGENT_LOADED"));
+    }
+    let moved = match v.get("filePath").and_then(Value::as_str) {
+        Some(p) if std::path::Path::new(p).is_file() => Some(keep_aside(std::path::Path::new(p))?),
+        _ => None,
+    };
+    let fwd = Forward {
+        handle: handle.to_string(),
+        did: did.to_string(),
+        to: to.to_string(),
+        moved_at: crate::store::now_iso(),
+    };
+    let mesh = fleet.mesh.clone();
+    let mut all: Vec<Forward> =
+        mesh.forwards().into_iter().filter(|f| f.handle != fwd.handle && f.did != fwd.did).collect();
+    all.push(fwd);
+    let text = serde_json::to_string_pretty(&all).map_err(|e| ApiError::internal(e.to_string()))?;
+    crate::providers::accounts::write_private(&forwards_path(&s.fleet_dir), &text).map_err(ApiError::internal)?;
+    mesh.set_forwards(all.clone());
+    Ok(Json(json!({"forwards": all, "keptAs": moved})))
+}
+
+/// Rename an agent file out of the fleet's way (`.moved`, or
+/// `.moved-<n>` when that is taken), sidecars with it.
+pub fn keep_aside(path: &Path) -> Result<PathBuf, ApiError> {
+    let mut n = 0;
+    let target = loop {
+        let mut t = path.as_os_str().to_owned();
+        t.push(if n == 0 { ".moved".to_string() } else { format!(".moved-{n}") });
+        let t = PathBuf::from(t);
+        if !t.exists() {
+            break t;
+        }
+        n += 1;
+    };
+    std::fs::rename(path, &target).map_err(|e| ApiError::internal(format!("{}: {e}", path.display())))?;
+    for s in ["-wal", "-shm"] {
+        let (mut from, mut to) = (path.as_os_str().to_owned(), target.as_os_str().to_owned());
+        from.push(s);
+        to.push(s);
+        let _ = std::fs::rename(PathBuf::from(from), PathBuf::from(to));
+    }
+    Ok(target)
+}
