@@ -36,7 +36,10 @@ done
 TOKEN=$(cat "$HOME_DIR/config/daemon-token")
 # Stateful testing needs OpenAPI links, which this document does not declare.
 # The event streams never end: tests/daemon.rs covers them, not a fuzzer.
+# /agents/import takes a whole agent file: any bytes fit its schema and
+# all but SQLite agent files are refused (400), which schemathesis counts
+# as a valid request rejected; tests/hosts.rs sends it hostile files.
 "$VENV/bin/schemathesis" run "http://127.0.0.1:$PORT/openapi.json" \
   -H "Authorization: Bearer $TOKEN" \
-  --exclude-path-regex '/events$' --request-timeout 20 \
+  --exclude-path-regex '/events$' --exclude-path /agents/import --request-timeout 20 \
   --phases examples,coverage,fuzzing --max-examples 50

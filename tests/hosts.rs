@@ -517,7 +517,12 @@ async fn adf_move_takes_an_agent_to_another_host_and_its_old_address_relays() {
     // A peer that still writes to the old address reaches it on host 1.
     let key = ed25519_dalek::SigningKey::from_bytes(&[7u8; 32]);
     let msg = common::message_from(&key, &did, "still finds you", 2);
-    let r = reqwest::Client::new().post(format!("{}/agents/mover/inbox", host_a.mesh)).json(&msg).send().await.unwrap();
+    let r = adf::providers::http_client()
+        .post(format!("{}/agents/mover/inbox", host_a.mesh))
+        .json(&msg)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status().as_u16(), 202, "relayed and taken: {}", r.text().await.unwrap_or_default());
     let inbox = host_b
         .wait(&format!("/agents/{id}/inbox"), "the relayed message", |v| {
@@ -526,16 +531,103 @@ async fn adf_move_takes_an_agent_to_another_host_and_its_old_address_relays() {
         .await;
     assert_eq!(inbox["messages"][0]["content"], "still finds you");
     // What host 1 refuses, the old address refuses the same way.
-    let r = reqwest::Client::new().post(format!("{}/agents/mover/inbox", host_a.mesh)).json(&msg).send().await.unwrap();
+    let r = adf::providers::http_client()
+        .post(format!("{}/agents/mover/inbox", host_a.mesh))
+        .json(&msg)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status().as_u16(), 409, "a replay, refused by the new host");
 
     // The daemon here keeps relaying after a restart (`.moved.json`).
     drop(host_a);
     let host_a = spawn(&lan, 0, &ha, &[]);
     let again = common::message_from(&key, &did, "after a restart", 2);
-    let r =
-        reqwest::Client::new().post(format!("{}/agents/mover/inbox", host_a.mesh)).json(&again).send().await.unwrap();
+    let r = adf::providers::http_client()
+        .post(format!("{}/agents/mover/inbox", host_a.mesh))
+        .json(&again)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status().as_u16(), 202);
     drop(host_a);
     drop(host_b);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_import_takes_only_whole_agent_files_and_leaves_nothing_behind() {
+    let dir = tmp();
+    let home = dir.path().join("h");
+    let fleet = home.join("data/agents");
+    std::fs::create_dir_all(&fleet).unwrap();
+    let (mut child, url, token) = common::spawn_daemon(&home, &["--no-mesh"], &[]);
+    let http = adf::providers::http_client();
+    let import = |name: &str, bytes: Vec<u8>| {
+        let req = http
+            .post(reqwest::Url::parse_with_params(&format!("{url}/agents/import"), &[("name", name)]).unwrap())
+            .bearer_auth(&token)
+            .header("content-type", "application/octet-stream")
+            .body(bytes);
+        async move {
+            let r = req.send().await.unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    // A real agent file, made elsewhere.
+    let other = dir.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    ok(&adf_home(&other, &other, &["new", "wanderer.adf"]));
+    let good = std::fs::read(other.join("wanderer.adf")).unwrap();
+    let mut damaged = good.clone();
+    for b in &mut damaged[4096..8192] {
+        *b = 0x5a;
+    }
+    for (name, bytes, status, says) in [
+        ("../escape.adf", good.clone(), 400, "name must be"),
+        ("wanderer.txt", good.clone(), 400, "name must be"),
+        (".hidden.adf", good.clone(), 400, "name must be"),
+        ("junk.adf", b"GIF89a not an agent".to_vec(), 400, "not an agent file"),
+        ("empty.adf", Vec::new(), 400, "not an agent file"),
+        ("damaged.adf", damaged, 400, "damaged"),
+    ] {
+        let (s, v) = import(name, bytes).await;
+        assert_eq!(s, status, "{name}: {v}");
+        assert!(v["error"].as_str().unwrap_or("").contains(says), "{name}: {v}");
+    }
+    let left: Vec<String> = std::fs::read_dir(&fleet)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| {
+            n.contains(".import-")
+                || ["junk.adf", "empty.adf", "damaged.adf", "wanderer.txt", ".hidden.adf"].contains(&n.as_str())
+        })
+        .collect();
+    assert!(left.is_empty(), "nothing left behind: {left:?}");
+    assert!(!home.join("data/escape.adf").exists());
+    let (s, v) = import("wanderer.adf", good.clone()).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["name"], "wanderer");
+    assert_eq!(std::fs::read(fleet.join("wanderer.adf")).unwrap().len(), good.len());
+    // The same agent again, under another name: it runs here already.
+    let (s, v) = import("twin.adf", good.clone()).await;
+    assert_eq!((s, v["code"].clone()), (409, json!("AGENT_EXISTS")), "{v}");
+    assert!(!fleet.join("twin.adf").exists());
+    // Over a file that is there: refused.
+    let (s, v) = import("wanderer.adf", good).await;
+    assert_eq!((s, v["code"].clone()), (409, json!("FILE_EXISTS")), "{v}");
+    // A forward may set aside only an agent file of this fleet.
+    let fwd = |file: &str| {
+        let body =
+            json!({"handle": "gone", "did": "did:key:z6Mkabc", "to": "http://box/agents/gone/inbox", "filePath": file});
+        let req = http.post(format!("{url}/agents/forwards")).bearer_auth(&token).json(&body);
+        async move { req.send().await.unwrap().status().as_u16() }
+    };
+    let outside = dir.path().join("outside.adf");
+    std::fs::write(&outside, b"x").unwrap();
+    assert_eq!(fwd(outside.to_str().unwrap()).await, 400);
+    assert!(outside.exists(), "a file outside the fleet is never moved");
+    assert_eq!(fwd("/no/such/file.adf").await, 404);
+    let _ = child.kill();
+    let _ = child.wait();
 }

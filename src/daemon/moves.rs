@@ -49,12 +49,23 @@ fn check_name(name: &str) -> Result<(), ApiError> {
 
 /// `POST /agents/import?name=NAME.adf`: the body is a whole agent file.
 pub async fn import(State(s): State<AppState>, Query(q): Q, b: Body) -> ApiResult {
-    let name = q.get("name").ok_or_else(|| ApiError::bad("name is required (?name=scout.adf)"))?.clone();
-    check_name(&name)?;
-    let dest = s.fleet_dir.join(&name);
-    if dest.exists() {
-        return Err(exists(&dest));
-    }
+    let checked = match q.get("name") {
+        None => Err(ApiError::bad("name is required (?name=scout.adf)")),
+        Some(name) => check_name(name).map(|()| name.clone()),
+    };
+    let checked = checked.and_then(|name| {
+        let dest = s.fleet_dir.join(&name);
+        if dest.exists() { Err(exists(&dest)) } else { Ok((name, dest)) }
+    });
+    let (name, dest) = match checked {
+        Ok(x) => x,
+        Err(e) => {
+            // Read what is already on its way, so the client hears why
+            // instead of a connection cut while it still sends.
+            drain(b).await;
+            return Err(e);
+        }
+    };
     let tmp = s.fleet_dir.join(format!(".{name}.import-{}", crate::store::create::nanoid(8)));
     let got = receive(b, &tmp).await;
     let placed = match got {
@@ -80,6 +91,19 @@ pub async fn import(State(s): State<AppState>, Query(q): Q, b: Body) -> ApiResul
     crate::review::mark_reviewed(&id).map_err(ApiError::internal)?;
     let (info, _) = fleet.load_config(&dest).map_err(ApiError::bad)?;
     Ok(Json(json!({"id": info.id, "handle": info.handle, "name": info.name, "filePath": info.path})))
+}
+
+/// Read and drop a refused body: up to 16 MiB within 5 s.
+async fn drain(b: Body) {
+    let mut stream = b.into_data_stream();
+    let mut n = 0usize;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    while let Ok(Some(Ok(c))) = tokio::time::timeout_at(deadline, stream.next()).await {
+        n += c.len();
+        if n > 16 << 20 {
+            break;
+        }
+    }
 }
 
 fn exists(dest: &Path) -> ApiError {
@@ -170,7 +194,10 @@ pub async fn list(State(s): State<AppState>) -> ApiResult {
 pub async fn add(State(s): State<AppState>, b: axum::body::Bytes) -> ApiResult {
     let v = body(&b)?;
     let (handle, did, to) = (field(&v, "handle")?, field(&v, "did")?, field(&v, "to")?);
-    if handle.is_empty() || !handle.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-') {
+    if handle.is_empty()
+        || handle.len() > 64
+        || !handle.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+    {
         return Err(ApiError::bad(format!("handle must be [a-z0-9-], got {handle:?}")));
     }
     if !did.starts_with("did:key:z") {
@@ -187,9 +214,25 @@ pub async fn add(State(s): State<AppState>, b: axum::body::Bytes) -> ApiResult {
         return Err(ApiError::new(StatusCode::CONFLICT, format!("{handle} is loaded here: stop it first"))
             .with_code("AGENT_LOADED"));
     }
-    let moved = match v.get("filePath").and_then(Value::as_str) {
-        Some(p) if std::path::Path::new(p).is_file() => Some(keep_aside(std::path::Path::new(p))?),
-        _ => None,
+    // Only an agent file of this fleet steps aside, never any other file.
+    let moved = match v.get("filePath") {
+        None => None,
+        Some(Value::String(p)) => {
+            let p = Path::new(p);
+            let fleet_dir = std::fs::canonicalize(&s.fleet_dir).unwrap_or_else(|_| s.fleet_dir.clone());
+            let canon = std::fs::canonicalize(p).ok().filter(|c| c.is_file());
+            let Some(canon) = canon else {
+                return Err(ApiError::not_found(format!("no agent file at {}", p.display())));
+            };
+            if !canon.starts_with(&fleet_dir) || p.extension().is_none_or(|e| e != "adf") {
+                return Err(ApiError::bad(format!(
+                    "filePath must be an agent file of this fleet, got {}",
+                    p.display()
+                )));
+            }
+            Some(keep_aside(p)?)
+        }
+        Some(_) => return Err(ApiError::bad("filePath must be a string")),
     };
     let fwd = Forward {
         handle: handle.to_string(),

@@ -59,7 +59,7 @@ pub const ROUTES: &[Route] = &[
             "/agents/forwards",
             "Relay an agent's messages to its new host (adf move); its old file is kept as .moved",
         ),
-        &["handle:string!", "did:string!", "to:string!", "filePath:string"],
+        &["handle:handle!", "did:didkey!", "to:inboxurl!", "filePath:string"],
     ),
     q(r("get", "/agents/review", "What a file would do unattended, and whether it is reviewed"), &["filePath:path!"]),
     b(r("post", "/agents/review/accept", "Record the owner's review of a file"), &["filePath:path!"]),
@@ -271,6 +271,14 @@ fn field(spec: &str) -> (String, Value, bool) {
     let schema = match ty {
         "integer" => json!({"type": "integer", "minimum": 0, "maximum": 9_007_199_254_740_991u64}),
         "path" => json!({"type": "string", "minLength": 1}),
+        "handle" => json!({"type": "string", "pattern": "^[a-z0-9-]{1,64}$"}),
+        "didkey" => json!({"type": "string", "pattern": "^did:key:z[1-9A-HJ-NP-Za-km-z]{1,100}$"}),
+        "inboxurl" => {
+            // A host name whose last label starts with a letter (a numeric
+            // one reads as an IPv4 address, which the route also takes).
+            json!({"type": "string", "pattern":
+                "^https?://([a-z0-9]([a-z0-9-]{0,20}[a-z0-9])?\\.){0,4}[a-z]([a-z0-9-]{0,20}[a-z0-9])?(:[1-9][0-9]{0,3})?/agents/[a-z0-9-]{1,64}/inbox$"})
+        }
         "adfname" => json!({"type": "string", "pattern": "^[A-Za-z0-9_-][A-Za-z0-9._-]{0,119}\\.adf$"}),
         "boolean" => json!({"type": "boolean"}),
         "turns" => json!({"type": "integer", "minimum": 0, "maximum": crate::store::loops::MAX_TURNS_LIMIT}),
