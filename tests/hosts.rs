@@ -442,7 +442,24 @@ async fn remotes_name_daemons_on_other_hosts_with_their_tokens() {
     fails(&adf_at(&me, &["remote", "rm", "nope"], &[]), &["no remote named"]);
     assert_eq!(std::fs::read(me.join("config/settings.json")).unwrap(), before);
     ok(&adf_at(&me, &["remote", "rm", "liar"], &[]));
+    // ant answered when it was added: its runtime is recorded; another
+    // fleet's daemon at its address later is refused, not merged.
+    let recorded: Value = serde_json::from_slice(&std::fs::read(me.join("config/settings.json")).unwrap()).unwrap();
+    let ant = recorded["remotes"].as_array().unwrap().iter().find(|r| r["name"] == "ant").unwrap().clone();
+    assert!(ant["runtimeId"].as_str().is_some_and(|r| !r.is_empty()), "{recorded}");
     drop(host_a);
+    let hc = home(dir.path(), "c", &["cid"]);
+    let _host_c = spawn(&lan, 0, &hc, &[]);
+    fails(&adf_at(&me, &["--remote", "ant", "agents"], &[]), &["remote ant", "answers as runtime", "not"]);
+    let ls = json(&adf_at(&me, &["remote", "ls", "--json"], &env));
+    let ant = ls["remotes"].as_array().unwrap().iter().find(|r| r["name"] == "ant").unwrap().clone();
+    assert_eq!(ant["ok"], false, "{ls}");
+    assert!(ant["status"].as_str().unwrap().contains("answers as runtime"), "{ls}");
+    let all = adf_at(&me, &["--remote", "ant", "--remote", "bee", "agents", "--json"], &env);
+    assert_eq!(all.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&all.stdout).unwrap();
+    assert!(!v.to_string().contains("\"cid\""), "nothing of the other fleet merged in: {v}");
+    assert!(v.to_string().contains("\"bob\""), "the other hosts unaffected: {v}");
     drop(host_b);
 }
 

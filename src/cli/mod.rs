@@ -644,6 +644,12 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
             ([], _) => anyhow::bail!("no remotes to talk to (adf remote add NAME URL)"),
             ([one], _) => {
                 let c = one.connect()?;
+                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+                // Another fleet at that address is refused; one that does
+                // not answer is the command's to report.
+                if let Err(e @ crate::client::remotes::Answer::Impostor(_)) = rt.block_on(one.whoami(&c.client())) {
+                    anyhow::bail!("remote {}: {e}", one.name);
+                }
                 crate::client::Client::use_remote(&c);
                 url_owned = Some(c.url().to_string());
                 _conn = Some(c);

@@ -97,7 +97,7 @@ async fn state(r: &Remote, conn: &Result<remotes::Connection, remotes::RemoteErr
         }
     };
     let client = conn.client();
-    let (ok, status) = match client.get(&["whoami"]).await {
+    let (ok, status) = match r.whoami(&client).await {
         Ok(w) => {
             let agents = client.get(&["agents"]).await.ok().and_then(|a| a.as_array().map(Vec::len));
             v["role"] = w["role"].clone();
@@ -118,7 +118,13 @@ pub fn agents(out: &Out, list: &[Remote]) -> anyhow::Result<u8> {
     let conns: Vec<_> = list.iter().map(|r| (r, r.connect())).collect();
     let answers = rt.block_on(futures_util::future::join_all(conns.iter().map(|(r, c)| async move {
         let got = match c {
-            Ok(c) => c.client().get(&["agents"]).await.map_err(|e| e.to_string()),
+            Ok(c) => {
+                let client = c.client();
+                match r.whoami(&client).await {
+                    Ok(_) => client.get(&["agents"]).await.map_err(|e| e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
             Err(e) => Err(e.to_string()),
         };
         (*r, got)

@@ -19,6 +19,10 @@ pub struct Remote {
     pub url: String,
     #[serde(rename = "tokenFile", default, skip_serializing_if = "Option::is_none")]
     pub token_file: Option<PathBuf>,
+    /// The runtime that answered when it was added: a daemon at that
+    /// address that answers as another runtime is refused.
+    #[serde(rename = "runtimeId", default, skip_serializing_if = "Option::is_none")]
+    pub runtime_id: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -39,6 +43,17 @@ pub enum RemoteError {
     TokenFile { path: PathBuf, why: String },
     #[error("remote {name}: {err}")]
     Ssh { name: String, err: super::ssh::SshError },
+}
+
+/// What asking a remote who it is can come to, besides an answer.
+#[derive(Debug, thiserror::Error)]
+pub enum Answer {
+    /// It did not answer, or refused (a wrong token).
+    #[error("{0}")]
+    Failed(String),
+    /// Another runtime answers at its address.
+    #[error("{0}")]
+    Impostor(String),
 }
 
 /// `[a-z0-9][a-z0-9_-]{0,31}`, not `all`.
@@ -119,7 +134,8 @@ pub fn add(name: &str, url: &str, token_file: Option<PathBuf>) -> Result<Remote,
     if all.iter().any(|r| r.name == name) {
         return Err(RemoteError::Exists(name.to_string()));
     }
-    let r = Remote { name: name.to_string(), url, token_file };
+    let mut r = Remote { name: name.to_string(), url, token_file, runtime_id: None };
+    r.runtime_id = r.answering_runtime();
     all.push(r.clone());
     save(&all)?;
     Ok(r)
@@ -171,6 +187,27 @@ impl Remote {
         match &self.token_file {
             Some(p) => Ok(Some((read_token(p)?, p.display().to_string()))),
             None => Ok(None),
+        }
+    }
+
+    /// The runtime its daemon says it is, when it answers now.
+    fn answering_runtime(&self) -> Option<String> {
+        let conn = self.connect().ok()?;
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok()?;
+        let w = rt.block_on(conn.client().get(&["whoami"])).ok()?;
+        w["runtime_id"].as_str().map(str::to_string)
+    }
+
+    /// Its daemon's `/whoami`, checked against the runtime it was added
+    /// as.
+    pub async fn whoami(&self, c: &super::Client) -> Result<Value, Answer> {
+        let w = c.get(&["whoami"]).await.map_err(|e| Answer::Failed(e.to_string()))?;
+        match (&self.runtime_id, w["runtime_id"].as_str()) {
+            (Some(want), Some(got)) if want != got => Err(Answer::Impostor(format!(
+                "{} answers as runtime {got}, not {want} it was added as (another fleet at that address?): check it, then adf remote rm {} and add it again",
+                self.url, self.name
+            ))),
+            _ => Ok(w),
         }
     }
 

@@ -32,7 +32,11 @@ const fn b(mut r: Route, body: &'static [&'static str]) -> Route {
 pub const ROUTES: &[Route] = &[
     r("get", "/health", "Liveness (no token needed)"),
     r("get", "/openapi.json", "This document"),
-    r("get", "/whoami", "The role of this request's token (owner, approver or observer) and the mesh server's URL"),
+    r(
+        "get",
+        "/whoami",
+        "The role of this request's token (owner, approver or observer), the mesh server's URL and the runtime's id and DID",
+    ),
     q(
         r(
             "get",

@@ -292,9 +292,11 @@ async fn runtime_usage(State(s): State<AppState>) -> ApiResult {
 /// role may not do).
 /// Also where agents are served (`mesh`: the mesh server's base URL, or
 /// null when it is not running), for the app's serving marks.
+/// And which runtime answers (`runtime_id`, `runtime_did`): a remote
+/// checks it is still the fleet it was added as.
 async fn whoami(State(s): State<AppState>, axum::Extension(role): axum::Extension<super::roles::Role>) -> Json<Value> {
-    let mesh = s.fleet.lock().await.mesh.base_url();
-    Json(json!({"role": role, "mesh": mesh}))
+    let m = s.fleet.lock().await.mesh.clone();
+    Json(json!({"role": role, "mesh": m.base_url(), "runtime_id": m.runtime_id, "runtime_did": m.runtime_did}))
 }
 
 /// The peer table: other runtimes found by mDNS, the tailnet sweep and
