@@ -635,7 +635,10 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
     // The way to the one remote named (an SSH tunnel stays open while the
     // command or the app runs).
     let mut _conn = None;
-    if !cli.remote.is_empty() {
+    if matches!(cli.command, Some(Command::Move { .. })) && !cli.remote.is_empty() {
+        anyhow::bail!("adf move runs where the agent runs: --to names the remote it goes to");
+    }
+    if !cli.remote.is_empty() && !matches!(cli.command, Some(Command::Remote(_))) {
         if url_owned.is_some() && std::env::var("ADF_DAEMON_URL").map_or(true, |e| Some(e) != cli.url) {
             anyhow::bail!("--remote and --url both name a daemon: give one");
         }
@@ -654,7 +657,13 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
                 url_owned = Some(c.url().to_string());
                 _conn = Some(c);
             }
-            (many, Some(Command::Agents) | None) => return remotes::agents(&out, many),
+            (many, Some(Command::Agents)) => return remotes::agents(&out, many),
+            (many, None) => {
+                if std::io::IsTerminal::is_terminal(&std::io::stdout()) && !out.json {
+                    eprintln!("adf: the app attaches to one daemon at a time for now; the agents of each:");
+                }
+                return remotes::agents(&out, many);
+            }
             (_, _) => anyhow::bail!("this command talks to one daemon: name one remote (--remote NAME)"),
         }
     }
@@ -817,9 +826,6 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
         Some(Command::Compute { cmd }) => return compute::run(&out, cmd.as_ref()).map(|()| 0),
         Some(Command::Token(cmd)) => return token::run(&out, cmd).map(|()| 0),
         Some(Command::Remote(cmd)) => return remotes::run(&out, cmd),
-        Some(Command::Move { .. }) if !cli.remote.is_empty() => {
-            anyhow::bail!("adf move runs where the agent runs: --to names the remote it goes to")
-        }
         Some(Command::Move { agent, to }) => return moves::run(&out, url, agent, to),
         Some(Command::Peers { cmd, refresh }) => return peers::run(&out, url, cmd.as_ref(), *refresh),
         Some(Command::Fork { src, at_row, dst }) => return clone::fork(&out, src, at_row, dst).map(|()| 0),
