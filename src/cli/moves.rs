@@ -142,10 +142,22 @@ pub fn run(out: &Out, url: Option<&str>, agent: &str, to: &str) -> anyhow::Resul
     let kept = match (&src, &address) {
         (Some(c), Some(to)) => {
             let body = json!({"handle": handle, "did": did, "to": to, "filePath": path});
-            let v = rt.block_on(c.post(&["agents", "forwards"], &body)).map_err(|e| {
-                anyhow!("{agent} now runs on {}, but the daemon here keeps no forward for it: {e}", remote.name)
-            })?;
-            v["keptAs"].as_str().map(PathBuf::from)
+            match rt.block_on(c.post(&["agents", "forwards"], &body)) {
+                Ok(v) => v["keptAs"].as_str().map(PathBuf::from),
+                Err(e) => {
+                    // It runs there: the file here must not start again
+                    // (one agent, one DID, one place), relay or not.
+                    let kept = crate::daemon::moves::keep_aside(&path).map_err(|k| anyhow!("{}", k.error));
+                    anyhow::bail!(
+                        "{agent} now runs on {}, but the daemon here keeps no forward for it ({e}); {}",
+                        remote.name,
+                        match kept {
+                            Ok(k) => format!("the file here is kept as {}", k.display()),
+                            Err(k) => format!("set the file here aside by hand: {k}"),
+                        }
+                    );
+                }
+            }
         }
         _ => Some(crate::daemon::moves::keep_aside(&path).map_err(|e| anyhow!("{}", e.error))?),
     };

@@ -89,7 +89,15 @@ pub async fn import(State(s): State<AppState>, Query(q): Q, b: Body) -> ApiResul
     }
     // The owner sent it: that is the review.
     crate::review::mark_reviewed(&id).map_err(ApiError::internal)?;
-    let (info, _) = fleet.load_config(&dest).map_err(ApiError::bad)?;
+    let (info, _) = match fleet.load_config(&dest) {
+        Ok(x) => x,
+        Err(e) => {
+            // Not started here: not left here either (it still runs, or
+            // runs again, where it came from).
+            let _ = std::fs::remove_file(&dest);
+            return Err(ApiError::bad(e));
+        }
+    };
     Ok(Json(json!({"id": info.id, "handle": info.handle, "name": info.name, "filePath": info.path})))
 }
 
