@@ -193,6 +193,7 @@ async fn a_tailnet_sweep_finds_a_runtime_on_another_host_and_its_agents_are_mess
         (json!("bee-box"), json!(true), Value::Null)
     );
     assert!(b_row["last_seen"].as_i64().unwrap() > 0);
+    assert_eq!(b_row["did_proven"], true, "it signed the probe's nonce with its DID's key: {peers}");
     let listed: Vec<&str> = peers["peers"].as_array().unwrap().iter().filter_map(|p| p["url"].as_str()).collect();
     assert!(
         listed.iter().all(|u| !u.contains(&lan.addr(0)) && !u.contains(&lan.nobody()) && !u.contains(".251")),

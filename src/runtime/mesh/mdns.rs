@@ -74,6 +74,8 @@ fn on_resolved(mesh: &Mesh, known: &mut HashMap<String, String>, own: &str, r: &
             runtime_did: r.get_property_val_str("runtime_did"),
             host: Some(r.host.trim_end_matches('.')),
             at: Some(chrono::Utc::now().timestamp_millis()),
+            // A TXT record proves nothing; the sweep asks over HTTP.
+            did_proven: None,
         };
         resolved(mesh, known, &r.fullname, url, seen);
     }

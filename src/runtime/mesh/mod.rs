@@ -148,6 +148,8 @@ pub struct Mesh {
     boxes: RwLock<BTreeMap<String, Arc<Mailbox>>>,
     pub runtime_id: String,
     pub runtime_did: Option<String>,
+    /// The key of `runtime_did` (proofs on `/ping`).
+    runtime_key: std::sync::OnceLock<ed25519_dalek::SigningKey>,
     base_url: RwLock<Option<String>>,
     /// Peer runtimes (`http://host:port`), where they came from (`mdns`,
     /// `manual`, `tailnet`) and when they were last seen.
@@ -179,11 +181,20 @@ impl Mesh {
     /// install's identity, a fresh id when there is none).
     pub fn new(bus: Arc<Bus>, states: Arc<Mutex<BTreeMap<String, String>>>) -> Arc<Self> {
         let inst = crate::identity::install::load(&crate::paths::config_dir()).ok().flatten();
-        let runtime = match inst {
+        let runtime = match &inst {
             Some(i) => (i.runtime_id.clone(), Some(i.runtime_did.clone())),
             None => (crate::store::create::nanoid(12), None),
         };
-        Self::with_runtime(bus, states, runtime)
+        let mesh = Self::with_runtime(bus, states, runtime);
+        if let Some(i) = inst {
+            let _ = mesh.runtime_key.set(i.runtime_signing.clone());
+        }
+        mesh
+    }
+
+    /// The runtime's signing key (its DID's), when this install has one.
+    pub fn runtime_key(&self) -> Option<&ed25519_dalek::SigningKey> {
+        self.runtime_key.get()
     }
 
     /// A mesh for a given runtime `(id, DID)`.
@@ -208,6 +219,7 @@ impl Mesh {
             boxes: RwLock::new(BTreeMap::new()),
             runtime_id: runtime.0,
             runtime_did: runtime.1,
+            runtime_key: Default::default(),
             base_url: RwLock::new(None),
             peers: RwLock::new(table),
             sweeper: Default::default(),

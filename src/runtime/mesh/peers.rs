@@ -26,6 +26,9 @@ pub struct Peer {
     pub last_seen: Option<i64>,
     /// Why the last probe failed, while it keeps failing.
     pub error: Option<String>,
+    /// It signed a fresh nonce with the key of the DID it names (`None`:
+    /// not asked, or it sent no proof).
+    pub did_proven: Option<bool>,
 }
 
 /// Lower is preferred (mDNS wins).
@@ -44,6 +47,7 @@ pub struct Sighting<'a> {
     pub runtime_did: Option<&'a str>,
     pub host: Option<&'a str>,
     pub at: Option<i64>,
+    pub did_proven: Option<bool>,
 }
 
 #[derive(Debug, Default)]
@@ -68,6 +72,7 @@ impl PeerTable {
                     host: None,
                     last_seen: None,
                     error: None,
+                    did_proven: None,
                 });
                 let last = self.rows.len() - 1;
                 &mut self.rows[last]
@@ -85,6 +90,9 @@ impl PeerTable {
         if seen.at.is_some() {
             row.last_seen = seen.at;
             row.error = None;
+        }
+        if seen.did_proven.is_some() {
+            row.did_proven = seen.did_proven;
         }
     }
 

@@ -42,10 +42,18 @@ async fn health(State(m): S) -> Json<Value> {
     Json(json!({"status": "ok", "uptime": m.uptime_secs(), "agents": m.mailboxes().len(), "port": port}))
 }
 
-async fn ping(State(m): S) -> Json<Value> {
+/// Who this runtime is; with `?nonce=…` (1 to 128 characters) also a
+/// `proof` that it holds the key of the DID it names (`sweep.rs` checks it).
+async fn ping(
+    State(m): S,
+    axum::extract::Query(q): axum::extract::Query<std::collections::HashMap<String, String>>,
+) -> Json<Value> {
     let mut v = json!({"runtime_id": m.runtime_id, "proto": "alf/0.2"});
     if let Some(d) = &m.runtime_did {
         v["runtime_did"] = d.clone().into();
+    }
+    if let (Some(nonce), Some(key)) = (q.get("nonce").filter(|n| (1..=128).contains(&n.len())), m.runtime_key()) {
+        v["proof"] = crate::identity::attest::sign_str(key, &super::sweep::proof_bytes(nonce, &m.runtime_id)).into();
     }
     Json(v)
 }

@@ -116,11 +116,18 @@ fn tailnet_enabled() -> bool {
         != Some(false)
 }
 
+/// What a runtime signs to prove it holds its DID's key: the probe's
+/// nonce and its id.
+pub fn proof_bytes(nonce: &str, runtime_id: &str) -> Vec<u8> {
+    format!("adf-ping:{nonce}:{runtime_id}").into_bytes()
+}
+
 /// What a probe of `/ping` found.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Probe {
-    /// A runtime answered: its id and DID.
-    Runtime { id: String, did: Option<String> },
+    /// A runtime answered: its id and DID, and whether it proved it holds
+    /// that DID's key (`None`: it sent no proof, as the reference does not).
+    Runtime { id: String, did: Option<String>, proven: Option<bool> },
     /// Something is there, and it says no: nothing listens (connection
     /// refused) or what answers is not an adf runtime.
     Refused(String),
@@ -143,9 +150,12 @@ fn refused(e: &reqwest::Error) -> bool {
     false
 }
 
-/// `GET <url>/ping`, within [`PROBE_TIMEOUT`].
+/// `GET <url>/ping?nonce=…`, within [`PROBE_TIMEOUT`]. A runtime that
+/// names a DID and signs the nonce with a key that is not that DID's is
+/// refused: it announces a DID it cannot sign for.
 pub async fn probe(http: &reqwest::Client, url: &str) -> Probe {
-    let resp = match http.get(format!("{url}/ping")).timeout(PROBE_TIMEOUT).send().await {
+    let nonce = crate::identity::hex(&rand::random::<[u8; 16]>());
+    let resp = match http.get(format!("{url}/ping?nonce={nonce}")).timeout(PROBE_TIMEOUT).send().await {
         Ok(r) => r,
         Err(e) if refused(&e) => return Probe::Refused("connection refused".into()),
         Err(e) if e.is_timeout() => return Probe::Transient("timed out".into()),
@@ -156,10 +166,21 @@ pub async fn probe(http: &reqwest::Client, url: &str) -> Probe {
         return Probe::Refused(format!("not an adf runtime (HTTP {})", status.as_u16()));
     }
     match resp.json::<Value>().await {
-        Ok(v) => match v["runtime_id"].as_str().filter(|s| !s.is_empty()) {
-            Some(id) => Probe::Runtime { id: id.to_string(), did: v["runtime_did"].as_str().map(str::to_string) },
-            None => Probe::Refused("not an adf runtime (no runtime_id in /ping)".into()),
-        },
+        Ok(v) => {
+            let Some(id) = v["runtime_id"].as_str().filter(|s| !s.is_empty()) else {
+                return Probe::Refused("not an adf runtime (no runtime_id in /ping)".into());
+            };
+            let did = v["runtime_did"].as_str().map(str::to_string);
+            let proven = match (&did, v["proof"].as_str()) {
+                (Some(d), Some(p)) => match crate::identity::attest::verify_str(d, &proof_bytes(&nonce, id), p) {
+                    Ok(()) => Some(true),
+                    Err(_) => return Probe::Refused(format!("announces {d}, which it cannot sign for")),
+                },
+                (None, Some(_)) => return Probe::Refused("a proof with no runtime_did".into()),
+                _ => None,
+            };
+            Probe::Runtime { id: id.to_string(), did, proven }
+        }
         Err(_) => Probe::Refused("not an adf runtime (/ping is not JSON)".into()),
     }
 }
@@ -313,7 +334,7 @@ impl Sweeper {
                     mesh.with_peers(|t| t.remove(url, source));
                     continue;
                 }
-                Probe::Runtime { id, did } => {
+                Probe::Runtime { id, did, proven } => {
                     self.backoff.remove(url);
                     if *source == "tailnet" {
                         seen.push(id.clone());
@@ -323,6 +344,7 @@ impl Sweeper {
                         runtime_did: did.as_deref(),
                         host: host.as_deref(),
                         at: Some(at),
+                        did_proven: proven,
                     };
                     mesh.with_peers(|t| t.upsert(url, source, s));
                     continue;
@@ -451,8 +473,38 @@ mod tests {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             format!("http://{}", l.local_addr().unwrap())
         };
-        let http = reqwest::Client::new();
-        assert_eq!(probe(&http, &runtime).await, Probe::Runtime { id: "r1".into(), did: Some("did:key:z1".into()) });
+        // A runtime that proves its DID, and one that names a DID whose key
+        // it does not hold.
+        type Q = axum::extract::Query<std::collections::HashMap<String, String>>;
+        let key = ed25519_dalek::SigningKey::from_bytes(&[3u8; 32]);
+        let other = ed25519_dalek::SigningKey::from_bytes(&[4u8; 32]);
+        let did = crate::store::identity::did_key(&key.verifying_key());
+        let answer = move |signer: ed25519_dalek::SigningKey, did: String| {
+            move |q: Q| async move {
+                let proof = crate::identity::attest::sign_str(&signer, &proof_bytes(&q.0["nonce"], "r2"));
+                axum::Json(serde_json::json!({"runtime_id": "r2", "runtime_did": did, "proof": proof}))
+            }
+        };
+        let mut proving = Vec::new();
+        for signer in [key.clone(), other] {
+            let app = axum::Router::new().route("/ping", get(answer(signer, did.clone())));
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            proving.push(format!("http://{}", l.local_addr().unwrap()));
+            tokio::spawn(async move { axum::serve(l, app).await });
+        }
+        let http = crate::providers::http_client();
+        assert_eq!(
+            probe(&http, &proving[0]).await,
+            Probe::Runtime { id: "r2".into(), did: Some(did.clone()), proven: Some(true) }
+        );
+        assert_eq!(
+            probe(&http, &proving[1]).await,
+            Probe::Refused(format!("announces {did}, which it cannot sign for"))
+        );
+        assert_eq!(
+            probe(&http, &runtime).await,
+            Probe::Runtime { id: "r1".into(), did: Some("did:key:z1".into()), proven: None }
+        );
         assert!(matches!(probe(&http, &stranger).await, Probe::Refused(w) if w.contains("not JSON")));
         assert_eq!(probe(&http, &closed).await, Probe::Refused("connection refused".into()));
     }
