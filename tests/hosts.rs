@@ -276,6 +276,7 @@ async fn mdns_across_the_bridge_wins_over_the_tailnet_route() {
     assert_eq!(m["runtime_id"], t["runtime_id"], "one runtime, two sources: {peers}");
     assert_eq!((m["route"].clone(), t["route"].clone()), (json!(true), json!(false)), "{peers}");
     assert_eq!(t["shadowed_by"], m["url"]);
+    assert_eq!(m["did_proven"], true, "the mDNS claim is proven over HTTP too: {peers}");
     assert!(m["url"].as_str().unwrap().contains(&lan.addr(1)), "its announced LAN address: {peers}");
     drop(a_host);
     drop(b_host);

@@ -358,7 +358,7 @@ impl Sweeper {
             }
             self.backoff.insert(url.clone(), (now + wait, why));
         }
-        self.check_mdns_routes(mesh, &seen).await;
+        self.check_mdns(mesh).await;
         // Tailnet runtimes missed too often are expired.
         for id in &seen {
             self.misses.insert(id.clone(), 0);
@@ -376,23 +376,27 @@ impl Sweeper {
         self.last_sweep = Some(at);
     }
 
-    /// An mDNS row for a runtime the tailnet also reaches is only ever
-    /// removed by a goodbye, which a machine that moved never sends: probe
-    /// it, so a dead one stops shadowing the live route.
-    async fn check_mdns_routes(&mut self, mesh: &Mesh, tailnet_ids: &[String]) {
-        let rows: Vec<_> = mesh
-            .peer_rows()
-            .into_iter()
-            .filter(|r| r.source == "mdns" && r.runtime_id.as_ref().is_some_and(|id| tailnet_ids.contains(id)))
-            .collect();
-        for r in rows {
-            let at = chrono::Utc::now().timestamp_millis();
-            let why = match probe(&mesh.http, &r.url).await {
-                Probe::Runtime { id, .. } if Some(&id) == r.runtime_id.as_ref() => {
-                    mesh.with_peers(|t| t.upsert(&r.url, "mdns", Sighting { at: Some(at), ..Default::default() }));
+    /// mDNS rows are what a multicast packet claimed, and they leave only
+    /// with a goodbye, which a machine that moved never sends: each is
+    /// probed like the others, so a dead one stops shadowing a live route,
+    /// and its runtime proves the DID its TXT record named.
+    async fn check_mdns(&mut self, mesh: &Mesh) {
+        let rows: Vec<_> = mesh.peer_rows().into_iter().filter(|r| r.source == "mdns").collect();
+        let probes = futures_util::future::join_all(rows.iter().map(|r| probe(&mesh.http, &r.url))).await;
+        let at = chrono::Utc::now().timestamp_millis();
+        for (r, found) in rows.iter().zip(probes) {
+            let why = match found {
+                Probe::Runtime { id, .. } if Some(&id) != r.runtime_id.as_ref() => {
+                    "another runtime answers there now".to_string()
+                }
+                Probe::Runtime { did, .. } if r.runtime_did.is_some() && did != r.runtime_did => {
+                    format!("its mDNS record named {}, /ping another DID", r.runtime_did.as_deref().unwrap_or(""))
+                }
+                Probe::Runtime { proven, .. } => {
+                    let s = Sighting { at: Some(at), did_proven: proven, ..Default::default() };
+                    mesh.with_peers(|t| t.upsert(&r.url, "mdns", s));
                     continue;
                 }
-                Probe::Runtime { .. } => "another runtime answers there now".to_string(),
                 Probe::Refused(why) | Probe::Transient(why) => why,
             };
             mesh.with_peers(|t| t.failed(&r.url, "mdns", &why));
