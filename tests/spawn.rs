@@ -32,6 +32,11 @@ fn scratch_home() {
 }
 
 /// Hidden work files (`.NAME.creating-PID`) or template stages left in `dir`.
+/// The tests that create children share the temporary folder (their
+/// template copies live there while a child is made): one at a time, so
+/// each one's check for leftovers sees only its own.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn leftovers(dir: &Path) -> Vec<String> {
     std::fs::read_dir(dir)
         .unwrap()
@@ -233,6 +238,7 @@ async fn create_turn(store: Store, input: Value) -> (String, Vec<String>, Execut
 
 #[tokio::test]
 async fn sys_create_adf_makes_a_child_from_the_reference_file_as_a_template() {
+    let _one = SERIAL.lock().await;
     scratch_home();
     let dir = tmp();
     let reference = std::fs::read(fixture_copy(dir.path(), "fresh.adf")).unwrap();
@@ -276,6 +282,7 @@ async fn sys_create_adf_makes_a_child_from_the_reference_file_as_a_template() {
 
 #[tokio::test]
 async fn sys_create_adf_refuses_an_override_of_a_locked_field_and_creates_nothing() {
+    let _one = SERIAL.lock().await;
     scratch_home();
     let dir = tmp();
     let src = seeded_source(dir.path(), "src.adf");
@@ -296,6 +303,7 @@ async fn sys_create_adf_refuses_an_override_of_a_locked_field_and_creates_nothin
 
 #[tokio::test]
 async fn sys_create_adf_never_overwrites_an_existing_file() {
+    let _one = SERIAL.lock().await;
     scratch_home();
     let dir = tmp();
     std::fs::write(dir.path().join("kid.adf"), b"precious").unwrap();
