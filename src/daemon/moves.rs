@@ -24,6 +24,28 @@ use super::{ApiError, ApiResult, AppState};
 use crate::runtime::mesh::forward::{Forward, forwards_path};
 use crate::store::Store;
 
+/// What `POST /agents/forwards` takes, as its OpenAPI schema says it: a
+/// handle, a `did:key` (base58btc), and an inbox address at a host name
+/// or an IPv4 address.
+pub const HANDLE: &str = "^[a-z0-9-]{1,64}$";
+pub const DID_KEY: &str = "^did:key:z[1-9A-HJ-NP-Za-km-z]{1,100}$";
+pub const INBOX_URL: &str = concat!(
+    "^https?://(",
+    "([a-z0-9]([a-z0-9-]{0,20}[a-z0-9])?\\.){0,4}[a-z]([a-z0-9-]{0,20}[a-z0-9])?",
+    "|((25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])",
+    ")(:(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3}))?",
+    "/agents/[a-z0-9-]{1,64}/inbox$"
+);
+
+type Pattern = std::sync::LazyLock<Option<regex::Regex>>;
+static RE_HANDLE: Pattern = std::sync::LazyLock::new(|| regex::Regex::new(HANDLE).ok());
+static RE_DID_KEY: Pattern = std::sync::LazyLock::new(|| regex::Regex::new(DID_KEY).ok());
+static RE_INBOX_URL: Pattern = std::sync::LazyLock::new(|| regex::Regex::new(INBOX_URL).ok());
+
+fn matches(re: &Pattern, s: &str) -> bool {
+    re.as_ref().is_some_and(|r| r.is_match(s))
+}
+
 /// The route that reads its own body (the body layer's 2 MiB cap does not
 /// apply to it).
 pub const IMPORT: &str = "/agents/import";
@@ -202,19 +224,16 @@ pub async fn list(State(s): State<AppState>) -> ApiResult {
 pub async fn add(State(s): State<AppState>, b: axum::body::Bytes) -> ApiResult {
     let v = body(&b)?;
     let (handle, did, to) = (field(&v, "handle")?, field(&v, "did")?, field(&v, "to")?);
-    if handle.is_empty()
-        || handle.len() > 64
-        || !handle.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
-    {
-        return Err(ApiError::bad(format!("handle must be [a-z0-9-], got {handle:?}")));
+    if !matches(&RE_HANDLE, handle) {
+        return Err(ApiError::bad(format!("handle must be [a-z0-9-], 1 to 64 of them, got {handle:?}")));
     }
-    if !did.starts_with("did:key:z") {
+    if !matches(&RE_DID_KEY, did) {
         return Err(ApiError::bad(format!("did must be a did:key, got {did:?}")));
     }
-    let u = url::Url::parse(to).map_err(|e| ApiError::bad(format!("to is not a URL: {e}")))?;
-    if !matches!(u.scheme(), "http" | "https") || u.host_str().is_none() || !u.path().ends_with("/inbox") {
+    // As the schema says, and then as the URL parser reads it.
+    if !matches(&RE_INBOX_URL, to) || url::Url::parse(to).is_err() {
         return Err(ApiError::bad(format!(
-            "to must be an http(s) inbox address (…/agents/<handle>/inbox), got {to:?}"
+            "to must be an http(s) inbox address at a host name or IPv4 address (…/agents/<handle>/inbox), got {to:?}"
         )));
     }
     let fleet = s.fleet.lock().await;
@@ -279,4 +298,33 @@ pub fn keep_aside(path: &Path) -> Result<PathBuf, ApiError> {
         let _ = std::fs::rename(PathBuf::from(from), PathBuf::from(to));
     }
     Ok(target)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forwards_take_what_their_schema_says() {
+        for to in [
+            "http://box/agents/a/inbox",
+            "https://hub.tail0.ts.net:7295/agents/scout-2/inbox",
+            "http://100.64.0.2:7295/agents/m/inbox",
+        ] {
+            assert!(matches(&RE_INBOX_URL, to), "{to}");
+        }
+        for to in [
+            "http://box/agents/a/inbox?x",
+            "http://BOX/agents/a/inbox",
+            "http://1.2.3.4.5/agents/a/inbox",
+            "http://box:70000/agents/a/inbox",
+            "ftp://box/agents/a/inbox",
+            "http://box/agents/a/outbox",
+        ] {
+            assert!(!matches(&RE_INBOX_URL, to), "{to}");
+        }
+        assert!(matches(&RE_DID_KEY, "did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK"));
+        assert!(!matches(&RE_DID_KEY, "did:key:zt*") && !matches(&RE_DID_KEY, "did:key:z0OIl"));
+        assert!(matches(&RE_HANDLE, "scout-2") && !matches(&RE_HANDLE, "Scout") && !matches(&RE_HANDLE, ""));
+    }
 }

@@ -275,14 +275,9 @@ fn field(spec: &str) -> (String, Value, bool) {
     let schema = match ty {
         "integer" => json!({"type": "integer", "minimum": 0, "maximum": 9_007_199_254_740_991u64}),
         "path" => json!({"type": "string", "minLength": 1}),
-        "handle" => json!({"type": "string", "pattern": "^[a-z0-9-]{1,64}$"}),
-        "didkey" => json!({"type": "string", "pattern": "^did:key:z[1-9A-HJ-NP-Za-km-z]{1,100}$"}),
-        "inboxurl" => {
-            // A host name whose last label starts with a letter (a numeric
-            // one reads as an IPv4 address, which the route also takes).
-            json!({"type": "string", "pattern":
-                "^https?://([a-z0-9]([a-z0-9-]{0,20}[a-z0-9])?\\.){0,4}[a-z]([a-z0-9-]{0,20}[a-z0-9])?(:[1-9][0-9]{0,3})?/agents/[a-z0-9-]{1,64}/inbox$"})
-        }
+        "handle" => json!({"type": "string", "pattern": super::moves::HANDLE}),
+        "didkey" => json!({"type": "string", "pattern": super::moves::DID_KEY}),
+        "inboxurl" => json!({"type": "string", "pattern": super::moves::INBOX_URL}),
         "adfname" => json!({"type": "string", "pattern": "^[A-Za-z0-9_-][A-Za-z0-9._-]{0,119}\\.adf$"}),
         "boolean" => json!({"type": "boolean"}),
         "turns" => json!({"type": "integer", "minimum": 0, "maximum": crate::store::loops::MAX_TURNS_LIMIT}),
