@@ -579,7 +579,8 @@ async fn an_import_takes_only_whole_agent_files_and_leaves_nothing_behind() {
     let home = dir.path().join("h");
     let fleet = home.join("data/agents");
     std::fs::create_dir_all(&fleet).unwrap();
-    let (mut child, url, token) = common::spawn_daemon(&home, &["--no-mesh"], &[]);
+    let (child, url, token) = common::spawn_daemon(&home, &["--no-mesh"], &[]);
+    let _daemon = common::KillOnDrop(child);
     let http = adf::providers::http_client();
     let import = |name: &str, bytes: Vec<u8>| {
         let req = http
@@ -647,6 +648,4 @@ async fn an_import_takes_only_whole_agent_files_and_leaves_nothing_behind() {
     assert_eq!(fwd(outside.to_str().unwrap()).await, 400);
     assert!(outside.exists(), "a file outside the fleet is never moved");
     assert_eq!(fwd("/no/such/file.adf").await, 404);
-    let _ = child.kill();
-    let _ = child.wait();
 }

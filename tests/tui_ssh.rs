@@ -274,7 +274,8 @@ fn an_ssh_remote_reaches_the_far_daemon_through_a_tunnel_with_its_token() {
     let fleet = far.join("data/agents");
     std::fs::create_dir_all(&fleet).unwrap();
     ok(&adf_home(&far, &fleet, &["new", "scout.adf"]));
-    let (mut daemon, _, _) = spawn_daemon(&far, &["--no-mesh"], &[]);
+    let (daemon, _, _) = spawn_daemon(&far, &["--no-mesh"], &[]);
+    let _daemon = KillOnDrop(daemon);
     let empty = dir.path().join("empty");
     std::fs::create_dir_all(&empty).unwrap();
     // The owner's ssh config names the hosts (ssh reads ~/.ssh of the
@@ -319,6 +320,4 @@ fn an_ssh_remote_reaches_the_far_daemon_through_a_tunnel_with_its_token() {
         .filter(|e| e.metadata().and_then(|m| m.modified()).is_ok_and(|t| t >= started))
         .collect();
     assert!(sockets.is_empty(), "control sockets left: {sockets:?}");
-    let _ = daemon.kill();
-    let _ = daemon.wait();
 }

@@ -139,6 +139,17 @@ pub fn daemon_info(fleet: &Path, within: std::time::Duration) -> serde_json::Val
     serde_json::from_str(&std::fs::read_to_string(&info).unwrap()).unwrap()
 }
 
+/// A child process killed (and reaped) when the test ends, a failing one
+/// too: a daemon must not outlive the test that started it.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// `adf daemon --port 0` for the fleet under `home` (extra arguments and
 /// environment added), once it says where it listens: the child, its URL
 /// and the token local clients use.
