@@ -9,7 +9,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::fake_provider::{FakeProvider, Scripted, anthropic_text, anthropic_tool};
@@ -34,17 +34,10 @@ fn lan(n: usize) -> Option<Lan> {
 /// A daemon inside test host `i`, its API and mesh on the default ports of
 /// that host's own address.
 struct Host {
-    child: Child,
+    _child: common::KillOnDrop,
     api: String,
     mesh: String,
     http: reqwest::Client,
-}
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn spawn(lan: &Lan, i: usize, home: &Path, env: &[(&str, String)]) -> Host {
@@ -65,7 +58,7 @@ fn spawn(lan: &Lan, i: usize, home: &Path, env: &[(&str, String)]) -> Host {
     let mesh = v["mesh"].as_str().expect("the mesh server listens").to_string();
     assert!(mesh.ends_with(":7295"), "the mesh on its default port: {mesh}");
     Host {
-        child,
+        _child: common::KillOnDrop(child),
         api: format!("http://{}:7385", lan.addr(i)),
         mesh: format!("http://{}:7295", lan.addr(i)),
         http: adf::providers::http_client(),

@@ -10,7 +10,7 @@ mod common;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,18 +21,11 @@ use ed25519_dalek::SigningKey;
 use serde_json::{Value, json};
 
 struct Daemon {
-    child: Child,
+    _child: common::KillOnDrop,
     url: String,
     mesh: String,
     token: String,
     http: reqwest::Client,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn start(home: &Path, base: &str) -> Daemon {
@@ -61,7 +54,7 @@ fn start_with(home: &Path, base: &str, env: &[(&str, &str)]) -> Daemon {
     std::thread::sleep(Duration::from_millis(50));
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&info).unwrap()).unwrap();
     Daemon {
-        child,
+        _child: common::KillOnDrop(child),
         url: v["url"].as_str().unwrap().to_string(),
         mesh: v["mesh"].as_str().expect("the mesh server listens").to_string(),
         token: std::fs::read_to_string(home.join("config/daemon-token")).unwrap(),

@@ -64,6 +64,12 @@ pub fn load() -> Result<Settings, String> {
     }
 }
 
+/// A switch in settings.json that is on unless set to `false`
+/// (`tailnetDiscovery`, `mdnsDiscovery`).
+pub fn switched_on(key: &str) -> bool {
+    load().ok().and_then(|s| s.extra.get(key).and_then(serde_json::Value::as_bool)) != Some(false)
+}
+
 /// Save the settings atomically with 0600 permissions.
 pub fn save(s: &Settings) -> Result<(), String> {
     let text = serde_json::to_string_pretty(s).map_err(|e| e.to_string())?;

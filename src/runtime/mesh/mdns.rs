@@ -36,10 +36,7 @@ impl Drop for Discovery {
 /// Is mDNS on (`"mdnsDiscovery": false` in settings.json turns it off, on
 /// a network where multicast is unwelcome)?
 pub fn enabled() -> bool {
-    crate::providers::accounts::load()
-        .ok()
-        .and_then(|s| s.extra.get("mdnsDiscovery").and_then(serde_json::Value::as_bool))
-        != Some(false)
+    crate::providers::accounts::switched_on("mdnsDiscovery")
 }
 
 /// The peer URL of a resolved service, unless it is this runtime.

@@ -358,8 +358,9 @@ impl Mesh {
                     .iter()
                     .map(|r| {
                         let mut v = serde_json::to_value(r).unwrap_or_default();
-                        v["route"] = t.shadowed_by(r).is_none().into();
-                        if let Some(o) = t.shadowed_by(r) {
+                        let by = t.shadowed_by(r);
+                        v["route"] = by.is_none().into();
+                        if let Some(o) = by {
                             v["shadowed_by"] = o.url.clone().into();
                         }
                         v

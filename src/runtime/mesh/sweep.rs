@@ -112,8 +112,7 @@ pub fn manual_peers(default_port: u16) -> (Vec<String>, Vec<String>) {
 /// Is the tailnet sweep on (`"tailnetDiscovery": false` in settings.json
 /// turns it off)?
 fn tailnet_enabled() -> bool {
-    crate::providers::accounts::load().ok().and_then(|s| s.extra.get("tailnetDiscovery").and_then(Value::as_bool))
-        != Some(false)
+    crate::providers::accounts::switched_on("tailnetDiscovery")
 }
 
 /// What a runtime signs to prove it holds its DID's key: the probe's
