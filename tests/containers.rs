@@ -212,6 +212,35 @@ async fn containers_run_agents_commands_in_their_own_places() {
         .await
         .unwrap();
     assert_eq!(again["stdout"], "2\n", "its state is kept: {again}");
+
+    // Its processes killed from outside (a machine's sandbox torn down):
+    // the engine still records it running. Then a stop of that leaves
+    // Podman 4 saying `stopping` for good. Both times it is made again from
+    // its own files, and its state is kept.
+    let kill_outside = |name: &str| {
+        let o = podman(&["container", "inspect", "--format", "{{.State.ConmonPid}} {{.State.Pid}}", name]);
+        for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
+            let _ = std::process::Command::new("kill").args(["-9", pid]).status();
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    kill_outside(&name);
+    let back = containers::get()
+        .exec(&settings, &id, &Target::Isolated, "cat data/out.txt", Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(back["stdout"], "2\n", "a container killed from outside comes back with its state: {back}");
+    kill_outside(&name);
+    podman(&["stop", "-t", "1", &name]);
+    let back = containers::get()
+        .exec(&settings, &id, &Target::Isolated, "cat data/out.txt", Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(back["stdout"], "2\n", "a container left stopping comes back with its state: {back}");
+    assert_eq!(running(&name), Some(true));
+    let images = podman(&["images", "--format", "{{.Repository}}:{{.Tag}}"]);
+    let rescue = format!("adf-rescue:{}", name.to_ascii_lowercase());
+    assert!(!String::from_utf8_lossy(&images.stdout).contains(&rescue), "no rescue image name is left");
     ex.store.close().unwrap();
 
     // The shared container: a private workspace and user per agent.

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::engine::{self, Engine, Kind};
+use super::engine::{self, Engine, Kind, State};
 use super::runner::{Done, Exec, Runner};
 use super::{External, OUTPUT_CAP, Settings, Target};
 
@@ -191,17 +191,34 @@ impl Containers {
         if let Some(r) = self.cached(&p.container) {
             return Ok(r);
         }
-        match engine.state(&p.container).await? {
-            Some(true) => {}
-            Some(false) => {
-                engine.run(&["start", &p.container], Duration::from_secs(60)).await?;
+        let name = p.container.as_str();
+        match settled(engine, name).await? {
+            State::Running(pid) if engine::alive(pid) => {}
+            State::Startable => {
+                if let Err(e) = engine.run_through(&["start", name], Duration::from_secs(60)).await {
+                    if !matches!(engine.status(name).await?, State::Other(_) | State::Running(_)) {
+                        return Err(e);
+                    }
+                    self.remake(engine, settings, agent_id, name, target, &e).await?;
+                }
             }
-            None => self.create(engine, settings, agent_id, &p.container, target).await?,
+            State::Paused => {
+                engine.run_through(&["unpause", name], Duration::from_secs(60)).await?;
+            }
+            State::Absent => self.create(engine, settings, agent_id, name, target, None).await?,
+            State::Running(pid) => {
+                let why = format!("recorded as running, but its process {pid} is gone");
+                self.remake(engine, settings, agent_id, name, target, &why).await?;
+            }
+            State::Other(s) => {
+                let why = format!("left `{s}`");
+                self.remake(engine, settings, agent_id, name, target, &why).await?;
+            }
         }
         // No command runs in a container whose network is not fenced off
         // this machine and its networks.
-        if let Err(e) = fence(engine, &p.container).await {
-            let _ = engine.run(&["stop", "-t", "1", &p.container], Duration::from_secs(60)).await;
+        if let Err(e) = fence(engine, name).await {
+            let _ = engine.run_through(&["stop", "-t", "1", name], Duration::from_secs(60)).await;
             return Err(e);
         }
         let r = Runner::start(engine, &p.container, None).await?;
@@ -215,6 +232,43 @@ impl Containers {
         Ok(r)
     }
 
+    /// A managed container the engine's records got wrong (its processes
+    /// were killed from outside, so it stays `running` with nothing in it,
+    /// or `stopping` for good) is made again from itself: committed to an
+    /// image, removed, and created from that image with the same settings,
+    /// so the workspaces in it are kept.
+    async fn remake(
+        &self,
+        engine: &Engine,
+        settings: &Settings,
+        agent_id: &str,
+        name: &str,
+        target: &Target,
+        why: &str,
+    ) -> Result<(), String> {
+        let keep = format!("localhost/adf-rescue:{}", name.to_ascii_lowercase());
+        let long = Duration::from_secs(600);
+        engine
+            .run_through(&["commit", name, &keep], long)
+            .await
+            .map_err(|e| format!("the container {name} is broken ({why}) and its files could not be kept: {e}"))?;
+        // A container recorded as running is told to stop first: without
+        // its monitor the engine waits for an exit record that never comes,
+        // and a removal would wait for it too.
+        let _ = engine.run_through(&["stop", "-t", "0", name], Duration::from_secs(60)).await;
+        let made = match engine.run_through(&["rm", "-f", name], Duration::from_secs(60)).await {
+            Ok(_) => self.create(engine, settings, agent_id, name, target, Some(keep.clone())).await,
+            Err(e) => Err(e),
+        };
+        // The new container holds the image; only its name goes.
+        let untag: &[&str] = match engine.kind {
+            Kind::Podman => &["untag", &keep],
+            Kind::Docker => &["image", "rm", "-f", &keep],
+        };
+        let _ = engine.run(untag, Duration::from_secs(20)).await;
+        made
+    }
+
     async fn create(
         &self,
         engine: &Engine,
@@ -222,8 +276,9 @@ impl Containers {
         agent_id: &str,
         name: &str,
         target: &Target,
+        from: Option<String>,
     ) -> Result<(), String> {
-        let image = settings.image.clone().unwrap_or_else(super::image::tag);
+        let image = from.or_else(|| settings.image.clone()).unwrap_or_else(super::image::tag);
         if !engine.image_exists(&image).await {
             return Err(format!(
                 "the compute image {image} is not built on this machine: the owner runs `adf compute image build` (it is made from Debian packages, a few minutes)"
@@ -277,7 +332,7 @@ impl Containers {
             "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done".into(),
         ]);
         let a: Vec<&str> = args.iter().map(String::as_str).collect();
-        engine.run(&a, Duration::from_secs(120)).await.map(|_| ())
+        engine.run_through(&a, Duration::from_secs(120)).await.map(|_| ())
     }
 
     /// The agent's workspace and user in the shared container made ready:
@@ -589,7 +644,7 @@ impl Containers {
             if used.isolated {
                 let name = isolated_name(&agent);
                 self.forget(&name);
-                let _ = engine.run(&["stop", "-t", "2", &name], Duration::from_secs(60)).await;
+                let _ = engine.run_through(&["stop", "-t", "2", &name], Duration::from_secs(60)).await;
             }
             if let Some(uid) = used.shared_uid {
                 // A runner that died is started again for this.
@@ -712,6 +767,19 @@ fn fence_script(pid: u32) -> Result<String, String> {
 /// Put the fence into a running container's network namespace: the rules
 /// are set from outside it (the container has no capability to change
 /// them), and set again whenever adf finds it running.
+/// The container's state once a change under way has ended: a state
+/// between two (`stopping`, `restarting`) is waited out for 10 s.
+async fn settled(engine: &Engine, name: &str) -> Result<State, String> {
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = engine.status(name).await?;
+        if !matches!(s, State::Other(_)) || std::time::Instant::now() >= until {
+            return Ok(s);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 async fn fence(engine: &Engine, name: &str) -> Result<(), String> {
     let pid: u32 = engine
         .run(&["container", "inspect", "--format", "{{.State.Pid}}", name], Duration::from_secs(20))

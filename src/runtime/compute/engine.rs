@@ -19,6 +19,60 @@ pub enum Kind {
     Docker,
 }
 
+/// A container's state in the engine's records (Podman's and Docker's
+/// status words). The record can outlive the truth: a container whose
+/// processes were killed from outside stays `running` with a dead pid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum State {
+    Absent,
+    /// Running, with its main process as the host sees it (0: unknown).
+    Running(u32),
+    /// Made or exited: `start` starts it.
+    Startable,
+    Paused,
+    /// Between states (`stopping`, `removing`, `restarting`) or broken
+    /// (`dead`, a word this code does not know).
+    Other(String),
+}
+
+impl State {
+    fn parse(out: &str) -> State {
+        let mut f = out.split_whitespace();
+        let status = f.next().unwrap_or_default().to_ascii_lowercase();
+        let pid = f.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+        match status.as_str() {
+            "running" => State::Running(pid),
+            "created" | "configured" | "initialized" | "exited" | "stopped" => State::Startable,
+            "paused" => State::Paused,
+            _ => State::Other(status),
+        }
+    }
+}
+
+/// Whether a process of this machine is alive: there, and not a zombie
+/// (a container's main process killed with its monitor stays one, with no
+/// namespaces left to enter).
+pub fn alive(pid: u32) -> bool {
+    if pid == 0 {
+        return false;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name's closing parenthesis.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|st| st != "Z" && st != "X"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        // No /proc to read: the kernel says whether it is there.
+        Err(_) => {
+            let Ok(pid) = i32::try_from(pid) else { return false };
+            // SAFETY: signal 0 only checks that the process exists.
+            let r = unsafe { libc::kill(pid, 0) };
+            r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Engine {
     pub kind: Kind,
@@ -196,6 +250,41 @@ impl Engine {
         Err(format!("{} {}: {last}", self.name(), args.first().unwrap_or(&"")))
     }
 
+    /// Like `run`, for a command that changes a container's state (start,
+    /// stop, remove, commit): it is not killed when the caller gives up or
+    /// its process group is signalled, since Podman 4 leaves a container it
+    /// was stopping marked `stopping` for good when its stop is killed.
+    pub async fn run_through(&self, args: &[&str], limit: Duration) -> Result<String, String> {
+        let mut c = self.command();
+        c.kill_on_drop(false).process_group(0).args(args);
+        let out = tokio::time::timeout(limit, c.output())
+            .await
+            .map_err(|_| {
+                format!("{} {} gave no answer in {} s", self.name(), args.first().unwrap_or(&""), limit.as_secs())
+            })?
+            .map_err(|e| format!("cannot run {}: {e}", self.program.display()))?;
+        if out.status.success() {
+            return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
+        }
+        let err = String::from_utf8_lossy(&out.stderr);
+        let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("failed").trim();
+        Err(format!("{} {}: {last}", self.name(), args.first().unwrap_or(&"")))
+    }
+
+    /// The container's state as the engine records it.
+    pub async fn status(&self, name: &str) -> Result<State, String> {
+        let mut c = self.command();
+        c.args(["container", "inspect", "--format", "{{.State.Status}} {{.State.Pid}}", name]);
+        let out = tokio::time::timeout(Duration::from_secs(20), c.output())
+            .await
+            .map_err(|_| format!("{} container inspect gave no answer", self.name()))?
+            .map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Ok(State::Absent);
+        }
+        Ok(State::parse(&String::from_utf8_lossy(&out.stdout)))
+    }
+
     /// Is the container there, and running? `None` when there is none.
     pub async fn state(&self, name: &str) -> Result<Option<bool>, String> {
         let mut c = self.command();
@@ -222,6 +311,33 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn status_words_of_both_engines_are_read() {
+        assert_eq!(State::parse("running 4242\n"), State::Running(4242));
+        assert_eq!(State::parse("Exited 0"), State::Startable);
+        assert_eq!(State::parse("configured 0"), State::Startable);
+        assert_eq!(State::parse("paused 12"), State::Paused);
+        assert_eq!(State::parse("stopping 12"), State::Other("stopping".into()));
+        assert_eq!(State::parse("dead 0"), State::Other("dead".into()));
+        assert_eq!(State::parse(""), State::Other(String::new()));
+    }
+
+    #[test]
+    fn a_process_is_alive_until_it_is_reaped() {
+        assert!(alive(std::process::id()));
+        let mut c = std::process::Command::new("true").spawn().unwrap();
+        let pid = c.id();
+        // Ended but not reaped: a zombie is not alive.
+        while std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z")) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(!alive(pid), "a zombie");
+        c.wait().unwrap();
+        assert!(!alive(pid));
+        assert!(!alive(0));
+        assert!(!alive(u32::MAX));
+    }
 
     #[tokio::test]
     async fn a_named_engine_that_is_absent_or_switched_off_is_an_error() {
