@@ -642,3 +642,75 @@ async fn an_import_takes_only_whole_agent_files_and_leaves_nothing_behind() {
     assert!(outside.exists(), "a file outside the fleet is never moved");
     assert_eq!(fwd("/no/such/file.adf").await, 404);
 }
+
+/// Write a file of `agent` on a host, through its API from inside it
+/// (reachable while its wire to the others is out).
+fn write_inside(lan: &Lan, i: usize, agent: &str, path: &str) {
+    let out = lan
+        .inside(i, "curl")
+        .args(["-sf", "-X", "PUT", "-H", &format!("authorization: Bearer {TOKEN}")])
+        .args(["-H", "content-type: application/json", "-d", r#"{"content":"x"}"#])
+        .arg(format!("http://{}:7385/agents/{agent}/files/content?path={path}", lan.addr(i)))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "PUT {path} on host {i}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_app_over_three_hosts_loses_no_event_when_one_drops_or_restarts() {
+    let Some(lan) = lan(3) else { return };
+    let dir = tmp();
+    let homes = [home(dir.path(), "a", &["ann"]), home(dir.path(), "b", &["bob"]), home(dir.path(), "c", &["cid"])];
+    let mut hosts: Vec<Host> = (0..3).map(|i| spawn(&lan, i, &homes[i], &[])).collect();
+    let me = dir.path().join("me");
+    std::fs::create_dir_all(&me).unwrap();
+    let token_file = me.join("token");
+    std::fs::write(&token_file, TOKEN).unwrap();
+    for (name, h) in ["ant", "bee", "cat"].iter().zip(&hosts) {
+        ok(&adf_at(&me, &["remote", "add", name, &h.api, "--token-file", token_file.to_str().unwrap()], &[]));
+    }
+    let bob = hosts[1].get("/agents").await[0]["id"].as_str().unwrap().to_string();
+
+    // One app over the three: agents under their hosts.
+    let mut t = common::pty::Tui::start_with(&me, &[], &["--remote", "all"], 150, 60);
+    let s = t.wait_for("cid");
+    for want in ["ant · 1 agent", "bee · 1 agent", "cat · 1 agent", "ann", "bob", "attached to 3 of 3 daemons"] {
+        assert!(s.contains(want), "{want:?} on screen:\n{s}");
+    }
+    write_inside(&lan, 1, &bob, "seen-1.txt");
+    t.wait_for("seen-1.txt");
+
+    // bee's wire is pulled: it keeps running and writing; the app marks
+    // it disconnected, the others unaffected, and once the wire is back
+    // replays what it missed from its cursor.
+    lan.link(1, false).unwrap();
+    for n in 1..=3 {
+        write_inside(&lan, 1, &bob, &format!("during-{n}.txt"));
+    }
+    let s = t.wait_for("bee · down, seen");
+    assert!(s.contains("ant · 1 agent") && s.contains("cat · 1 agent"), "{s}");
+    assert!(!s.contains("during-1.txt"), "nothing came through the pulled wire:\n{s}");
+    lan.link(1, true).unwrap();
+    let s = t.wait_for("during-3.txt");
+    assert!(s.contains("during-1.txt") && s.contains("during-2.txt"), "every missed event replayed:\n{s}");
+    t.wait_for("bee · 1 agent");
+
+    // bee's daemon is killed and started again: a new process, whose
+    // events from its start are replayed (its cursors began again at 1).
+    drop(hosts.remove(1));
+    t.wait_for("bee · down");
+    hosts.insert(1, spawn(&lan, 1, &homes[1], &[]));
+    write_inside(&lan, 1, &bob, "after-restart.txt");
+    let s = t.wait_for("after-restart.txt");
+    assert!(s.contains("bee · 1 agent") || t.wait_for("bee · 1 agent").contains("bob"), "{s}");
+    // A command goes to the host its agent is on: bob is turned off on bee.
+    // The tree's selection starts on the first agent (ann, on ant): down
+    // one agent to bob, past bee's line.
+    t.send("j");
+    t.send(":stop\r");
+    hosts[1].wait("/agents", "bob turned off on bee", |v| v[0]["state"] == "off").await;
+    assert_ne!(hosts[0].get("/agents").await[0]["state"], "off", "ann on ant untouched");
+    t.quit();
+    // The daemons keep running after the app.
+    assert_eq!(hosts[2].get("/agents").await[0]["name"], "cid");
+}

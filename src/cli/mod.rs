@@ -658,12 +658,22 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
                 _conn = Some(c);
             }
             (many, Some(Command::Agents)) => return remotes::agents(&out, many),
-            (many, None) => {
-                if std::io::IsTerminal::is_terminal(&std::io::stdout()) && !out.json {
-                    eprintln!("adf: the app attaches to one daemon at a time for now; the agents of each:");
+            // The app over all of them, on a terminal; their agents
+            // side by side for a script.
+            (many, None) if std::io::IsTerminal::is_terminal(&std::io::stdout()) && !out.json => {
+                if !cli.paths.is_empty() {
+                    anyhow::bail!("the app attached to daemons shows their agents: name no files with --remote");
                 }
-                return remotes::agents(&out, many);
+                crate::tui::run(crate::tui::Options {
+                    inline: cli.inline,
+                    theme: cli.theme.clone(),
+                    ascii: cli.ascii,
+                    remotes: many.to_vec(),
+                    ..Default::default()
+                })?;
+                return Ok(0);
             }
+            (many, None) => return remotes::agents(&out, many),
             (_, _) => anyhow::bail!("this command talks to one daemon: name one remote (--remote NAME)"),
         }
     }
@@ -916,6 +926,7 @@ pub fn run(cli: Cli) -> anyhow::Result<u8> {
                 paths: cli.paths.clone(),
                 daemon: cli.daemon,
                 url: url.map(str::to_string),
+                remotes: Vec::new(),
             })?;
             return Ok(0);
         }

@@ -28,6 +28,7 @@ pub enum ClientError {
 /// The remote `--remote` named: its URL, token and Host.
 static REMOTE: std::sync::OnceLock<remotes::Fields> = std::sync::OnceLock::new();
 
+#[derive(Clone)]
 pub struct Client {
     pub base: String,
     token: Option<String>,

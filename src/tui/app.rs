@@ -68,6 +68,8 @@ pub enum Action {
         agent: String,
         what: String,
     },
+    /// Read the agents again (a host came back, with what it has now).
+    RefreshAgents,
     /// A change to an agent's MCP servers, run in the background; its
     /// answer comes back as a notice.
     Mcp(super::mcp::McpRequest),
@@ -190,6 +192,8 @@ pub struct Pending {
 #[derive(Debug, Clone, PartialEq)]
 pub struct AgentEntry {
     pub info: AgentInfo,
+    /// The daemon it runs on, when the app is attached to several.
+    pub host: String,
     pub folder: String,
     pub state: String,
     pub model: String,
@@ -374,6 +378,8 @@ pub struct App {
     pub notices: tokio::sync::mpsc::UnboundedSender<String>,
     notices_rx: Option<tokio::sync::mpsc::UnboundedReceiver<String>>,
     pub events: VecDeque<Envelope>,
+    /// The daemons the app is attached to, when several (`hosts.rs`).
+    pub hosts: Vec<super::hosts::HostView>,
     pub events_follow: bool,
     pub events_sel: usize,
     pub events_filter: String,
@@ -471,6 +477,7 @@ impl App {
             unconfigured: HashMap::new(),
             windows: HashMap::new(),
             events_agent_only: false,
+            hosts: Vec::new(),
             burn: VecDeque::new(),
             fleet_budget: None,
             marked: Default::default(),
@@ -494,6 +501,7 @@ impl App {
 
     /// Set the fleet (agent ids, names, paths); each gets a reader.
     pub fn set_agents(&mut self, infos: Vec<AgentInfo>, root: &std::path::Path) {
+        let multi = !self.hosts.is_empty();
         let mut agents: Vec<AgentEntry> = infos
             .into_iter()
             .map(|info| {
@@ -503,8 +511,17 @@ impl App {
                     .and_then(|p| p.strip_prefix(root).ok())
                     .map(|p| p.display().to_string())
                     .unwrap_or_default();
+                // Attached to several daemons: the path starts with its host.
+                let (host, folder) = match super::hosts::split(&info.id) {
+                    Some((_, h)) if multi => {
+                        let rest = folder.strip_prefix(h).unwrap_or(&folder).trim_start_matches('/').to_string();
+                        (h.to_string(), rest)
+                    }
+                    _ => (String::new(), folder),
+                };
                 AgentEntry {
                     info,
+                    host,
                     folder,
                     state: "idle".into(),
                     model: String::new(),
@@ -523,10 +540,13 @@ impl App {
                 }
             })
             .collect();
-        for a in agents.iter_mut() {
-            (a.did, a.parent_did) = lineage(&a.info.path);
+        // An agent on another machine has no file here to read.
+        if !multi {
+            for a in agents.iter_mut() {
+                (a.did, a.parent_did) = lineage(&a.info.path);
+            }
         }
-        agents.sort_by(|a, b| (&a.folder, &a.info.name).cmp(&(&b.folder, &b.info.name)));
+        agents.sort_by(|a, b| (&a.host, &a.folder, &a.info.name).cmp(&(&b.host, &b.folder, &b.info.name)));
         let agents = nest(agents);
         let infos: Vec<AgentInfo> = agents.iter().map(|a| a.info.clone()).collect();
         self.source.open(&infos);
@@ -740,6 +760,9 @@ impl App {
     /// for requests on agents the owner is not looking at).
     pub fn on_event(&mut self, e: &Envelope) -> Vec<Action> {
         let mut actions = Vec::new();
+        if e.event_type.starts_with("host.") {
+            actions.extend(self.on_host_event(e));
+        }
         let idx = e.agent_id.as_ref().and_then(|id| self.agents.iter().position(|a| &a.info.id == id));
         let ty = e.event_type.as_ref();
         if let Some(i) = idx {

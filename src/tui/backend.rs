@@ -1,7 +1,8 @@
-//! What the app drives: the fleet in-process, or a daemon it attached to.
-//! Both take the same protocol commands and give the same event stream, so
-//! the app's state machine cannot tell them apart. Quitting an attached app
-//! leaves the daemon's agents running.
+//! What the app drives: the fleet in-process, a daemon it attached to, or
+//! several daemons at once (`hosts.rs`: agents keyed `ID@HOST`, each call
+//! routed to its host). All take the same protocol commands and give the
+//! same event stream, so the app's state machine cannot tell them apart.
+//! Quitting an attached app leaves the daemons' agents running.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -19,6 +20,8 @@ pub enum Backend {
     /// The fleet in this process, served to the CLI on a loopback port.
     Local(crate::daemon::local::LocalApi),
     Remote(Client),
+    /// Several daemons (`adf --remote a --remote b`).
+    Multi(super::hosts::Hosts),
 }
 
 /// Where runtime events come from.
@@ -46,12 +49,16 @@ fn api(e: crate::client::ClientError) -> anyhow::Error {
 }
 
 impl Backend {
-    /// A client of the control API this app drives (its own, or the
-    /// daemon's).
-    pub fn api_client(&self) -> Client {
+    /// A client of the control API that runs this agent (the app's own,
+    /// or its daemon's) and the agent's id there.
+    pub fn api_for<'a>(&self, agent: &'a str) -> anyhow::Result<(Client, &'a str)> {
         match self {
-            Backend::Local(l) => Client::new(&l.url),
-            Backend::Remote(c) => Client::new(&c.base),
+            Backend::Local(l) => Ok((Client::new(&l.url), agent)),
+            Backend::Remote(c) => Ok((c.clone(), agent)),
+            Backend::Multi(h) => {
+                let (host, id) = h.route(agent)?;
+                Ok((host.client()?.clone(), id))
+            }
         }
     }
 
@@ -79,6 +86,8 @@ impl Backend {
                     .unwrap_or_default();
                 Ok((infos, PathBuf::from(rt["fleetDir"].as_str().unwrap_or(""))))
             }
+            // Grouped by host: each path starts with its host's name.
+            Backend::Multi(h) => Ok((h.agents().await.into_iter().map(|(a, _)| a).collect(), PathBuf::new())),
         }
     }
 
@@ -90,9 +99,10 @@ impl Backend {
                 let rt = c.get(&["runtime"]).await.map_err(api)?;
                 let since = rt["eventCursor"].as_u64().unwrap_or(0);
                 let (tx, rx) = mpsc::unbounded_channel();
-                tokio::spawn(follow(Client::new(&c.base), since, tx));
+                tokio::spawn(follow(c.clone(), since, tx));
                 Ok(Feed::Remote(rx))
             }
+            Backend::Multi(h) => Ok(Feed::Remote(h.feed())),
         }
     }
 
@@ -100,7 +110,7 @@ impl Backend {
     pub async fn foreign(&self) -> Vec<String> {
         match self {
             Backend::Local(l) => l.fleet().await.foreign().iter().cloned().collect(),
-            Backend::Remote(_) => Vec::new(),
+            Backend::Remote(_) | Backend::Multi(_) => Vec::new(),
         }
     }
 
@@ -131,7 +141,9 @@ impl Backend {
                 anyhow::ensure!(opened, "wrong password");
                 Ok(())
             }
-            Backend::Remote(_) => anyhow::bail!("unlock it on the daemon's machine: `adf unlock PATH`"),
+            Backend::Remote(_) | Backend::Multi(_) => {
+                anyhow::bail!("unlock it on the daemon's machine: `adf unlock PATH`")
+            }
         }
     }
 
@@ -139,7 +151,7 @@ impl Backend {
     pub async fn claim(&mut self, agent: &str) -> anyhow::Result<String> {
         match self {
             Backend::Local(l) => l.fleet().await.claim(agent).await.map_err(anyhow::Error::msg),
-            Backend::Remote(_) => {
+            Backend::Remote(_) | Backend::Multi(_) => {
                 anyhow::bail!("claim it on the daemon's machine: `adf claim PATH` (then reload it)")
             }
         }
@@ -149,19 +161,11 @@ impl Backend {
     pub async fn unconfigured(&self) -> HashMap<String, String> {
         match self {
             Backend::Local(l) => l.fleet().await.unconfigured().iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-            Backend::Remote(c) => {
-                let Ok(rt) = c.get(&["runtime"]).await else { return HashMap::new() };
-                rt["agents"]
-                    .as_array()
-                    .map(Vec::as_slice)
-                    .unwrap_or_default()
-                    .iter()
-                    .filter(|a| a["provider_configured"] == false)
-                    .filter_map(|a| {
-                        let id = a["id"].as_str()?.to_string();
-                        Some((id, "no model provider is set on the daemon".to_string()))
-                    })
-                    .collect()
+            Backend::Remote(c) => unconfigured_at(c, None).await,
+            Backend::Multi(h) => {
+                let all = h.hosts.iter().filter(|x| x.status().connected).filter_map(|x| Some((x.client().ok()?, x)));
+                let maps = futures_util::future::join_all(all.map(|(c, x)| unconfigured_at(c, Some(&x.name)))).await;
+                maps.into_iter().flatten().collect()
             }
         }
     }
@@ -180,7 +184,8 @@ impl Backend {
                 rx.await.map_err(|_| anyhow::anyhow!("{agent}: the agent has stopped"))?.map_err(anyhow::Error::msg)?;
                 l.fleet().await.reload(agent).await.map_err(anyhow::Error::msg)?;
             }
-            Backend::Remote(c) => {
+            Backend::Remote(_) | Backend::Multi(_) => {
+                let (c, agent) = self.api_for(agent)?;
                 let url = c.url(&["agents", agent, "config"], &[]).map_err(api)?;
                 c.call(reqwest::Method::PUT, url, Some(&config)).await.map_err(api)?;
             }
@@ -197,43 +202,30 @@ impl Backend {
                     other => f.command(other).map_err(anyhow::Error::msg),
                 };
             }
-            Backend::Remote(c) => c,
-        };
-        let ag = |a: &str, rest: &[&str]| {
-            let mut v = vec!["agents".to_string(), a.to_string()];
-            v.extend(rest.iter().map(|s| s.to_string()));
-            v
-        };
-        let (path, body): (Vec<String>, Value) = match cmd {
-            Command::SendChat { agent, r#loop, text } if r#loop != "main" => {
-                (ag(&agent, &["loops", &r#loop, "chat"]), json!({"text": text}))
-            }
-            Command::SendChat { agent, text, .. } => (ag(&agent, &["chat"]), json!({"text": text})),
-            Command::Interrupt { agent } => (ag(&agent, &["abort"]), json!({})),
-            Command::Approve { agent, task_id, always } => {
-                (ag(&agent, &["tasks", &task_id, "resolve"]), json!({"action": "approve", "always": always}))
-            }
-            Command::Deny { agent, task_id, feedback } => {
-                (ag(&agent, &["tasks", &task_id, "resolve"]), json!({"action": "deny", "reason": feedback}))
-            }
-            Command::Answer { agent, request_id, text } => {
-                (ag(&agent, &["asks", &request_id, "respond"]), json!({"answer": text}))
-            }
-            Command::Start { agent } => (ag(&agent, &["start"]), json!({})),
-            Command::Stop { agent } => (ag(&agent, &["state"]), json!({"state": "off"})),
-            Command::SetState { agent, state } => (ag(&agent, &["state"]), json!({"state": state})),
-            Command::EmergencyStop => {
-                let (agents, _) = self.agents().await?;
-                let Backend::Remote(c) = self else { return Ok(()) };
-                for a in agents {
-                    c.post(&["agents", &a.id, "state"], &json!({"state": "off"})).await.map_err(api)?;
+            Backend::Remote(c) => c.clone(),
+            Backend::Multi(h) => {
+                if matches!(cmd, Command::EmergencyStop) {
+                    // Every host it can reach; the others are named.
+                    let mut failed = Vec::new();
+                    for x in &h.hosts {
+                        let Ok(c) = x.client() else { continue };
+                        if let Err(e) = Box::pin(remote_command(c, Command::EmergencyStop)).await {
+                            failed.push(format!("{}: {e}", x.name));
+                        }
+                    }
+                    anyhow::ensure!(failed.is_empty(), "not every host stopped: {}", failed.join("; "));
+                    return Ok(());
                 }
-                return Ok(());
+                let mut cmd = cmd;
+                let key = command_agent(&mut cmd).map(|a| a.clone()).unwrap_or_default();
+                let (host, id) = h.route(&key)?;
+                if let Some(a) = command_agent(&mut cmd) {
+                    *a = id.to_string();
+                }
+                return remote_command(host.client()?, cmd).await;
             }
         };
-        let segs: Vec<&str> = path.iter().map(String::as_str).collect();
-        c.post(&segs, &body).await.map_err(api)?;
-        Ok(())
+        remote_command(&c, cmd).await
     }
 
     /// Write a file as the owner: through the agent's actor, or the API.
@@ -251,7 +243,8 @@ impl Backend {
                     .map_err(|_| anyhow::anyhow!("{agent}: the agent stopped before writing {path}"))?
                     .map_err(anyhow::Error::msg)
             }
-            Backend::Remote(c) => {
+            Backend::Remote(_) | Backend::Multi(_) => {
+                let (c, agent) = self.api_for(agent)?;
                 let url = c.url(&["agents", agent, "files", "content"], &[("path", path)]).map_err(api)?;
                 c.call(reqwest::Method::PUT, url, Some(&json!({"content": content}))).await.map_err(api)?;
                 Ok(())
@@ -267,6 +260,9 @@ impl Backend {
                 c.post(&["agents", "load"], &json!({"filePath": path})).await.map_err(api)?;
                 Ok(())
             }
+            Backend::Multi(_) => anyhow::bail!(
+                "the app is attached to several hosts: create the agent on one (adf --remote NAME new FILE), or move one there (adf move AGENT --to NAME)"
+            ),
         }
     }
 
@@ -286,6 +282,8 @@ impl Backend {
                     c.post(&["agents", "load"], &json!({"filePath": a.path})).await.map_err(api)?;
                 }
             }
+            // A daemon's provider settings are its own machine's.
+            Backend::Multi(_) => {}
         }
         Ok(())
     }
@@ -301,6 +299,76 @@ impl Backend {
             }
         }
     }
+}
+
+/// A protocol command sent to a daemon's control API.
+async fn remote_command(c: &Client, cmd: Command) -> anyhow::Result<()> {
+    let ag = |a: &str, rest: &[&str]| {
+        let mut v = vec!["agents".to_string(), a.to_string()];
+        v.extend(rest.iter().map(|s| s.to_string()));
+        v
+    };
+    let (path, body): (Vec<String>, Value) = match cmd {
+        Command::SendChat { agent, r#loop, text } if r#loop != "main" => {
+            (ag(&agent, &["loops", &r#loop, "chat"]), json!({"text": text}))
+        }
+        Command::SendChat { agent, text, .. } => (ag(&agent, &["chat"]), json!({"text": text})),
+        Command::Interrupt { agent } => (ag(&agent, &["abort"]), json!({})),
+        Command::Approve { agent, task_id, always } => {
+            (ag(&agent, &["tasks", &task_id, "resolve"]), json!({"action": "approve", "always": always}))
+        }
+        Command::Deny { agent, task_id, feedback } => {
+            (ag(&agent, &["tasks", &task_id, "resolve"]), json!({"action": "deny", "reason": feedback}))
+        }
+        Command::Answer { agent, request_id, text } => {
+            (ag(&agent, &["asks", &request_id, "respond"]), json!({"answer": text}))
+        }
+        Command::Start { agent } => (ag(&agent, &["start"]), json!({})),
+        Command::Stop { agent } => (ag(&agent, &["state"]), json!({"state": "off"})),
+        Command::SetState { agent, state } => (ag(&agent, &["state"]), json!({"state": state})),
+        Command::EmergencyStop => {
+            let list = c.get(&["agents"]).await.map_err(api)?;
+            for id in list.as_array().into_iter().flatten().filter_map(|a| a["id"].as_str()) {
+                c.post(&["agents", id, "state"], &json!({"state": "off"})).await.map_err(api)?;
+            }
+            return Ok(());
+        }
+    };
+    let segs: Vec<&str> = path.iter().map(String::as_str).collect();
+    c.post(&segs, &body).await.map_err(api)?;
+    Ok(())
+}
+
+/// The protocol command's agent, where it names one.
+fn command_agent(cmd: &mut Command) -> Option<&mut String> {
+    match cmd {
+        Command::SendChat { agent, .. }
+        | Command::Interrupt { agent }
+        | Command::Approve { agent, .. }
+        | Command::Deny { agent, .. }
+        | Command::Answer { agent, .. }
+        | Command::Start { agent }
+        | Command::Stop { agent }
+        | Command::SetState { agent, .. } => Some(agent),
+        Command::EmergencyStop => None,
+    }
+}
+
+/// Agents a daemon loaded without a working provider (keyed for `host`).
+async fn unconfigured_at(c: &Client, host: Option<&str>) -> HashMap<String, String> {
+    let Ok(rt) = c.get(&["runtime"]).await else { return HashMap::new() };
+    rt["agents"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .filter(|a| a["provider_configured"] == false)
+        .filter_map(|a| {
+            let id = a["id"].as_str()?;
+            let id = host.map(|h| super::hosts::key(id, h)).unwrap_or_else(|| id.to_string());
+            Some((id, "no model provider is set on the daemon".to_string()))
+        })
+        .collect()
 }
 
 /// Follow a daemon's event stream into a channel, reconnecting with

@@ -16,6 +16,7 @@ pub mod context;
 pub mod control;
 pub mod forms;
 pub mod highlight;
+pub mod hosts;
 pub mod inbox;
 pub mod input;
 pub mod keys;
@@ -67,6 +68,8 @@ pub struct Options {
     pub daemon: bool,
     /// Attach to the daemon at this URL instead of running the fleet here.
     pub url: Option<String>,
+    /// Attach to these daemons at once (`--remote a --remote b`).
+    pub remotes: Vec<crate::client::remotes::Remote>,
 }
 
 /// Whether the locale promises UTF-8 (else the ASCII glyphs).
@@ -162,8 +165,9 @@ pub fn run_with(opts: Options, factory: ProviderFactory) -> anyhow::Result<()> {
     }
     // A daemon named, or running for this fleet: attach to it. With
     // `--daemon` (or `"daemon": true` in settings.json) start one first.
-    let mut attach = opts.url.clone().or_else(|| crate::daemon::discover(&dir));
-    if attach.is_none() && (opts.daemon || crate::daemon::spawn::wanted_by_settings()) {
+    let multi = !opts.remotes.is_empty();
+    let mut attach = opts.url.clone().or_else(|| if multi { None } else { crate::daemon::discover(&dir) });
+    if attach.is_none() && !multi && (opts.daemon || crate::daemon::spawn::wanted_by_settings()) {
         attach = Some(crate::daemon::spawn::start(&dir, &opts.paths)?);
     }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
@@ -171,8 +175,9 @@ pub fn run_with(opts: Options, factory: ProviderFactory) -> anyhow::Result<()> {
         let mut problems = Vec::new();
         // The owner identity, made on first run; its phrase is shown once,
         // in a dialog (`adf identity show --phrase` again), attached or not.
-        let phrase = first_phrase(attach.is_none())?;
+        let phrase = first_phrase(attach.is_none() && !multi)?;
         let mut backend = match attach {
+            _ if multi => Backend::Multi(hosts::Hosts::connect(opts.remotes.clone())),
             Some(url) => Backend::Remote(crate::client::Client::new(&url)),
             None => {
                 let mut files = if opts.paths.is_empty() {
@@ -215,13 +220,24 @@ pub fn run_with(opts: Options, factory: ProviderFactory) -> anyhow::Result<()> {
         // In-process, the tree is rooted where the app was opened.
         let root = if matches!(backend, Backend::Local(_)) { dir.clone() } else { root };
         let mut app = App::new(keymap, theme, glyphs);
+        if let Backend::Multi(h) = &backend {
+            app.attached = true;
+            app.hosts = h.views();
+            app = app.with_source(Box::new(source::Multi::new(h)));
+            app.learn_role();
+            let up = app.hosts.iter().filter(|h| h.status.connected).count();
+            app.status = Some(format!(
+                "attached to {up} of {} daemons (q leaves them running; a host that drops reconnects)",
+                app.hosts.len()
+            ));
+        }
         if let Backend::Local(l) = &backend {
             app = app.with_source(Box::new(source::Local::with_api(crate::client::Client::new(&l.url))));
             app.learn_mesh();
         }
         if let Backend::Remote(c) = &backend {
             app.attached = true;
-            app = app.with_source(Box::new(source::Remote { client: crate::client::Client::new(&c.base) }));
+            app = app.with_source(Box::new(source::Remote::new(c.clone())));
             app.learn_role();
             let role = match app.role {
                 crate::daemon::roles::Role::Owner => String::new(),
@@ -232,6 +248,9 @@ pub fn run_with(opts: Options, factory: ProviderFactory) -> anyhow::Result<()> {
         app.set_unconfigured(backend.unconfigured().await);
         app.set_agents(infos, &root);
         // Attached mid-turn: start from each agent's live state, not idle.
+        if let Backend::Multi(h) = &backend {
+            app.set_states(&h.states());
+        }
         if let Backend::Remote(c) = &backend
             && let Ok(list) = c.get(&["agents"]).await
         {
@@ -715,11 +734,12 @@ async fn perform(
             });
         }
         Action::Mcp(req) => {
-            let client = backend.api_client();
+            let (client, id) = backend.api_for(&req.agent)?;
+            let id = id.to_string();
             let tx = app.notices.clone();
             app.status = Some(format!("{}…", req.label));
             tokio::spawn(async move {
-                let mut segs: Vec<&str> = vec!["agents", req.agent.as_str()];
+                let mut segs: Vec<&str> = vec!["agents", id.as_str()];
                 segs.extend(req.segments.iter().map(String::as_str));
                 let method = reqwest::Method::from_bytes(req.method.as_bytes()).unwrap_or(reqwest::Method::GET);
                 let answer = match client.url(&segs, &[]) {
@@ -731,6 +751,14 @@ async fn perform(
                     Err(e) => format!("{}: {e}", req.label),
                 });
             });
+        }
+        Action::RefreshAgents => {
+            app.set_agents(backend.agents().await?.0, dir);
+            if let Backend::Multi(h) = &*backend {
+                app.hosts = h.views();
+                app.set_states(&h.states());
+            }
+            app.set_unconfigured(backend.unconfigured().await);
         }
         Action::Bell { agent, what } => {
             let mut out = std::io::stdout();

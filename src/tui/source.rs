@@ -114,7 +114,7 @@ pub struct Local {
 impl Local {
     /// Files read directly, live state through the app's own API.
     pub fn with_api(client: Client) -> Local {
-        Local { readers: HashMap::new(), api: Some(Remote { client }) }
+        Local { readers: HashMap::new(), api: Some(Remote::new(client)) }
     }
 }
 
@@ -226,16 +226,145 @@ impl Source for Local {
 /// loopback round-trips of a few rows), never the other tasks.
 pub struct Remote {
     pub client: Client,
+    /// How long one read may take before it counts as unanswered.
+    limit: std::time::Duration,
 }
 
 impl Remote {
+    pub fn new(client: Client) -> Remote {
+        Remote { client, limit: std::time::Duration::from_secs(30) }
+    }
+
     fn get(&self, segments: &[&str], query: &[(&str, &str)]) -> Option<Value> {
         let url = self.client.url(segments, query).ok()?;
         let handle = tokio::runtime::Handle::try_current().ok()?;
         if handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
             return None;
         }
-        tokio::task::block_in_place(|| handle.block_on(self.client.call(reqwest::Method::GET, url, None))).ok()
+        let call = tokio::time::timeout(self.limit, self.client.call(reqwest::Method::GET, url, None));
+        tokio::task::block_in_place(|| handle.block_on(call)).ok()?.ok()
+    }
+}
+
+/// Several daemons (`hosts.rs`): each read goes to its agent's host, with
+/// the agent's id there; a host that is down answers nothing at once, so
+/// no frame waits on it.
+pub struct Multi {
+    hosts: Vec<(std::sync::Arc<super::hosts::Host>, Remote)>,
+}
+
+impl Multi {
+    pub fn new(hosts: &super::hosts::Hosts) -> Multi {
+        let hosts = hosts
+            .hosts
+            .iter()
+            .filter_map(|h| {
+                let client = h.client().ok()?.clone();
+                Some((h.clone(), Remote { client, limit: super::hosts::CALL_LIMIT }))
+            })
+            .collect();
+        Multi { hosts }
+    }
+
+    /// `f` on the agent's host with its id there; the default when the
+    /// key names no host or its host is down.
+    fn at<T: Default>(&self, key: &str, f: impl FnOnce(&Remote, &str) -> T) -> T {
+        let Some((id, host)) = super::hosts::split(key) else { return T::default() };
+        match self.hosts.iter().find(|(h, _)| h.name == host) {
+            Some((h, r)) if h.status().connected => f(r, id),
+            _ => T::default(),
+        }
+    }
+
+    fn up(&self) -> impl Iterator<Item = &(std::sync::Arc<super::hosts::Host>, Remote)> {
+        self.hosts.iter().filter(|(h, _)| h.status().connected)
+    }
+}
+
+impl Source for Multi {
+    fn open(&mut self, _agents: &[AgentInfo]) {}
+    fn config(&self, id: &str) -> Option<Value> {
+        self.at(id, |r, id| r.config(id))
+    }
+    fn loop_after(&self, id: &str, seq: i64) -> Vec<LoopRow> {
+        self.at(id, |r, id| r.loop_after(id, seq))
+    }
+    fn inbox_unread(&self, id: &str) -> u64 {
+        self.at(id, |r, id| r.inbox_unread(id))
+    }
+    fn tasks(&self, id: &str, status: &str) -> Vec<Task> {
+        self.at(id, |r, id| r.tasks(id, status))
+    }
+    fn files(&self, id: &str) -> Vec<FileEntry> {
+        self.at(id, |r, id| r.files(id))
+    }
+    fn file_stat(&self, id: &str, path: &str) -> Option<FileEntry> {
+        self.at(id, |r, id| r.file_stat(id, path))
+    }
+    fn file_text(&self, id: &str, path: &str) -> Option<String> {
+        self.at(id, |r, id| r.file_text(id, path))
+    }
+    fn inbox(&self, id: &str) -> Vec<Value> {
+        self.at(id, |r, id| r.inbox(id))
+    }
+    fn mcp(&self, id: &str) -> Vec<Value> {
+        self.at(id, |r, id| r.mcp(id))
+    }
+    fn skills(&self, id: &str) -> Value {
+        self.at(id, |r, id| r.skills(id))
+    }
+    fn loops(&self, id: &str) -> Vec<Value> {
+        self.at(id, |r, id| r.loops(id))
+    }
+    fn side_after(&self, id: &str, name: &str, seq: i64) -> Vec<LoopRow> {
+        self.at(id, |r, id| r.side_after(id, name, seq))
+    }
+    fn context(&self, id: &str, lp: Option<&str>) -> Value {
+        self.at(id, |r, id| r.context(id, lp))
+    }
+    fn budgets(&self, id: &str) -> Vec<crate::runtime::budget::BudgetUse> {
+        self.at(id, |r, id| r.budgets(id))
+    }
+    fn why(&self, id: &str) -> Value {
+        self.at(id, |r, id| r.why(id))
+    }
+    fn logs(&self, id: &str) -> Vec<Value> {
+        self.at(id, |r, id| r.logs(id))
+    }
+    fn task_rows(&self, id: &str) -> Vec<Value> {
+        self.at(id, |r, id| r.task_rows(id))
+    }
+    fn grants(&self, id: &str) -> Vec<Value> {
+        self.at(id, |r, id| r.grants(id))
+    }
+    fn channels(&self, id: &str) -> Vec<Value> {
+        self.at(id, |r, id| r.channels(id))
+    }
+    fn compute(&self, id: &str) -> Value {
+        self.at(id, |r, id| r.compute(id))
+    }
+    /// The least any host's token may do: an action shows only where
+    /// every host allows it.
+    fn role(&self) -> crate::daemon::roles::Role {
+        self.up().map(|(_, r)| r.role()).min().unwrap_or(crate::daemon::roles::Role::Observer)
+    }
+    /// The tightest fleet budget of any host, named.
+    fn fleet(&self) -> (Option<crate::runtime::budget::BudgetUse>, Option<String>) {
+        let mut best: Option<(f64, crate::runtime::budget::BudgetUse)> = None;
+        let mut notices = Vec::new();
+        for (h, r) in self.up() {
+            let (b, n) = r.fleet();
+            if let Some(n) = n {
+                notices.push(format!("{}: {n}", h.name));
+            }
+            if let Some(b) = b {
+                let f = b.tightest().map(|(_, f)| f).unwrap_or(0.0);
+                if best.as_ref().is_none_or(|(g, _)| f > *g) {
+                    best = Some((f, b));
+                }
+            }
+        }
+        (best.map(|(_, b)| b), (!notices.is_empty()).then(|| notices.join("; ")))
     }
 }
 

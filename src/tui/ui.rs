@@ -206,13 +206,26 @@ fn draw_tree(f: &mut Frame, app: &App, area: Rect) {
     let w = inner.width as usize;
     let mut lines: Vec<Line> = Vec::new();
     let mut folder: Option<&str> = None;
+    let mut host: Option<&str> = None;
     let mut root_indent = "";
+    // Attached to several daemons: agents under their host, then folder.
+    let under_host = if app.hosts.is_empty() { "" } else { "  " };
     for (i, a) in app.agents.iter().enumerate() {
+        if !app.hosts.is_empty() && host != Some(a.host.as_str()) {
+            host = Some(a.host.as_str());
+            folder = None;
+            if let Some(h) = app.hosts.iter().find(|h| h.name == a.host) {
+                lines.push(super::hosts::header(app, h, w));
+            }
+        }
         // Children show under their parent, wherever their folder.
         if a.depth == 0 && folder != Some(a.folder.as_str()) {
             folder = Some(a.folder.as_str());
             if !a.folder.is_empty() {
-                lines.push(Line::styled(format!("{} {}/", app.glyphs.expanded, a.folder), app.theme.get("dim")));
+                lines.push(Line::styled(
+                    format!("{under_host}{} {}/", app.glyphs.expanded, a.folder),
+                    app.theme.get("dim"),
+                ));
             }
         }
         let waiting = app.pending.iter().filter(|p| p.agent_id == a.info.id).count();
@@ -230,7 +243,11 @@ fn draw_tree(f: &mut Frame, app: &App, area: Rect) {
             }
         };
         if a.depth == 0 {
-            root_indent = if a.folder.is_empty() { "" } else { "  " };
+            root_indent = match (under_host.is_empty(), a.folder.is_empty()) {
+                (true, true) => "",
+                (true, false) | (false, true) => "  ",
+                (false, false) => "    ",
+            };
         }
         let indent = if a.depth == 0 {
             root_indent.to_string()
@@ -287,6 +304,10 @@ fn draw_tree(f: &mut Frame, app: &App, area: Rect) {
         if i == app.sel {
             lines.extend(super::loops::tree_lines(app, a, &indent, w));
         }
+    }
+    // Hosts with no agent to show still show, with how they are.
+    for h in app.hosts.iter().filter(|h| !app.agents.iter().any(|a| a.host == h.name)) {
+        lines.push(super::hosts::header(app, h, w));
     }
     f.render_widget(Paragraph::new(lines), inner);
 }

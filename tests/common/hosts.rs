@@ -56,6 +56,19 @@ impl Lan {
         Ok(lan)
     }
 
+    /// Plug host `i`'s wire in or out (its end on the bridge): its
+    /// processes keep running, nothing reaches them.
+    pub fn link(&self, i: usize, up: bool) -> Result<(), String> {
+        ip(&["link", "set", &format!("adf{}o{i}", self.tag), if up { "up" } else { "down" }])
+    }
+
+    /// `program args…` inside host `i` as it is (no host name of its own).
+    pub fn inside(&self, i: usize, program: &str) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.hosts[i], program]);
+        c
+    }
+
     /// The address of host `i`.
     pub fn addr(&self, i: usize) -> String {
         format!("{}.{}", self.prefix, i + 2)

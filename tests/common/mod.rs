@@ -6,6 +6,7 @@
 pub mod fake_provider;
 pub mod hosts;
 pub mod provider_rules;
+pub mod pty;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
