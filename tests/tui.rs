@@ -1475,3 +1475,55 @@ async fn snapshot_of_the_compute_panel() {
     assert!(frame.contains("screenshots/browser-1.png"), "{frame}");
     both("compute_panel", &a);
 }
+
+#[test]
+fn snapshot_of_a_tree_over_three_hosts_one_down_one_never_reached() {
+    use adf::tui::hosts::{HostView, Status, key};
+    let now = 1_796_000_000_000;
+    let mut a = app();
+    let view = |name: &str, connected: bool, seen: i64, error: Option<&str>| HostView {
+        name: name.into(),
+        url: format!("http://{name}.lan:7385"),
+        status: Status { connected, last_seen_ms: seen, error: error.map(str::to_string) },
+    };
+    a.hosts = vec![
+        view("alpha", true, now, None),
+        view("beta", false, now - 125_000, Some("connection refused")),
+        view("gamma", false, 0, Some("no answer in 3 s")),
+    ];
+    let info = |id: &str, host: &str, rel: &str, name: &str| AgentInfo {
+        id: key(id, host),
+        name: name.into(),
+        handle: name.into(),
+        path: Path::new(host).join(rel),
+    };
+    // The same agent id on two hosts (a copied file) stays two agents.
+    a.set_agents(
+        vec![
+            info("A1", "alpha", "ops/deployer.adf", "deployer"),
+            info("A2", "alpha", "scribe.adf", "scribe"),
+            info("A2", "beta", "scribe.adf", "scribe"),
+            info("B1", "beta", "research.adf", "research"),
+        ],
+        Path::new(""),
+    );
+    a.now_ms = now;
+    assert_eq!(a.agents.len(), 4);
+    let hosts: Vec<(&str, &str, &str)> =
+        a.agents.iter().map(|x| (x.host.as_str(), x.folder.as_str(), x.info.name.as_str())).collect();
+    assert_eq!(
+        hosts,
+        [("alpha", "", "scribe"), ("alpha", "ops", "deployer"), ("beta", "", "research"), ("beta", "", "scribe")]
+    );
+    // A host's events: down, then back (its agents read again).
+    let ev = |ty: &'static str, payload: serde_json::Value| Envelope::new(ty, None, "system:hosts", payload);
+    let acts = a.on_event(&ev("host.connected", json!({"host": "beta", "last_seen_ms": now, "restarted": true})));
+    assert!(matches!(acts.as_slice(), [Action::RefreshAgents]), "a host back reads its agents again");
+    assert!(a.status.as_deref().unwrap().contains("beta is connected (it had restarted"), "{:?}", a.status);
+    a.on_event(&ev(
+        "host.disconnected",
+        json!({"host": "beta", "last_seen_ms": now - 125_000, "error": "connection refused"}),
+    ));
+    assert!(a.status.as_deref().unwrap().contains("beta is disconnected: connection refused"));
+    both("hosts_tree", &a);
+}

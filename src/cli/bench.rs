@@ -51,6 +51,9 @@ pub enum Suite {
     Loops,
     /// Real computers: a host `echo` round trip (check, spawn, wait, read).
     Compute,
+    /// The app over 10 daemons of 100 agents: first frame, memory, and a
+    /// reconnect replaying 10,000 missed events.
+    Hosts,
 }
 
 #[derive(Debug, Serialize)]
@@ -91,6 +94,7 @@ pub fn run(out: &Out, suite: Suite, iterations: usize, short: bool, check: bool)
         Suite::Serve => serve(out, if short { 500 } else { iterations.max(2000) }, check),
         Suite::Loops => loops(out, if short { 50 } else { iterations }),
         Suite::Compute => compute(out, if short { 50 } else { iterations }, check),
+        Suite::Hosts => hosts(out, short, check),
     }
 }
 
@@ -526,6 +530,32 @@ fn daemon(out: &Out, short: bool, check: bool) -> anyhow::Result<()> {
         vec!["PUT a file, one agent, 8 clients".into(), format!("{:.0} /s", r.put_per_sec), "≥ 10,000 /s".into()],
     ];
     out.table(&["DAEMON", "MEASURED", "TARGET"], &rows)?;
+    super::bench_check::enforce(&v, check)
+}
+
+/// `adf bench hosts`: the app attached to many daemons at once.
+fn hosts(out: &Out, short: bool, check: bool) -> anyhow::Result<()> {
+    let r = crate::tui::bench_hosts::run(short)?;
+    let v = serde_json::to_value(&r)?;
+    if out.json {
+        out.json(&r)?;
+    } else {
+        let rows = vec![
+            vec![
+                format!("first frame, {} hosts × {} agents", r.hosts, r.agents_per_host),
+                format!("{:.0} ms (all answered in {:.0} ms)", r.first_frame_ms, r.all_answer_ms),
+                "< 300 ms".into(),
+            ],
+            vec!["approvals of every host, read after it".into(), format!("{:.0} ms", r.queue_ms), String::new()],
+            vec!["the app's memory then".into(), format!("{:.1} MB", r.rss_mb), "< 60 MB".into()],
+            vec![
+                format!("reconnect replaying {} missed events", r.replay_events),
+                format!("{:.0} ms", r.replay_ms),
+                "< 1 s".into(),
+            ],
+        ];
+        out.table(&["HOSTS", "MEASURED", "TARGET"], &rows)?;
+    }
     super::bench_check::enforce(&v, check)
 }
 

@@ -60,12 +60,23 @@ pub fn targets() -> serde_json::Value {
 /// Run `adf daemon` on the files (named, so no review is needed) with a
 /// scratch home; its URL once it says where it listens.
 async fn spawn(dir: &Path, fleet: &Path, files: &[PathBuf]) -> anyhow::Result<(std::process::Child, String)> {
+    spawn_with(dir, fleet, files, &[]).await
+}
+
+/// `spawn` with more environment (`ADF_EVENT_RING`).
+pub(crate) async fn spawn_with(
+    dir: &Path,
+    fleet: &Path,
+    files: &[PathBuf],
+    env: &[(&str, &str)],
+) -> anyhow::Result<(std::process::Child, String)> {
     let info = super::info_path(fleet);
     let _ = std::fs::remove_file(&info);
     let child = std::process::Command::new(std::env::current_exe()?)
         .args(["daemon", "--port", "0"])
         .arg(fleet)
         .args(files)
+        .envs(env.iter().copied())
         .env("ADF_HOME", dir.join("home"))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -98,7 +109,7 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
     v.get(((v.len().saturating_sub(1)) as f64 * p).round() as usize).copied().unwrap_or(0.0)
 }
 
-fn agents(dir: &Path, n: usize, from: usize) -> anyhow::Result<Vec<PathBuf>> {
+pub(crate) fn agents(dir: &Path, n: usize, from: usize) -> anyhow::Result<Vec<PathBuf>> {
     (from..from + n)
         .map(|i| {
             let p = dir.join(format!("agent-{i:03}.adf"));

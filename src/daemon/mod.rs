@@ -362,7 +362,7 @@ pub async fn serve_with(
     // command on one of them goes through here.
     let host = if opts.host == "0.0.0.0" || opts.host == "::" { "127.0.0.1" } else { opts.host.as_str() };
     crate::store::lock::set_api(&format!("http://{host}:{}", addr.port()));
-    let bus = Bus::new();
+    let bus = Bus::with_capacity(event_ring());
     let mut fleet = Fleet::new(bus.clone(), factory).stream_deltas(true).lenient(true);
     // Agents that moved to another host: their old inbox address relays.
     fleet.mesh.set_forwards(crate::runtime::mesh::forward::load_forwards(&fleet_dir));
@@ -585,4 +585,14 @@ impl Shared {
         let out = rx.await.map_err(|_| ApiError::internal(format!("{key}: the agent stopped")))??;
         Ok((id, out))
     }
+}
+
+/// Events kept for replay (spec: 1,000). `ADF_EVENT_RING` keeps more (up to
+/// 1,000,000), so an app that loses a host for longer misses nothing.
+pub fn event_ring() -> usize {
+    std::env::var("ADF_EVENT_RING")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .map(|n| n.clamp(16, 1_000_000))
+        .unwrap_or(crate::runtime::bus::RING)
 }

@@ -186,6 +186,7 @@ pub const ROUTES: &[Route] = &[
         r("get", "/agents/{id}/logs", "Log rows, oldest first: a level and up, one origin, after an id"),
         &["level:debug|info|warn|error", "origin:string", "after:integer", "limit:integer"],
     ),
+    r("get", "/attention", "Every agent's approvals and asks waiting on the owner, each with its agentId"),
     q(
         r("get", "/usage", "The app-wide usage ledger grouped by day, provider, model or agent, and the fleet budget"),
         &["by:day|provider|model|agent", "since:day"],

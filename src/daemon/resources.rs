@@ -397,6 +397,30 @@ fn task_json(t: &crate::store::tasks::Task) -> Value {
         "approval_meta": t.approval_meta})
 }
 
+/// `GET /attention`: what waits on the owner across the fleet (approvals
+/// and asks), in one answer: an app over many hosts asks each once instead
+/// of once per agent.
+pub async fn attention(State(s): State<AppState>) -> ApiResult {
+    let ids: Vec<String> = s.fleet.lock().await.list().into_iter().map(|a| a.id).collect();
+    let mut out = Vec::new();
+    for id in ids {
+        let read = s
+            .read(&id, |st| {
+                let mut l = st.task_list(Some("pending_approval"))?;
+                l.extend(st.task_list(Some("pending"))?.into_iter().filter(|t| t.tool == "ask"));
+                Ok(l.iter().map(task_json).collect::<Vec<_>>())
+            })
+            .await;
+        // An agent unloaded meanwhile has nothing waiting.
+        let Ok((id, tasks)) = read else { continue };
+        for mut t in tasks {
+            t["agentId"] = json!(id);
+            out.push(t);
+        }
+    }
+    Ok(Json(json!({"tasks": out})))
+}
+
 async fn tasks(State(s): State<AppState>, Path(id): Path<String>, Query(q): Q) -> ApiResult {
     let status = q.get("status").cloned();
     let limit = int(&q, "limit", 200, 1, 1000)? as usize;

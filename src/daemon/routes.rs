@@ -78,6 +78,7 @@ pub fn router(_s: AppState) -> Router<AppState> {
         .route("/usage", get(ledger_usage))
         .route("/whoami", get(whoami))
         .route("/peers", get(peers))
+        .route("/attention", get(resources::attention))
         .route("/diagnostics", get(diagnostics))
         .merge(resources::router())
         .merge(super::mcp::router())

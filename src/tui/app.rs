@@ -194,6 +194,9 @@ pub struct AgentEntry {
     pub info: AgentInfo,
     /// The daemon it runs on, when the app is attached to several.
     pub host: String,
+    /// Whether it was read from its source yet (a lazy source reads an
+    /// agent when it is first shown).
+    pub read: bool,
     pub folder: String,
     pub state: String,
     pub model: String,
@@ -237,6 +240,24 @@ fn lineage(path: &std::path::Path) -> (String, String) {
     let Ok(store) = crate::store::Store::open_read_only(path) else { return Default::default() };
     let get = |k: &str| store.meta_get(k).ok().flatten().map(|m| m.value).unwrap_or_default();
     (get("adf_did"), get("adf_parent_did"))
+}
+
+/// A task waiting on the owner as the queue shows it.
+fn pending_from(agent_id: String, agent_name: String, t: crate::store::tasks::Task) -> Pending {
+    // The model's `_reason`; else why the runtime asks (`restricted`,
+    // `protection`).
+    let reason =
+        t.args["_reason"].as_str().or(t.approval_meta.as_ref().and_then(|m| m["reason"].as_str())).map(str::to_string);
+    Pending {
+        agent_id,
+        agent_name,
+        task_id: t.id,
+        ask: t.tool == "ask",
+        tool: t.tool,
+        args: t.args,
+        reason,
+        since_ms: t.created_at,
+    }
 }
 
 /// Children follow their parent (the agent whose DID is their
@@ -522,6 +543,7 @@ impl App {
                 AgentEntry {
                     info,
                     host,
+                    read: false,
                     folder,
                     state: "idle".into(),
                     model: String::new(),
@@ -557,13 +579,23 @@ impl App {
             .and_then(|id| self.agents.iter().position(|a| a.info.id == id))
             .unwrap_or(self.sel)
             .min(self.agents.len().saturating_sub(1));
+        // A source far away reads an agent when it is first shown (or
+        // something happens to it); a local one reads them all now.
+        let lazy = self.source.lazy();
         for i in 0..self.agents.len() {
-            self.refresh_agent(i);
-            self.refresh_loops(i);
-            self.refresh_budget(i);
+            if !lazy || i == self.sel {
+                self.read_agent(i);
+            }
         }
         self.refresh_fleet();
-        self.refresh_pending();
+        // A lazy source's queue comes in the background (`hosts.rs`); until
+        // then, what was known of agents still here stays.
+        if lazy {
+            let here: std::collections::HashSet<&str> = self.agents.iter().map(|a| a.info.id.as_str()).collect();
+            self.pending.retain(|p| here.contains(p.agent_id.as_str()));
+        } else {
+            self.refresh_pending();
+        }
         self.refresh_files();
     }
 
@@ -588,8 +620,16 @@ impl App {
     }
 
     /// Re-read one agent's summary and new loop rows.
+    /// Everything the app shows of agent `i`, read (again).
+    pub(super) fn read_agent(&mut self, i: usize) {
+        self.refresh_agent(i);
+        self.refresh_loops(i);
+        self.refresh_budget(i);
+    }
+
     pub fn refresh_agent(&mut self, i: usize) {
         let Some(a) = self.agents.get_mut(i) else { return };
+        a.read = true;
         let store = &self.source;
         let cfg = store.config(&a.info.id);
         if let Some(cfg) = &cfg {
@@ -667,35 +707,46 @@ impl App {
 
     /// Re-read what waits on the owner across the fleet, oldest first.
     pub fn refresh_pending(&mut self) {
-        let mut out = Vec::new();
-        for a in &self.agents {
-            for status in ["pending_approval", "pending"] {
-                for t in self.source.tasks(&a.info.id, status) {
-                    let ask = t.tool == "ask";
-                    if status == "pending" && !ask {
-                        continue;
-                    }
-                    // The model's `_reason`; else why the runtime asks
-                    // (`restricted`, `protection`).
-                    let reason = t.args["_reason"]
-                        .as_str()
-                        .or(t.approval_meta.as_ref().and_then(|m| m["reason"].as_str()))
-                        .map(str::to_string);
-                    out.push(Pending {
-                        agent_id: a.info.id.clone(),
-                        agent_name: a.info.name.clone(),
-                        task_id: t.id,
-                        ask,
-                        tool: t.tool,
-                        args: t.args,
-                        reason,
-                        since_ms: t.created_at,
-                    });
-                }
-            }
-        }
+        self.pending = self.agents.iter().flat_map(|a| self.pending_of(a)).collect();
+        self.pending.sort_by_key(|p| p.since_ms);
+    }
+
+    /// What waits on the owner across the fleet, as (agent id, task).
+    pub fn set_attention(&mut self, all: Vec<(String, crate::store::tasks::Task)>) {
+        let names: HashMap<&str, &str> =
+            self.agents.iter().map(|a| (a.info.id.as_str(), a.info.name.as_str())).collect();
+        let mut out: Vec<Pending> = all
+            .into_iter()
+            .filter_map(|(id, t)| {
+                let name = names.get(id.as_str())?.to_string();
+                Some(pending_from(id, name, t))
+            })
+            .collect();
         out.sort_by_key(|p| p.since_ms);
         self.pending = out;
+    }
+
+    /// Re-read what one agent has waiting on the owner.
+    pub fn refresh_pending_of(&mut self, i: usize) {
+        let Some(a) = self.agents.get(i) else { return };
+        let fresh = self.pending_of(a);
+        let id = a.info.id.clone();
+        self.pending.retain(|p| p.agent_id != id);
+        self.pending.extend(fresh);
+        self.pending.sort_by_key(|p| p.since_ms);
+    }
+
+    fn pending_of(&self, a: &AgentEntry) -> Vec<Pending> {
+        let mut out = Vec::new();
+        for status in ["pending_approval", "pending"] {
+            for t in self.source.tasks(&a.info.id, status) {
+                if status == "pending" && t.tool != "ask" {
+                    continue;
+                }
+                out.push(pending_from(a.info.id.clone(), a.info.name.clone(), t));
+            }
+        }
+        out
     }
 
     /// The receiving end of the notices (the event loop takes it once).
@@ -722,6 +773,10 @@ impl App {
     }
 
     pub fn refresh_files(&mut self) {
+        // The selection moved to an agent a lazy source has not read yet.
+        if self.agents.get(self.sel).is_some_and(|a| !a.read) {
+            self.read_agent(self.sel);
+        }
         let Some(id) = self.selected_id() else { return };
         self.files.entries = self.source.files(&id);
         self.files.sel = self.files.sel.min(self.files.entries.len().saturating_sub(1));
@@ -791,7 +846,7 @@ impl App {
                 "loop.state.changed" => self.refresh_loops(i),
                 "hil.requested" | "ask.requested" | "hil.resolved" | "ask.resolved" => {
                     self.refresh_agent(i);
-                    self.refresh_pending();
+                    self.refresh_pending_of(i);
                     if ty.ends_with("requested") && self.sel != i {
                         actions.push(Action::Bell {
                             agent: self.agents[i].info.name.clone(),
@@ -841,7 +896,7 @@ impl App {
                     chat.thinking.clear();
                     chat.blocks.push(Block::Notice(format!("⚠ model call failed: {msg}")));
                     self.refresh_agent(i);
-                    self.refresh_pending();
+                    self.refresh_pending_of(i);
                 }
                 "suspend.requested" => {
                     self.refresh_budget(i);
@@ -868,7 +923,7 @@ impl App {
                     }
                     self.refresh_agent(i);
                     if ty == "turn.completed" {
-                        self.refresh_pending();
+                        self.refresh_pending_of(i);
                     }
                 }
                 _ => {}

@@ -141,12 +141,24 @@ impl Host {
     }
 }
 
+/// What waits on the owner across hosts, keyed for the app.
+pub type Attention = Vec<(String, crate::store::tasks::Task)>;
+
 /// Every host the app is attached to.
 pub struct Hosts {
     pub hosts: Vec<Arc<Host>>,
+    /// Approval queues read in the background come back here.
+    queue: mpsc::UnboundedSender<Attention>,
+    queue_rx: Mutex<Option<mpsc::UnboundedReceiver<Attention>>>,
 }
 
 impl Hosts {
+    /// Where a host's stream stands now (its process, its cursor).
+    pub async fn resume_point(host: &Host) -> anyhow::Result<Resume> {
+        let rt = host.client()?.get(&["runtime"]).await?;
+        Ok(Resume { pid: rt["pid"].as_u64().unwrap_or(0), cursor: rt["eventCursor"].as_u64().unwrap_or(0) })
+    }
+
     /// Connect to each remote (SSH tunnels opened here); one that cannot
     /// be reached is kept, marked with why.
     pub fn connect(remotes: Vec<Remote>) -> Hosts {
@@ -168,7 +180,23 @@ impl Hosts {
                 })
             })
             .collect();
-        Hosts { hosts }
+        let (queue, rx) = mpsc::unbounded_channel();
+        Hosts { hosts, queue, queue_rx: Mutex::new(Some(rx)) }
+    }
+
+    /// Read every host's approvals and asks in the background (the first
+    /// frame never waits on them); they come on `queue_updates`.
+    pub fn load_attention(self: &Hosts) {
+        let hosts: Vec<Arc<Host>> = self.hosts.clone();
+        let tx = self.queue.clone();
+        tokio::spawn(async move {
+            let _ = tx.send(attention(&hosts).await);
+        });
+    }
+
+    /// Where the background reads of the queue arrive (taken once).
+    pub fn queue_updates(&self) -> Option<mpsc::UnboundedReceiver<Attention>> {
+        self.queue_rx.lock().ok()?.take()
     }
 
     /// The host of an app key, and the agent's id there.
@@ -205,10 +233,26 @@ impl Hosts {
     pub fn feed(&self) -> mpsc::UnboundedReceiver<Envelope> {
         let (tx, rx) = mpsc::unbounded_channel();
         for h in &self.hosts {
-            tokio::spawn(follow(h.clone(), tx.clone()));
+            tokio::spawn(follow(h.clone(), tx.clone(), None));
         }
         rx
     }
+}
+
+/// What waits on the owner on every host that answers (`GET /attention`,
+/// asked at once), keyed for the app.
+pub async fn attention(hosts: &[Arc<Host>]) -> Attention {
+    let asks = hosts.iter().filter(|h| h.status().connected).map(|h| async move {
+        let c = h.client().ok()?;
+        let v = tokio::time::timeout(CALL_LIMIT, c.get(&["attention"])).await.ok()?.ok()?;
+        let tasks: Vec<_> = v["tasks"]
+            .as_array()?
+            .iter()
+            .filter_map(|t| Some((key(t["agentId"].as_str()?, &h.name), super::source::task(t)?)))
+            .collect();
+        Some(tasks)
+    });
+    futures_util::future::join_all(asks).await.into_iter().flatten().flatten().collect()
 }
 
 /// A host as the app shows it.
@@ -346,10 +390,10 @@ pub fn resume_from(last: Option<Resume>, pid: u64, cursor_now: u64) -> u64 {
     }
 }
 
-/// Follow one host's event stream for as long as the app runs.
-async fn follow(host: Arc<Host>, tx: mpsc::UnboundedSender<Envelope>) {
+/// Follow one host's event stream for as long as the app runs (from
+/// `last`, as after a drop; `None`: from now).
+pub(super) async fn follow(host: Arc<Host>, tx: mpsc::UnboundedSender<Envelope>, mut last: Option<Resume>) {
     use futures_util::StreamExt;
-    let mut last: Option<Resume> = None;
     let mut wait = Duration::from_millis(250);
     loop {
         if tx.is_closed() {

@@ -678,6 +678,7 @@ impl App {
                 if let Some(&(i, _, _)) = self.leaderboard().get(self.logs_sel) {
                     self.sel = i;
                     self.main = MainView::Chat;
+                    self.refresh_files();
                 }
             }
             (Focus::Main, MainView::Approvals) => {
@@ -686,6 +687,7 @@ impl App {
                 {
                     self.sel = i;
                     self.main = MainView::Chat;
+                    self.refresh_files();
                 }
             }
             _ => {}

@@ -9,6 +9,7 @@
 pub mod app;
 pub mod backend;
 pub mod bench;
+pub mod bench_hosts;
 pub mod chat;
 pub mod commands;
 pub mod compute;
@@ -338,6 +339,16 @@ async fn event_loop_on(app: &mut App, backend: &mut Backend, opts: &Options, dir
     let mut feed = backend.feed().await?;
     let mut windows = probe_windows(app, backend);
     let mut notices = app.take_notices().unwrap_or_else(|| tokio::sync::mpsc::unbounded_channel().1);
+    // Attached to several daemons: their approval queues, read in the
+    // background.
+    let mut queues = match &*backend {
+        Backend::Multi(h) => {
+            h.load_attention();
+            h.queue_updates()
+        }
+        _ => None,
+    }
+    .unwrap_or_else(|| tokio::sync::mpsc::unbounded_channel().1);
     let mut dirty = true;
     let mut last_draw = Instant::now() - FRAME;
     let mut clock = tokio::time::interval(Duration::from_secs(1));
@@ -386,6 +397,10 @@ async fn event_loop_on(app: &mut App, backend: &mut Backend, opts: &Options, dir
                     app.refresh_mcp();
                 }
                 app.refresh_loops(app.sel);
+                dirty = true;
+            }
+            Some(all) = queues.recv() => {
+                app.set_attention(all);
                 dirty = true;
             }
             Some((id, n)) = windows.recv() => {
@@ -757,6 +772,7 @@ async fn perform(
             if let Backend::Multi(h) = &*backend {
                 app.hosts = h.views();
                 app.set_states(&h.states());
+                h.load_attention();
             }
             app.set_unconfigured(backend.unconfigured().await);
         }

@@ -78,6 +78,11 @@ pub trait Source: Send {
     fn channels(&self, _id: &str) -> Vec<Value> {
         Vec::new()
     }
+    /// Whether agents are read when first shown rather than all at once
+    /// (their source is far away and they are many).
+    fn lazy(&self) -> bool {
+        false
+    }
     /// The compute panel: read from the agent's config, logs and files.
     fn compute(&self, id: &str) -> Value {
         let cfg = self.config(id).unwrap_or_default();
@@ -283,6 +288,9 @@ impl Multi {
 
 impl Source for Multi {
     fn open(&mut self, _agents: &[AgentInfo]) {}
+    fn lazy(&self) -> bool {
+        true
+    }
     fn config(&self, id: &str) -> Option<Value> {
         self.at(id, |r, id| r.config(id))
     }
@@ -352,8 +360,18 @@ impl Source for Multi {
     fn fleet(&self) -> (Option<crate::runtime::budget::BudgetUse>, Option<String>) {
         let mut best: Option<(f64, crate::runtime::budget::BudgetUse)> = None;
         let mut notices = Vec::new();
-        for (h, r) in self.up() {
-            let (b, n) = r.fleet();
+        // Every host at once.
+        let Ok(handle) = tokio::runtime::Handle::try_current() else { return (None, None) };
+        if handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
+            return (None, None);
+        }
+        let asks = self.up().map(|(h, r)| async move {
+            let url = r.client.url(&["usage"], &[("since", "today")]).ok()?;
+            let call = r.client.call(reqwest::Method::GET, url, None);
+            Some((h, fleet_of(&tokio::time::timeout(r.limit, call).await.ok()?.ok()?)))
+        });
+        let all = tokio::task::block_in_place(|| handle.block_on(futures_util::future::join_all(asks)));
+        for (h, (b, n)) in all.into_iter().flatten() {
             if let Some(n) = n {
                 notices.push(format!("{}: {n}", h.name));
             }
@@ -401,7 +419,7 @@ fn rows(v: &Value) -> Vec<LoopRow> {
         .unwrap_or_default()
 }
 
-fn task(v: &Value) -> Option<Task> {
+pub(super) fn task(v: &Value) -> Option<Task> {
     Some(Task {
         id: v["id"].as_str()?.to_string(),
         tool: v["tool"].as_str().unwrap_or("").to_string(),
@@ -471,14 +489,7 @@ impl Source for Remote {
     }
     fn fleet(&self) -> (Option<crate::runtime::budget::BudgetUse>, Option<String>) {
         let Some(v) = self.get(&["usage"], &[("since", "today")]) else { return (None, None) };
-        let budget = serde_json::from_value::<crate::runtime::budget::Budget>(v["fleet"]["budget"].clone()).ok();
-        let spent = serde_json::from_value(v["fleet"]["spent"].clone()).unwrap_or_default();
-        let fleet = budget.map(|budget| crate::runtime::budget::BudgetUse {
-            scope: crate::runtime::budget::FLEET.into(),
-            budget,
-            spent,
-        });
-        (fleet, v["notice"].as_str().map(str::to_string))
+        fleet_of(&v)
     }
     fn side_after(&self, id: &str, name: &str, seq: i64) -> Vec<LoopRow> {
         let after = seq.to_string();
@@ -526,4 +537,16 @@ impl Source for Remote {
             }
         }
     }
+}
+
+/// The fleet budget with what it spent, from a daemon's `/usage`.
+fn fleet_of(v: &Value) -> (Option<crate::runtime::budget::BudgetUse>, Option<String>) {
+    let budget = serde_json::from_value::<crate::runtime::budget::Budget>(v["fleet"]["budget"].clone()).ok();
+    let spent = serde_json::from_value(v["fleet"]["spent"].clone()).unwrap_or_default();
+    let fleet = budget.map(|budget| crate::runtime::budget::BudgetUse {
+        scope: crate::runtime::budget::FLEET.into(),
+        budget,
+        spent,
+    });
+    (fleet, v["notice"].as_str().map(str::to_string))
 }
