@@ -670,13 +670,38 @@ async fn the_app_over_three_hosts_loses_no_event_when_one_drops_or_restarts() {
         ok(&adf_at(&me, &["remote", "add", name, &h.api, "--token-file", token_file.to_str().unwrap()], &[]));
     }
     let bob = hosts[1].get("/agents").await[0]["id"].as_str().unwrap().to_string();
+    // Two that must not be merged: a wrong token, and ant's address
+    // recorded as another runtime (another fleet answering there now).
+    let wrong = me.join("wrong");
+    std::fs::write(&wrong, "not-the-token-at-all-0123456789").unwrap();
+    ok(&adf_at(&me, &["remote", "add", "liar", &hosts[0].api, "--token-file", wrong.to_str().unwrap()], &[]));
+    ok(&adf_at(&me, &["remote", "add", "imp", &hosts[0].api, "--token-file", token_file.to_str().unwrap()], &[]));
+    let settings = me.join("config/settings.json");
+    let mut v: Value = serde_json::from_slice(&std::fs::read(&settings).unwrap()).unwrap();
+    for r in v["remotes"].as_array_mut().unwrap() {
+        if r["name"] == "imp" {
+            r["runtimeId"] = json!("rt-of-another-fleet");
+        }
+    }
+    std::fs::write(&settings, v.to_string()).unwrap();
 
-    // One app over the three: agents under their hosts.
+    // One app over them: agents under their hosts; the two refused, with
+    // nothing of theirs shown, the others unaffected.
     let mut t = common::pty::Tui::start_with(&me, &[], &["--remote", "all"], 150, 60);
     let s = t.wait_for("cid");
-    for want in ["ant · 1 agent", "bee · 1 agent", "cat · 1 agent", "ann", "bob", "attached to 3 of 3 daemons"] {
+    for want in [
+        "ant · 1 agent",
+        "bee · 1 agent",
+        "cat · 1 agent",
+        "ann",
+        "bob",
+        "attached to 3 of 5 daemons",
+        "imp · down",
+        "liar · down",
+    ] {
         assert!(s.contains(want), "{want:?} on screen:\n{s}");
     }
+    assert_eq!(s.matches("● ann").count(), 1, "ann only under ant:\n{s}");
     write_inside(&lan, 1, &bob, "seen-1.txt");
     t.wait_for("seen-1.txt");
 

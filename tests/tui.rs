@@ -1516,7 +1516,11 @@ fn snapshot_of_a_tree_over_three_hosts_one_down_one_never_reached() {
         [("alpha", "", "scribe"), ("alpha", "ops", "deployer"), ("beta", "", "research"), ("beta", "", "scribe")]
     );
     // A host's events: down, then back (its agents read again).
-    let ev = |ty: &'static str, payload: serde_json::Value| Envelope::new(ty, None, "system:hosts", payload);
+    let ev = |ty: &'static str, payload: serde_json::Value| {
+        let mut e = Envelope::new(ty, None, "system:hosts", payload);
+        e.timestamp = now;
+        e
+    };
     let acts = a.on_event(&ev("host.connected", json!({"host": "beta", "last_seen_ms": now, "restarted": true})));
     assert!(matches!(acts.as_slice(), [Action::RefreshAgents]), "a host back reads its agents again");
     assert!(a.status.as_deref().unwrap().contains("beta is connected (it had restarted"), "{:?}", a.status);
