@@ -661,7 +661,34 @@ async fn the_app_over_three_hosts_loses_no_event_when_one_drops_or_restarts() {
     let Some(lan) = lan(3) else { return };
     let dir = tmp();
     let homes = [home(dir.path(), "a", &["ann"]), home(dir.path(), "b", &["bob"]), home(dir.path(), "c", &["cid"])];
-    let mut hosts: Vec<Host> = (0..3).map(|i| spawn(&lan, i, &homes[i], &[])).collect();
+    // cid's model asks for a restricted tool: an approval waits on cat.
+    let fake = FakeProvider::start_on(
+        &format!("{}:0", lan.gateway()),
+        vec![
+            Scripted::sse(anthropic_tool(
+                "toolu_1",
+                "sys_update_config",
+                r#"{"path":"description","value":"approved across hosts","_reason":"asked on cat"}"#,
+            )),
+            Scripted::sse(anthropic_text(&["Updated."], 5, 2)),
+        ],
+    )
+    .await;
+    let mut hosts: Vec<Host> = (0..3)
+        .map(|i| {
+            let env = if i == 2 { vec![("ANTHROPIC_BASE_URL", fake.base_url.clone())] } else { Vec::new() };
+            spawn(&lan, i, &homes[i], &env)
+        })
+        .collect();
+    let cid = hosts[2].get("/agents").await[0]["id"].as_str().unwrap().to_string();
+    hosts[2].post(&format!("/agents/{cid}/chat"), json!({"text": "update your description"})).await;
+    let waiting =
+        hosts[2].wait("/attention", "the approval on cat", |v| v["tasks"].as_array().unwrap().len() == 1).await;
+    assert_eq!(
+        (waiting["tasks"][0]["agentId"].as_str(), waiting["tasks"][0]["tool"].as_str()),
+        (Some(cid.as_str()), Some("sys_update_config")),
+        "{waiting}"
+    );
     let me = dir.path().join("me");
     std::fs::create_dir_all(&me).unwrap();
     let token_file = me.join("token");
@@ -689,18 +716,12 @@ async fn the_app_over_three_hosts_loses_no_event_when_one_drops_or_restarts() {
     // nothing of theirs shown, the others unaffected.
     let mut t = common::pty::Tui::start_with(&me, &[], &["--remote", "all"], 150, 60);
     let s = t.wait_for("cid");
-    for want in [
-        "ant · 1 agent",
-        "bee · 1 agent",
-        "cat · 1 agent",
-        "ann",
-        "bob",
-        "attached to 3 of 5 daemons",
-        "imp · down",
-        "liar · down",
-    ] {
+    for want in ["ant · 1 agent", "bee · 1 agent", "cat · 1 agent", "ann", "bob", "imp · down", "liar · down"] {
         assert!(s.contains(want), "{want:?} on screen:\n{s}");
     }
+    // cat's approval is in the app's queue (read from every host after
+    // the first frame).
+    t.wait_for("1 waiting on you");
     assert_eq!(s.matches("● ann").count(), 1, "ann only under ant:\n{s}");
     write_inside(&lan, 1, &bob, "seen-1.txt");
     t.wait_for("seen-1.txt");
@@ -735,6 +756,16 @@ async fn the_app_over_three_hosts_loses_no_event_when_one_drops_or_restarts() {
     t.send(":stop\r");
     hosts[1].wait("/agents", "bob turned off on bee", |v| v[0]["state"] == "off").await;
     assert_ne!(hosts[0].get("/agents").await[0]["state"], "off", "ann on ant untouched");
+    // Down to cid on cat: its approval, answered from here, lands there.
+    t.send("j");
+    t.wait_for("approval · sys_update_config");
+    t.send("a");
+    hosts[2]
+        .wait(&format!("/agents/{cid}/config"), "the approved change on cat", |v| {
+            v["config"]["description"] == "approved across hosts"
+        })
+        .await;
+    t.wait_for("0 waiting on you");
     t.quit();
     // The daemons keep running after the app.
     assert_eq!(hosts[2].get("/agents").await[0]["name"], "cid");
