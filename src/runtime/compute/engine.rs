@@ -236,18 +236,7 @@ impl Engine {
     pub async fn run(&self, args: &[&str], limit: Duration) -> Result<String, String> {
         let mut c = self.command();
         c.args(args);
-        let out = tokio::time::timeout(limit, c.output())
-            .await
-            .map_err(|_| {
-                format!("{} {} gave no answer in {} s", self.name(), args.first().unwrap_or(&""), limit.as_secs())
-            })?
-            .map_err(|e| format!("cannot run {}: {e}", self.program.display()))?;
-        if out.status.success() {
-            return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
-        }
-        let err = String::from_utf8_lossy(&out.stderr);
-        let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("failed").trim();
-        Err(format!("{} {}: {last}", self.name(), args.first().unwrap_or(&"")))
+        self.finish(c, args, limit).await
     }
 
     /// Like `run`, for a command that changes a container's state (start,
@@ -257,18 +246,21 @@ impl Engine {
     pub async fn run_through(&self, args: &[&str], limit: Duration) -> Result<String, String> {
         let mut c = self.command();
         c.kill_on_drop(false).process_group(0).args(args);
+        self.finish(c, args, limit).await
+    }
+
+    async fn finish(&self, mut c: tokio::process::Command, args: &[&str], limit: Duration) -> Result<String, String> {
+        let what = args.first().unwrap_or(&"");
         let out = tokio::time::timeout(limit, c.output())
             .await
-            .map_err(|_| {
-                format!("{} {} gave no answer in {} s", self.name(), args.first().unwrap_or(&""), limit.as_secs())
-            })?
+            .map_err(|_| format!("{} {what} gave no answer in {} s", self.name(), limit.as_secs()))?
             .map_err(|e| format!("cannot run {}: {e}", self.program.display()))?;
         if out.status.success() {
             return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
         }
         let err = String::from_utf8_lossy(&out.stderr);
         let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("failed").trim();
-        Err(format!("{} {}: {last}", self.name(), args.first().unwrap_or(&"")))
+        Err(format!("{} {what}: {last}", self.name()))
     }
 
     /// The container's state as the engine records it.
@@ -285,18 +277,14 @@ impl Engine {
         Ok(State::parse(&String::from_utf8_lossy(&out.stdout)))
     }
 
-    /// Is the container there, and running? `None` when there is none.
+    /// Is the container there, and running (as recorded)? `None` when
+    /// there is none.
     pub async fn state(&self, name: &str) -> Result<Option<bool>, String> {
-        let mut c = self.command();
-        c.args(["container", "inspect", "--format", "{{.State.Running}}", name]);
-        let out = tokio::time::timeout(Duration::from_secs(20), c.output())
-            .await
-            .map_err(|_| format!("{} container inspect gave no answer", self.name()))?
-            .map_err(|e| e.to_string())?;
-        if !out.status.success() {
-            return Ok(None);
-        }
-        Ok(Some(String::from_utf8_lossy(&out.stdout).trim() == "true"))
+        Ok(match self.status(name).await? {
+            State::Absent => None,
+            State::Running(_) => Some(true),
+            _ => Some(false),
+        })
     }
 
     pub async fn image_exists(&self, image: &str) -> bool {
