@@ -88,6 +88,23 @@ fn render(app: &App, w: u16, h: u16) -> String {
     term.backend().to_string()
 }
 
+/// The cells drawn with a true-colour background (a picture in half
+/// blocks), as (row, column, colour).
+fn rgb_cells(app: &App, w: u16, h: u16) -> Vec<(u16, u16, (u8, u8, u8))> {
+    let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
+    term.draw(|f| ui::draw(f, app)).unwrap();
+    let buf = term.backend().buffer().clone();
+    let mut out = Vec::new();
+    for y in 0..h {
+        for x in 0..w {
+            if let ratatui::style::Color::Rgb(r, g, b) = buf[(x, y)].bg {
+                out.push((y, x, (r, g, b)));
+            }
+        }
+    }
+    out
+}
+
 /// Snapshot a screen at both sizes the issue names.
 fn both(name: &str, app: &App) {
     insta::assert_snapshot!(format!("{name}_80x24"), render(app, 80, 24));
@@ -1474,6 +1491,79 @@ async fn snapshot_of_the_compute_panel() {
     assert!(frame.contains("00:02:00  host") && frame.contains("124") && frame.contains("sleep 300"), "{frame}");
     assert!(frame.contains("screenshots/browser-1.png"), "{frame}");
     both("compute_panel", &a);
+}
+
+const BANDS: [[u8; 3]; 4] = [[200, 40, 40], [40, 200, 40], [40, 40, 200], [230, 230, 230]];
+
+/// The cells of a 120×40 frame drawn in one of the bands' colours.
+fn bands(app: &App) -> Vec<(u16, u16, (u8, u8, u8))> {
+    let mut cells = rgb_cells(app, 120, 40);
+    cells.retain(|c| BANDS.contains(&[c.2.0, c.2.1, c.2.2]));
+    cells
+}
+
+/// A PNG of `w`×`h`: four colour bands, so half blocks show its shape.
+fn bands_png(w: u32, h: u32) -> Vec<u8> {
+    let mut out = Vec::new();
+    {
+        let mut enc = png::Encoder::new(&mut out, w, h);
+        enc.set_color(png::ColorType::Rgb);
+        enc.set_depth(png::BitDepth::Eight);
+        let mut wr = enc.write_header().unwrap();
+        let data: Vec<u8> = (0..h).flat_map(|_| (0..w).flat_map(|x| BANDS[(x * 4 / w) as usize])).collect();
+        wr.write_image_data(&data).unwrap();
+    }
+    out
+}
+
+/// Where the terminal can draw pictures, the compute panel draws the
+/// newest screenshot under its text (half blocks here, the protocol any
+/// terminal can show); a screenshot the app cannot read says why instead.
+#[tokio::test]
+async fn snapshot_of_the_compute_panel_with_its_screenshot_drawn() {
+    let dir = tmp();
+    let root = dir.path();
+    let infos = fleet(root).await;
+    let path = infos.iter().find(|i| i.name == "research").unwrap().path.clone();
+    let mut s = Store::open(&path).unwrap();
+    s.config_set(adf::store::Caller::Owner, "compute", json!({"enabled": true})).unwrap();
+    s.file_write(adf::store::Caller::Owner, "screenshots/browser-1.png", &bands_png(64, 40), &Default::default())
+        .unwrap();
+    s.close().unwrap();
+    let mut a = app();
+    a.picker = Some(ratatui_image::picker::Picker::halfblocks());
+    a.set_agents(infos, root);
+    a.sel = a.agents.iter().position(|x| x.info.name == "research").unwrap();
+    a.run("compute");
+    let frame = render(&a, 120, 40);
+    assert!(frame.contains("screenshots/browser-1.png") && !frame.contains("not drawn"), "{frame}");
+    // The four bands, left to right, in true colour under the text.
+    let cells = bands(&a);
+    let text_row = frame.lines().position(|l| l.contains("screenshots/browser-1.png")).unwrap() as u16;
+    assert!(cells.len() > 400 && cells.iter().all(|c| c.0 > text_row), "{} cells", cells.len());
+    let column_of = |want: (u8, u8, u8)| {
+        let xs: Vec<u16> = cells.iter().filter(|c| c.2 == want).map(|c| c.1).collect();
+        assert!(xs.len() > 50, "{want:?}: {}", xs.len());
+        xs.iter().map(|x| *x as u32).sum::<u32>() / xs.len() as u32
+    };
+    let (r, g, b) = (column_of((200, 40, 40)), column_of((40, 200, 40)), column_of((40, 40, 200)));
+    assert!(r < g && g < b, "bands in order: {r} {g} {b}");
+    both("compute_panel_picture", &a);
+
+    // A hostile screenshot: a valid PNG of 9,000 × 1 pixels (past the
+    // 8,192 a side the app reads): named, not drawn, nothing else changes.
+    let mut s = Store::open(&path).unwrap();
+    s.file_write(adf::store::Caller::Owner, "screenshots/browser-1.png", &bands_png(9000, 1), &Default::default())
+        .unwrap();
+    s.close().unwrap();
+    a.refresh_compute();
+    let frame = render(&a, 120, 40);
+    assert!(frame.contains("not drawn: larger than 8192×8192 pixels"), "{frame}");
+    assert!(bands(&a).is_empty(), "{frame}");
+    // With pictures off (ASCII, or ADF_IMAGES=off) nothing is read.
+    a.picker = None;
+    a.refresh_compute();
+    assert!(a.shot.is_none());
 }
 
 #[test]

@@ -1318,6 +1318,72 @@ async fn the_compute_panel_lists_the_last_commands() {
         let s = t.wait_for("make test");
         assert!(s.contains("a · compute") && s.contains("isolated · shared · host"), "{s}");
         assert!(s.contains("isolated") && s.contains(" 3 ") && s.contains("17"), "{s}");
+        assert!(s.contains("shot     none yet") && !s.contains("▀"), "{s}");
+        t.quit();
+    })
+    .await
+    .unwrap();
+}
+
+/// The compute panel draws the agent's newest screenshot in the terminal:
+/// half blocks in a terminal that names no graphics protocol (`xterm` here),
+/// so over SSH and in tmux too; `ADF_IMAGES=off` draws none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_compute_panel_draws_the_newest_screenshot() {
+    let dir = tmp();
+    let home = home_with_agent(dir.path());
+    let agents = home.join("data/agents");
+    ok(&adf_home(&home, &agents, &["config", "set", "a.adf", "compute", r#"{"enabled": true}"#]));
+    {
+        // A real PNG: a white page with a dark bar, as a browser shot.
+        let (w, h) = (320u32, 200u32);
+        let mut png = Vec::new();
+        let mut enc = png::Encoder::new(&mut png, w, h);
+        enc.set_color(png::ColorType::Rgb);
+        enc.set_depth(png::BitDepth::Eight);
+        let mut wr = enc.write_header().unwrap();
+        let data: Vec<u8> = (0..h)
+            .flat_map(|y| (0..w).flat_map(move |_| if y < 40 { [30u8, 30, 60] } else { [250, 250, 250] }))
+            .collect();
+        wr.write_image_data(&data).unwrap();
+        drop(wr);
+        let mut s = adf::store::Store::open(agents.join("a.adf")).unwrap();
+        s.file_write(adf::store::Caller::Owner, "screenshots/page.png", &png, &Default::default()).unwrap();
+        s.close().unwrap();
+    }
+    let h = home.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut t = Tui::start_with(&h, &[], &[], 120, 40);
+        t.wait_for("adf › a › main");
+        t.send(":compute\r");
+        let s = t.wait_for("screenshots/page.png");
+        assert!(!s.contains("not drawn"), "{s}");
+        // The page's colours, drawn in true colour under the panel's text:
+        // the dark bar above the white page.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let cells = loop {
+            let cells = t.rgb_cells();
+            if cells.iter().filter(|c| c.2 == (250, 250, 250)).count() > 200 || Instant::now() > deadline {
+                break cells;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let near = |c: (u8, u8, u8), w: (u8, u8, u8)| {
+            c.0.abs_diff(w.0) < 12 && c.1.abs_diff(w.1) < 12 && c.2.abs_diff(w.2) < 12
+        };
+        let dark: Vec<u16> = cells.iter().filter(|x| near(x.2, (30, 30, 60))).map(|x| x.0).collect();
+        let light: Vec<u16> = cells.iter().filter(|x| near(x.2, (250, 250, 250))).map(|x| x.0).collect();
+        assert!(dark.len() > 50 && light.len() > 200, "dark {} light {}: {s}", dark.len(), light.len());
+        assert!(dark.iter().max() <= light.iter().min().map(|m| m + 1).as_ref(), "the bar is on top");
+        let text_row = s.lines().position(|l| l.contains("screenshots/page.png")).unwrap() as u16;
+        assert!(dark.iter().all(|r| *r > text_row), "the picture is under the text");
+        t.quit();
+        let mut t = Tui::start_with(&h, &[("ADF_IMAGES", "off")], &[], 120, 40);
+        t.wait_for("adf › a › main");
+        t.send(":compute\r");
+        t.wait_for("screenshots/page.png");
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(!t.rgb_cells().iter().any(|c| c.2 == (250, 250, 250)), "no picture with ADF_IMAGES=off");
         t.quit();
     })
     .await

@@ -394,6 +394,11 @@ pub struct App {
     pub channels: Vec<Value>,
     /// The compute panel of the selected agent (`tui/compute.rs`).
     pub compute: Value,
+    /// How pictures are drawn here (`images.rs`); none in ASCII mode or
+    /// with `ADF_IMAGES=off`, and none until the terminal was set up.
+    pub picker: Option<ratatui_image::picker::Picker>,
+    /// The compute panel's newest screenshot, read when it changes.
+    pub shot: Option<super::images::Shot>,
     pub context_top: usize,
     /// Answers of background work (MCP changes) for the status line.
     pub notices: tokio::sync::mpsc::UnboundedSender<String>,
@@ -475,6 +480,8 @@ impl App {
             grants: Vec::new(),
             channels: Vec::new(),
             compute: Value::Null,
+            picker: None,
+            shot: None,
             context_top: 0,
             notices,
             notices_rx: Some(notices_rx),

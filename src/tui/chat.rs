@@ -267,6 +267,8 @@ pub struct Glyphs {
     pub sep: &'static str,
     /// An agent that serves a site or routes on the mesh server.
     pub serving: &'static str,
+    /// Only ASCII may be drawn (no half blocks for pictures either).
+    pub ascii: bool,
 }
 
 pub const UTF8: Glyphs = Glyphs {
@@ -282,6 +284,7 @@ pub const UTF8: Glyphs = Glyphs {
     signed: "✓",
     sep: "›",
     serving: "⌂",
+    ascii: false,
 };
 
 pub const ASCII: Glyphs = Glyphs {
@@ -297,6 +300,7 @@ pub const ASCII: Glyphs = Glyphs {
     signed: "v",
     sep: ">",
     serving: "@",
+    ascii: true,
 };
 
 /// Lay out one block at `width`. `expanded` opens a tool card.

@@ -2,7 +2,8 @@
 //! `runtime::compute::summary`: where the selected agent's commands may
 //! run, what runs now (its browser, desktop and the VNC address to watch
 //! it), its last commands with target, exit code and time, and its newest
-//! screenshot with the command that saves it.
+//! screenshot with the command that saves it, drawn below them where the
+//! terminal can show pictures (`images.rs`).
 
 use ratatui::Frame;
 use ratatui::layout::Rect;
@@ -60,10 +61,19 @@ pub fn draw(f: &mut Frame, app: &App, area: Rect) {
         lines.push(Line::from(vec![Span::styled("now      ", dim), Span::raw(fit(&text, w.saturating_sub(9)))]));
     }
     match v["screenshot"]["path"].as_str() {
-        Some(p) => lines.push(Line::from(vec![
-            Span::styled("shot     ", dim),
-            Span::raw(fit(&format!("{p} · adf files cat {file} {p} > shot.png"), w.saturating_sub(9))),
-        ])),
+        Some(p) => {
+            lines.push(Line::from(vec![
+                Span::styled("shot     ", dim),
+                Span::raw(fit(&format!("{p} · adf files cat {file} {p} > shot.png"), w.saturating_sub(9))),
+            ]));
+            if let Some(Err(why)) = app.shot.as_ref().map(|s| &s.picture) {
+                let text = format!("not drawn: {why}");
+                lines.push(Line::from(vec![
+                    Span::raw("         "),
+                    Span::styled(fit(&text, w.saturating_sub(9)), app.theme.get("waiting")),
+                ]));
+            }
+        }
         None => lines.push(Line::styled("shot     none yet", dim)),
     }
     lines.push(Line::raw(""));
@@ -94,5 +104,15 @@ pub fn draw(f: &mut Frame, app: &App, area: Rect) {
             lines.push(Line::styled(fit(&text, w), style));
         }
     }
-    f.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), inner);
+    // The screenshot under the text, in what the panel has left (at least
+    // four rows, else the line above naming it is all there is).
+    let text = Paragraph::new(lines).wrap(Wrap { trim: false });
+    let text_rows = (text.line_count(inner.width) as u16).min(inner.height);
+    let picture = Rect { y: inner.y + text_rows + 1, height: inner.height.saturating_sub(text_rows + 1), ..inner };
+    f.render_widget(text, Rect { height: text_rows, ..inner });
+    if let (Some(picker), Some(shot)) = (&app.picker, &app.shot)
+        && picture.height >= 4
+    {
+        shot.render(picker, picture, f.buffer_mut());
+    }
 }

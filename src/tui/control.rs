@@ -116,6 +116,26 @@ impl App {
     pub fn refresh_compute(&mut self) {
         let Some(id) = self.selected_id() else { return };
         self.compute = self.source.compute(&id);
+        self.refresh_shot(&id);
+    }
+
+    /// Read the newest screenshot again when it is another file or newer
+    /// than the one shown (only where pictures are drawn at all).
+    fn refresh_shot(&mut self, id: &str) {
+        let shot = &self.compute["screenshot"];
+        let Some(path) = shot["path"].as_str().filter(|_| self.picker.is_some()) else {
+            self.shot = None;
+            return;
+        };
+        let key = format!("{id}\n{path}\n{}\n{}", shot["at"], shot["bytes"]);
+        if self.shot.as_ref().is_some_and(|s| s.key == key) {
+            return;
+        }
+        let picture = match self.source.file_bytes(id, path) {
+            Some(bytes) => super::images::decode(&bytes),
+            None => Err("could not be read".into()),
+        };
+        self.shot = Some(super::images::Shot::new(key, picture));
     }
 
     /// Revoke the grant under the cursor.

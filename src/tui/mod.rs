@@ -18,6 +18,7 @@ pub mod control;
 pub mod forms;
 pub mod highlight;
 pub mod hosts;
+pub mod images;
 pub mod inbox;
 pub mod input;
 pub mod keys;
@@ -335,6 +336,13 @@ async fn event_loop(app: &mut App, backend: &mut Backend, opts: &Options, dir: &
 async fn event_loop_on(app: &mut App, backend: &mut Backend, opts: &Options, dir: &Path) -> anyhow::Result<()> {
     let mut term = setup(opts.inline)?;
     let _guard = Guard { inline: opts.inline };
+    // Before the keys are read: asking the terminal what pictures it
+    // draws reads its answer from the same input.
+    let (mode, bad) = images::Mode::from_env();
+    app.picker = images::picker(mode, app.glyphs.ascii);
+    if let Some(bad) = bad {
+        app.status = Some(bad);
+    }
     let mut keys = EventStream::new();
     let mut feed = backend.feed().await?;
     let mut windows = probe_windows(app, backend);

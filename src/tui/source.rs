@@ -26,6 +26,8 @@ pub trait Source: Send {
     fn file_stat(&self, id: &str, path: &str) -> Option<FileEntry>;
     /// A file's text, or `None` when it is missing or not text.
     fn file_text(&self, id: &str, path: &str) -> Option<String>;
+    /// A file's bytes, whatever it holds (a screenshot for the compute panel).
+    fn file_bytes(&self, id: &str, path: &str) -> Option<Vec<u8>>;
     /// Inbox rows, newest first (at most 200).
     fn inbox(&self, id: &str) -> Vec<Value>;
     /// The agent's MCP servers with their live status (the runtime knows
@@ -153,6 +155,9 @@ impl Source for Local {
     }
     fn file_text(&self, id: &str, path: &str) -> Option<String> {
         self.readers.get(id)?.file_read_text(path).ok()
+    }
+    fn file_bytes(&self, id: &str, path: &str) -> Option<Vec<u8>> {
+        self.readers.get(id)?.file_read(path).ok().map(|(_, b)| b)
     }
     fn inbox(&self, id: &str) -> Vec<Value> {
         let rows = self.readers.get(id).and_then(|s| s.inbox_list(None, Some(200)).ok()).unwrap_or_default();
@@ -311,6 +316,9 @@ impl Source for Multi {
     }
     fn file_text(&self, id: &str, path: &str) -> Option<String> {
         self.at(id, |r, id| r.file_text(id, path))
+    }
+    fn file_bytes(&self, id: &str, path: &str) -> Option<Vec<u8>> {
+        self.at(id, |r, id| r.file_bytes(id, path))
     }
     fn inbox(&self, id: &str) -> Vec<Value> {
         self.at(id, |r, id| r.inbox(id))
@@ -528,13 +536,13 @@ impl Source for Remote {
         self.get(&["agents", id, "skills"], &[]).unwrap_or_default()
     }
     fn file_text(&self, id: &str, path: &str) -> Option<String> {
+        String::from_utf8(self.file_bytes(id, path)?).ok()
+    }
+    fn file_bytes(&self, id: &str, path: &str) -> Option<Vec<u8>> {
         let v = self.get(&["agents", id, "files", "content"], &[("path", path)])?;
         match v["content"].as_str() {
-            Some(t) => Some(t.to_string()),
-            None => {
-                let b = base64::engine::general_purpose::STANDARD.decode(v["content_base64"].as_str()?).ok()?;
-                String::from_utf8(b).ok()
-            }
+            Some(t) => Some(t.as_bytes().to_vec()),
+            None => base64::engine::general_purpose::STANDARD.decode(v["content_base64"].as_str()?).ok(),
         }
     }
 }

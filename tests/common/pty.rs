@@ -69,6 +69,23 @@ impl Tui {
         self.parser.lock().unwrap().screen().contents()
     }
 
+    /// The cells whose background is a true colour, as (row, column,
+    /// colour): a picture drawn in half blocks.
+    pub fn rgb_cells(&self) -> Vec<(u16, u16, (u8, u8, u8))> {
+        let parser = self.parser.lock().unwrap();
+        let screen = parser.screen();
+        let (rows, cols) = screen.size();
+        let mut out = Vec::new();
+        for r in 0..rows {
+            for c in 0..cols {
+                if let Some(vt100::Color::Rgb(red, green, blue)) = screen.cell(r, c).map(|x| x.bgcolor()) {
+                    out.push((r, c, (red, green, blue)));
+                }
+            }
+        }
+        out
+    }
+
     pub fn wait_for(&self, text: &str) -> String {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
