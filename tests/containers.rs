@@ -204,9 +204,15 @@ async fn containers_run_agents_commands_in_their_own_places() {
     // Stopped with its agent, and kept for the next start.
     let name = containers::isolated_name(&id);
     assert_eq!(running(&name), Some(true));
+    // The compute panel's state of it, from what this process knows.
+    let live = adf::runtime::compute::summary::live(&id);
+    assert_eq!(live["containers"]["isolated"], json!({"container": name, "state": "running"}), "{live}");
+    assert!(live["containers"].get("shared").is_none(), "it used no shared container: {live}");
     containers::get().release(&id);
     containers::get().settle().await;
     assert_eq!(running(&name), Some(false), "the dedicated container stops with its agent");
+    let live = adf::runtime::compute::summary::live(&id);
+    assert_eq!(live["containers"], json!({}), "a stopped agent's panel lists no container: {live}");
     let again = containers::get()
         .exec(&settings, &id, &Target::Isolated, "cat data/out.txt", Duration::from_secs(30))
         .await

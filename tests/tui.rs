@@ -1491,6 +1491,12 @@ async fn snapshot_of_the_compute_panel() {
     assert!(frame.contains("00:02:00  host") && frame.contains("124") && frame.contains("sleep 300"), "{frame}");
     assert!(frame.contains("screenshots/browser-1.png"), "{frame}");
     both("compute_panel", &a);
+    // What runs now, as the hosting process tells it: each container's state.
+    a.compute["live"] = json!({"containers": {
+        "isolated": {"container": "adf-research", "state": "running"},
+        "shared": {"container": "adf-mcp", "state": "stopped", "uid": 20001}}, "display": 7});
+    let frame = render(&a, 120, 40);
+    assert!(frame.contains("now      isolated adf-research running · shared adf-mcp stopped · desktop :7"), "{frame}");
 }
 
 const BANDS: [[u8; 3]; 4] = [[200, 40, 40], [40, 200, 40], [40, 40, 200], [230, 230, 230]];

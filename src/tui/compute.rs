@@ -48,6 +48,15 @@ pub fn draw(f: &mut Frame, app: &App, area: Rect) {
     let live = &v["live"];
     if !live.is_null() {
         let mut parts = Vec::new();
+        if let Some(cs) = live["containers"].as_object() {
+            for (target, c) in cs {
+                parts.push(format!(
+                    "{target} {} {}",
+                    c["container"].as_str().unwrap_or("?"),
+                    c["state"].as_str().unwrap_or("?")
+                ));
+            }
+        }
         if let Some(b) = live["browser"].as_str() {
             parts.push(format!("browser {b}"));
         }

@@ -168,6 +168,43 @@ impl Containers {
         m.get(name).filter(|r| r.alive()).cloned()
     }
 
+    /// The state of the agent's containers as this process knows it (no
+    /// call to the engine: the panel reads this every second): `running`
+    /// while a runner is alive in it, `stopped` when one was used and its
+    /// runner is gone, absent when the agent has not used it.
+    pub fn states(&self, agent_id: &str) -> Value {
+        // Copied out, so no two of this file's locks are ever held at once.
+        let (used_isolated, shared_uid) = self
+            .used
+            .lock()
+            .ok()
+            .and_then(|u| u.get(agent_id).map(|u| (u.isolated, u.shared_uid)))
+            .unwrap_or((false, None));
+        let state = |name: &str, was_used: bool| {
+            if self.cached(name).is_some() {
+                Some("running")
+            } else if was_used {
+                Some("stopped")
+            } else {
+                None
+            }
+        };
+        let mut out = serde_json::Map::new();
+        let isolated = isolated_name(agent_id);
+        if let Some(st) = state(&isolated, used_isolated) {
+            out.insert("isolated".into(), json!({"container": isolated, "state": st}));
+        }
+        if let Some(uid) = shared_uid
+            && let Some(st) = state(SHARED, true)
+        {
+            out.insert(
+                "shared".into(),
+                json!({"container": SHARED, "state": st, "uid": uid, "workspace": format!("/workspace/{agent_id}")}),
+            );
+        }
+        Value::Object(out)
+    }
+
     fn forget(&self, name: &str) {
         if let Ok(mut m) = self.runners.lock() {
             m.remove(name);

@@ -68,6 +68,7 @@ pub fn live(agent_id: &str) -> Value {
         "browser": browser::get(agent_id).map(|s| if s.visible { "open (visible)" } else { "open (headless)" }),
         "display": d.as_ref().map(|d| d.number),
         "vnc_port": d.as_ref().and_then(|d| d.vnc_now().map(|v| v.port)),
+        "containers": super::containers::get().states(agent_id),
     })
 }
 
