@@ -654,6 +654,23 @@ async fn every_error_answer_is_json() {
     let resp = send("PUT", "/agents/a/mind").body(vec![b' '; 3 << 20]).send().await.unwrap();
     assert_eq!(resp.status().as_u16(), 413);
     check("PUT 3 MiB", &resp);
+    // The rest of that body was never read: the connection closes, so the
+    // next request goes on a fresh one (CI once saw it reuse this one).
+    assert_eq!(resp.headers().get("connection").and_then(|v| v.to_str().ok()), Some("close"));
+    // So does one the guard refuses before reading its body; a refusal
+    // without a body keeps the connection.
+    let resp = d
+        .http
+        .put(format!("{}/agents/a/mind", d.url))
+        .bearer_auth("wrong")
+        .body("x".repeat(1000))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 401);
+    assert_eq!(resp.headers().get("connection").and_then(|v| v.to_str().ok()), Some("close"));
+    let resp = send("GET", "/no/such/route").send().await.unwrap();
+    assert!(resp.headers().get("connection").is_none(), "{:?}", resp.headers());
     let v: Value = resp.json().await.unwrap();
     assert!(v["error"].is_string(), "{v}");
     // The document lists the answers a fuzzer will see.

@@ -270,6 +270,8 @@ export function guard(input) {
     }
     let got = raw_post_declared(&addr, "/agents/api/items", 1 << 30).await;
     assert!(got.starts_with("HTTP/1.1 413"), "{got}");
+    // Its body is left unread, so the connection is not kept for another.
+    assert!(got.to_ascii_lowercase().contains("connection: close"), "{got}");
     // A route that never returns is stopped at the agent's limit (1.5 s
     // here); the other routes answer meanwhile.
     let spin = tokio::spawn({
@@ -295,6 +297,7 @@ export function guard(input) {
     // A chunked body that grows past 2 MiB without declaring a length.
     let got = raw_post_chunked(&addr, "/agents/api/items", 3 << 20).await;
     assert!(got.starts_with("HTTP/1.1 413"), "{got}");
+    assert!(got.to_ascii_lowercase().contains("connection: close"), "{got}");
     assert_eq!(http.get(format!("{base}/text")).send().await.unwrap().status(), 200);
     // The answers are in the agent's log.
     let id = fleet.list()[0].id.clone();

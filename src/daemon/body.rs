@@ -5,7 +5,8 @@
 //! it while arriving is 413 too, and one that stops arriving is 408 after
 //! the body timeout. Every error answer leaves as `{error, code?}` JSON,
 //! including those axum writes itself as plain text or an empty body
-//! (unknown routes, methods a route does not serve, rejected extractors).
+//! (unknown routes, methods a route does not serve, rejected extractors),
+//! and closes the connection when the request came with a body.
 
 use std::sync::Arc;
 
@@ -68,10 +69,18 @@ fn is_json(headers: &HeaderMap) -> bool {
 }
 
 /// Turn error answers that are not JSON (axum's own) into `{error, code}`.
+/// An error answer to a request that came with a body also closes the
+/// connection: the body may be left unread (refused by its declared length,
+/// by the guard, or cut off), so the client must not send its next request
+/// on it (it would find the connection closed under it).
 pub async fn json_errors(req: Request, next: Next) -> Response {
     let (method, path) = (req.method().clone(), req.uri().path().to_string());
-    let resp = next.run(req).await;
+    let had_body = !req.body().is_end_stream();
+    let mut resp = next.run(req).await;
     let status = resp.status();
+    if had_body && (status.is_client_error() || status.is_server_error()) {
+        resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
     if !(status.is_client_error() || status.is_server_error()) || is_json(resp.headers()) {
         return resp;
     }

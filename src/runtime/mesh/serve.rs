@@ -359,8 +359,17 @@ async fn socket(
 
 /// Read the body (at most `api::BODY_LIMIT`) and answer with the route.
 async fn route(mb: Arc<super::Mailbox>, cfg: &Value, m: api::Matched, req: Request) -> Response {
+    // The body is left unread: the connection closes with the answer, so
+    // the client does not send its next request on it.
+    let closing = |mut r: Response| {
+        r.headers_mut().insert(header::CONNECTION, axum::http::HeaderValue::from_static("close"));
+        r
+    };
     let too_big = || {
-        json_reply(413, json!({"error": format!("the body is larger than a route takes ({} bytes)", api::BODY_LIMIT)}))
+        closing(json_reply(
+            413,
+            json!({"error": format!("the body is larger than a route takes ({} bytes)", api::BODY_LIMIT)}),
+        ))
     };
     let declared =
         req.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
@@ -373,10 +382,10 @@ async fn route(mb: Arc<super::Mailbox>, cfg: &Value, m: api::Matched, req: Reque
         Ok(Ok(b)) => b,
         Ok(Err(_)) => return too_big(),
         Err(_) => {
-            return json_reply(
+            return closing(json_reply(
                 408,
                 json!({"error": format!("the request body did not arrive within {} ms", wait.as_millis())}),
-            );
+            ));
         }
     };
     let path =
