@@ -250,8 +250,26 @@ async fn logs_and_tasks_fire_their_triggers() {
     let bus = Bus::new();
     let owner = waiting_owner();
     let ex = Executor::new(s, Arc::new(Scripted::new(replies)), bus.clone(), owner.clone()).unwrap();
+    let path = ex.store.path().to_path_buf();
     let (h, task) = spawn_with_tick(ex, owner, Duration::from_millis(50));
     h.send(AgentCommand::Chat("go".into()));
+    // Until the handlers' lines are in the file (read beside the agent, as
+    // the app reads it), not for a fixed time: a loaded machine runs the
+    // three lanes later, never differently.
+    let read = |name: &str| {
+        adf::store::Store::open_read_only(&path).ok().and_then(|s| s.file_read_text(name).ok()).unwrap_or_default()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !(read("errors.log").contains("kaput") && read("tasks.log").contains("task_complete")) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "errors.log {:?}, tasks.log {:?}",
+            read("errors.log"),
+            read("tasks.log")
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    // And once more after them: a handler's own log rows never fire it again.
     let b = bus.clone();
     wait_for(move || {
         kinds(&b).iter().filter(|(k, p)| k == "lambda.completed" && p["kind"] == "system_scope").count() >= 3
