@@ -1510,16 +1510,7 @@ fn bands(app: &App) -> Vec<(u16, u16, (u8, u8, u8))> {
 
 /// A PNG of `w`×`h`: four colour bands, so half blocks show its shape.
 fn bands_png(w: u32, h: u32) -> Vec<u8> {
-    let mut out = Vec::new();
-    {
-        let mut enc = png::Encoder::new(&mut out, w, h);
-        enc.set_color(png::ColorType::Rgb);
-        enc.set_depth(png::BitDepth::Eight);
-        let mut wr = enc.write_header().unwrap();
-        let data: Vec<u8> = (0..h).flat_map(|_| (0..w).flat_map(|x| BANDS[(x * 4 / w) as usize])).collect();
-        wr.write_image_data(&data).unwrap();
-    }
-    out
+    png_of(w, h, |x, _| BANDS[(x * 4 / w) as usize])
 }
 
 /// Where the terminal can draw pictures, the compute panel draws the

@@ -1336,17 +1336,7 @@ async fn the_compute_panel_draws_the_newest_screenshot() {
     ok(&adf_home(&home, &agents, &["config", "set", "a.adf", "compute", r#"{"enabled": true}"#]));
     {
         // A real PNG: a white page with a dark bar, as a browser shot.
-        let (w, h) = (320u32, 200u32);
-        let mut png = Vec::new();
-        let mut enc = png::Encoder::new(&mut png, w, h);
-        enc.set_color(png::ColorType::Rgb);
-        enc.set_depth(png::BitDepth::Eight);
-        let mut wr = enc.write_header().unwrap();
-        let data: Vec<u8> = (0..h)
-            .flat_map(|y| (0..w).flat_map(move |_| if y < 40 { [30u8, 30, 60] } else { [250, 250, 250] }))
-            .collect();
-        wr.write_image_data(&data).unwrap();
-        drop(wr);
+        let png = png_of(320, 200, |_, y| if y < 40 { [30, 30, 60] } else { [250, 250, 250] });
         let mut s = adf::store::Store::open(agents.join("a.adf")).unwrap();
         s.file_write(adf::store::Caller::Owner, "screenshots/page.png", &png, &Default::default()).unwrap();
         s.close().unwrap();

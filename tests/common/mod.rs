@@ -11,6 +11,14 @@ pub mod pty;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+/// A PNG of `w`×`h` whose pixel at (x, y) is `rgb(x, y)`.
+pub fn png_of(w: u32, h: u32, rgb: impl Fn(u32, u32) -> [u8; 3]) -> Vec<u8> {
+    let img = image::RgbImage::from_fn(w, h, |x, y| image::Rgb(rgb(x, y)));
+    let mut out = std::io::Cursor::new(Vec::new());
+    img.write_to(&mut out, image::ImageFormat::Png).expect("png");
+    out.into_inner()
+}
+
 pub fn tmp() -> tempfile::TempDir {
     tempfile::tempdir().expect("tempdir")
 }
