@@ -610,16 +610,14 @@ impl Fleet {
             return self.reload(agent).await.map(|_| ());
         }
         self.command(Command::Start { agent: agent.to_string() })?;
+        let Ok(id) = self.resolve(agent) else { return Ok(()) };
         // Its actor marks it started when it takes the command; said so
         // now, so a listing right after the answer agrees.
-        if let Ok(id) = self.resolve(agent)
-            && let Some(l) = self.agents.get(&id)
-        {
+        if let Some(l) = self.agents.get(&id) {
             l.started.store(true, std::sync::atomic::Ordering::Relaxed);
         }
         // Started now: its channels too, if they were not running.
-        if let Ok(id) = self.resolve(agent)
-            && self.mesh.channels.status(&id).is_empty()
+        if self.mesh.channels.status(&id).is_empty()
             && let Some(mb) = self.mesh.find(&id)
             && let Ok(Ok(cfg)) = mb.with_store(|s| s.config_value())
         {

@@ -626,7 +626,6 @@ impl App {
         }
     }
 
-    /// Re-read one agent's summary and new loop rows.
     /// Everything the app shows of agent `i`, read (again).
     pub(super) fn read_agent(&mut self, i: usize) {
         self.refresh_agent(i);
@@ -634,6 +633,7 @@ impl App {
         self.refresh_budget(i);
     }
 
+    /// Re-read one agent's summary and new loop rows.
     pub fn refresh_agent(&mut self, i: usize) {
         let Some(a) = self.agents.get_mut(i) else { return };
         a.read = true;
