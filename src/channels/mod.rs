@@ -20,6 +20,7 @@ pub mod forms;
 pub mod markup;
 pub mod slack;
 pub mod telegram;
+pub mod whatsapp;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -32,7 +33,7 @@ use crate::runtime::agent::{AgentCommand, OwnerWork};
 use crate::runtime::mesh::Mailbox;
 
 /// The channels this build has.
-pub const KINDS: &[&str] = &["telegram", "email", "slack", "discord"];
+pub const KINDS: &[&str] = &["telegram", "email", "slack", "discord", "whatsapp"];
 
 /// A file the agent sends with a message, read from its files.
 #[derive(Debug, Clone)]
@@ -142,6 +143,9 @@ pub struct Status {
     pub refused: u64,
     /// Who the channel is on the platform (a bot's @name).
     pub account: Option<String>,
+    /// While a channel waits to be linked (WhatsApp): the QR code's text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub qr: Option<String>,
 }
 
 /// A channel's shared status.
@@ -211,6 +215,7 @@ impl Registry {
                 "email" => email::start(&rt, mb.clone(), a, policy, status.clone()),
                 "slack" => slack::start(&rt, mb.clone(), a, policy, status.clone()),
                 "discord" => discord::start(&rt, mb.clone(), a, policy, status.clone()),
+                "whatsapp" => whatsapp::start(&rt, mb.clone(), a, policy, status.clone()),
                 other => {
                     let _ = mb.with_store(|s| {
                         s.log("warn", "adapter", "adapter_unknown", &format!("no \"{other}\" channel in this build"))
@@ -597,6 +602,7 @@ pub fn secrets(kind: &str) -> Vec<String> {
         "email" => vec![email::USERNAME.to_string(), email::PASSWORD.to_string()],
         "slack" => vec![slack::BOT_TOKEN.to_string(), slack::APP_TOKEN.to_string()],
         "discord" => vec![discord::TOKEN.to_string()],
+        "whatsapp" => vec![whatsapp::store::SESSION.to_string()],
         other => vec![format!("adapter:{other}:BOT_TOKEN")],
     }
 }
@@ -614,7 +620,9 @@ pub fn connect(store: &mut crate::store::Store, input: &Value) -> Result<String,
         return Err(format!("no \"{kind}\" channel in this build (channels: {})", KINDS.join(", ")));
     }
     let token = input["token"].as_str().map(str::trim).unwrap_or_default();
-    if token.is_empty() {
+    // WhatsApp has no token: its link (`session`, base64) comes from a
+    // pairing, or the channel asks for one when it starts.
+    if token.is_empty() && kind != "whatsapp" {
         return Err(if kind == "email" { "a password is required" } else { "a token is required" }.into());
     }
     let pick = |k: &str, allowed: &[&str], default: &str| -> Result<String, String> {
@@ -638,9 +646,10 @@ pub fn connect(store: &mut crate::store::Store, input: &Value) -> Result<String,
     if kind != "email"
         && let Some(u) = input["api_url"].as_str()
     {
+        let schemes: &[&str] = if kind == "whatsapp" { &["ws", "wss"] } else { &["http", "https"] };
         match url::Url::parse(u) {
-            Ok(p) if matches!(p.scheme(), "http" | "https") => adapter["config"]["api_url"] = json!(u),
-            _ => return Err(format!("api_url {u:?} is not an http(s) URL")),
+            Ok(p) if schemes.contains(&p.scheme()) => adapter["config"]["api_url"] = json!(u),
+            _ => return Err(format!("api_url {u:?} is not a {} URL", schemes.join(" or "))),
         }
     }
     let (sealed, said) = if kind == "email" {
@@ -664,6 +673,27 @@ pub fn connect(store: &mut crate::store::Store, input: &Value) -> Result<String,
              The tokens are sealed in your credentials and will not be shown again."
         );
         (vec![(slack::BOT_TOKEN.to_string(), bot), (slack::APP_TOKEN.to_string(), app)], said)
+    } else if kind == "whatsapp" {
+        let mut sealed = Vec::new();
+        if let Some(b64) = input["session"].as_str() {
+            use base64::Engine;
+            let link = base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .map_err(|e| format!("session is not base64: {e}"))?;
+            whatsapp::store::SealedBackend::open(Some(&link))?;
+            let link = String::from_utf8(link).map_err(|_| "session is not a WhatsApp link".to_string())?;
+            sealed.push((whatsapp::store::SESSION.to_string(), link));
+        }
+        let said = format!(
+            "whatsapp switched on ({dm} direct messages, groups: {groups}); {}",
+            if sealed.is_empty() {
+                "it asks to be linked when it starts: scan the QR code (WhatsApp → Linked devices) \
+                 in the app's /channels view or with adf adapters status AGENT"
+            } else {
+                "the link is sealed in your credentials"
+            }
+        );
+        (sealed, said)
     } else {
         let said = format!(
             "{kind} switched on ({dm} direct messages, groups: {groups}); it connects in the background. \

@@ -18,14 +18,16 @@ pub enum AdaptersCmd {
     /// Connect a channel: the token (email: the password; slack: the bot
     /// and app-level tokens) from stdin, or TELEGRAM_BOT_TOKEN /
     /// EMAIL_PASSWORD / SLACK_BOT_TOKEN + SLACK_APP_TOKEN /
-    /// DISCORD_BOT_TOKEN, never from the command line.
+    /// DISCORD_BOT_TOKEN, never from the command line. WhatsApp has no
+    /// token: a QR code is drawn to scan with the phone (WhatsApp →
+    /// Linked devices), and the link is sealed.
     Add {
         path: PathBuf,
-        /// telegram, email, slack or discord
-        #[arg(value_parser = ["telegram", "email", "slack", "discord"])]
+        /// telegram, email, slack, discord or whatsapp
+        #[arg(value_parser = ["telegram", "email", "slack", "discord", "whatsapp"])]
         kind: String,
         /// A self-hosted server (a local Bot API server, a test double);
-        /// for email the IMAP server, as --imap.
+        /// for email the IMAP server, as --imap; for WhatsApp a ws(s) URL.
         #[arg(long)]
         api_url: Option<String>,
         #[command(flatten)]
@@ -170,14 +172,18 @@ pub fn run(out: &Out, url: Option<&str>, cmd: &AdaptersCmd) -> anyhow::Result<()
             };
             if let Some(u) = api_url.as_ref().filter(|_| !email) {
                 let parsed = url::Url::parse(u).map_err(|e| anyhow::anyhow!("--api-url {u:?}: {e}"))?;
-                if !matches!(parsed.scheme(), "http" | "https") {
+                let ws = kind == "whatsapp";
+                if ws && !matches!(parsed.scheme(), "ws" | "wss") {
+                    anyhow::bail!("--api-url {u:?}: use a ws or wss URL");
+                }
+                if !ws && !matches!(parsed.scheme(), "http" | "https") {
                     anyhow::bail!("--api-url {u:?}: use an http or https URL");
                 }
             }
             if word(dm) == "allowlist" && allow.is_empty() {
                 anyhow::bail!("--dm allowlist needs --allow ID (a platform id or @username; repeatable)");
             }
-            let token = read_token(kind)?;
+            let token = if kind == "whatsapp" { String::new() } else { read_token(kind)? };
             let mut input =
                 json!({"type": kind, "token": token, "dm": word(dm), "groups": word(group), "allow_from": allow});
             for (k, v) in [
@@ -193,7 +199,18 @@ pub fn run(out: &Out, url: Option<&str>, cmd: &AdaptersCmd) -> anyhow::Result<()
                 }
             }
             let mut store = match super::held::open_for_write(path)? {
-                super::held::Target::Local(store) => unlocked(path, store)?,
+                super::held::Target::Local(store) => {
+                    let store = unlocked(path, store)?;
+                    if kind == "whatsapp" {
+                        // Linked here, before anything is written: a
+                        // pairing that fails changes nothing.
+                        let (link, account) = whatsapp_pair(out, api_url.as_deref())?;
+                        use base64::Engine;
+                        input["session"] = json!(base64::engine::general_purpose::STANDARD.encode(link));
+                        input["account"] = json!(account);
+                    }
+                    store
+                }
                 // Held by the app or a daemon: connected through the agent there.
                 super::held::Target::Held(via) => {
                     let v = via.call(reqwest::Method::POST, &["adapters"], &[], Some(&input))?;
@@ -207,7 +224,13 @@ pub fn run(out: &Out, url: Option<&str>, cmd: &AdaptersCmd) -> anyhow::Result<()
             let adapter = store.config_value().map_err(|e| at(path, e))?["adapters"][kind.as_str()].clone();
             close(store)?;
             if out.json {
-                return out.json(&json!({"kind": kind, "adapter": adapter}));
+                return out.json(&json!({"kind": kind, "adapter": adapter, "account": input["account"]}));
+            }
+            if let Some(account) = input["account"].as_str() {
+                return out.line(format!(
+                    "{}: whatsapp linked to {account} (starts with the agent; the link is sealed in its credentials)",
+                    path.display()
+                ));
             }
             out.line(format!(
                 "{}: {kind} connected (starts with the agent; `adf adapters status` once it runs)",
@@ -283,7 +306,37 @@ pub fn run(out: &Out, url: Option<&str>, cmd: &AdaptersCmd) -> anyhow::Result<()
             if rows.is_empty() {
                 return out.line(format!("{agent}: no channel running"));
             }
-            out.table(&["CHANNEL", "STATE", "ACCOUNT", "IN", "OUT", "LAST ERROR"], &rows)
+            out.table(&["CHANNEL", "STATE", "ACCOUNT", "IN", "OUT", "LAST ERROR"], &rows)?;
+            // A channel waiting to be linked: its QR code, to scan now.
+            for a in v["adapters"].as_array().into_iter().flatten() {
+                if let Some(code) = a["qr"].as_str() {
+                    let drawn = crate::channels::whatsapp::qr_text(code).unwrap_or_else(|e| e);
+                    out.line(format!(
+                        "\n{drawn}\nScan this with your phone: WhatsApp → Settings → Linked devices → Link a device."
+                    ))?;
+                }
+            }
+            Ok(())
         }
     }
+}
+
+/// Link WhatsApp here: each QR code is drawn on stderr as it comes (with
+/// `--json`, also a `{"qr": …}` line on stdout for a script to draw), until
+/// the phone scans one and the device logs in (at most 3 minutes).
+fn whatsapp_pair(out: &Out, api_url: Option<&str>) -> anyhow::Result<(Vec<u8>, String)> {
+    let json = out.json;
+    let show = move |code: &str| {
+        use std::io::Write;
+        if json {
+            let mut o = std::io::stdout().lock();
+            let _ = writeln!(o, "{}", json!({"qr": code}));
+            let _ = o.flush();
+        }
+        let drawn = crate::channels::whatsapp::qr_text(code).unwrap_or_else(|e| e);
+        eprintln!("{drawn}\nScan this with your phone: WhatsApp → Settings → Linked devices → Link a device.\n");
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    rt.block_on(crate::channels::whatsapp::pair(api_url, show, std::time::Duration::from_secs(180)))
+        .map_err(|e| anyhow::anyhow!("whatsapp: {e}"))
 }

@@ -340,6 +340,25 @@ pub fn draw_channels(f: &mut Frame, app: &App, area: Rect) {
         let style = if c["state"] == "connected" { app.theme.get("dim") } else { app.theme.get("waiting") };
         lines.push(Line::styled(fit(&text, w), style));
     }
+    // A channel waiting to be linked (WhatsApp): its QR code, to scan
+    // with the phone, drawn in half blocks (light modules white, dark ones
+    // black, whatever the terminal's colours).
+    if let Some(code) = app.channels.iter().find_map(|c| c["qr"].as_str()) {
+        lines.push(Line::raw(""));
+        lines.push(Line::styled(
+            "Link WhatsApp: on the phone, Settings → Linked devices → Link a device, and scan this.",
+            app.theme.get("waiting"),
+        ));
+        match crate::channels::whatsapp::qr_text(code) {
+            Ok(qr) => lines.extend(qr.lines().map(|l| {
+                Line::styled(
+                    l.to_string(),
+                    ratatui::style::Style::default().fg(ratatui::style::Color::White).bg(ratatui::style::Color::Black),
+                )
+            })),
+            Err(e) => lines.push(Line::styled(e, app.theme.get("error"))),
+        }
+    }
     f.render_widget(Paragraph::new(lines), inner);
 }
 

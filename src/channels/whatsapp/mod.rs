@@ -1,0 +1,428 @@
+//! WhatsApp (issue 20) as a linked device of a personal number, over the
+//! multi-device protocol with the maintained `whatsapp-rust` client: Noise
+//! to the server, Signal end to end. There is no token: the owner links the
+//! agent by scanning a QR code with the phone (WhatsApp → Linked devices),
+//! drawn in the terminal by `adf adapters add FILE whatsapp` and in the
+//! app's `/channels` view. What the link is made of (keys, sessions) is
+//! sealed in the agent's credentials (`store.rs`).
+//!
+//! A chat's address is `whatsapp:<user>` for a person (the phone number)
+//! and `whatsapp:<id>@g.us` for a group. Replies quote the message they
+//! answer. Messages that arrived while the agent was off come from the
+//! server's offline queue when it connects, one wake for the batch; a
+//! redelivered message is de-duplicated by its id. The client reconnects
+//! by itself; the channel's status says when it is down and why.
+
+pub mod store;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use serde_json::{Value, json};
+use whatsapp_rust::prelude::*;
+use whatsapp_rust::waproto::whatsapp as wa;
+
+use super::{Inbound, Outbound, Policy, StatusCell, deliver_one, notify, set_state};
+use crate::runtime::mesh::Mailbox;
+use store::{SESSION, SealedBackend};
+
+/// WhatsApp's chat server.
+pub const DEFAULT_API: &str = "wss://web.whatsapp.com/ws/chat";
+
+/// The version a self-hosted server (or a test double) is spoken to with:
+/// it has no `sw.js` to read the current one from.
+const PINNED_VERSION: (u32, u32, u32) = (2, 3000, 1_023_000_000);
+
+/// The client's HTTP (the current version's page, media) over reqwest.
+struct Http(reqwest::Client);
+
+#[async_trait::async_trait]
+impl whatsapp_rust::wacore::net::HttpClient for Http {
+    async fn execute(
+        &self,
+        r: whatsapp_rust::wacore::net::HttpRequest,
+    ) -> anyhow::Result<whatsapp_rust::wacore::net::HttpResponse> {
+        let method = reqwest::Method::from_bytes(r.method.as_bytes())?;
+        let mut req = self.0.request(method, &r.url).timeout(Duration::from_secs(120));
+        for (k, v) in &r.headers {
+            req = req.header(k, v);
+        }
+        if let Some(b) = r.body {
+            req = req.body(b.to_vec());
+        }
+        let resp = req.send().await.map_err(|e| anyhow::anyhow!(super::without_url(&e)))?;
+        let status_code = resp.status().as_u16();
+        let body = resp.bytes().await.map_err(|e| anyhow::anyhow!(super::without_url(&e)))?.to_vec();
+        Ok(whatsapp_rust::wacore::net::HttpResponse { status_code, body })
+    }
+}
+
+/// The JID of a chat address's id: a phone number is a person.
+pub fn jid_of(chat: &str) -> Result<Jid, String> {
+    let full = if chat.contains('@') { chat.to_string() } else { format!("{chat}@s.whatsapp.net") };
+    full.parse::<Jid>().map_err(|e| format!("{chat:?} is not a WhatsApp chat ({e})"))
+}
+
+/// A chat's address id: a person's phone number, a group's whole JID.
+fn chat_id(jid: &Jid) -> String {
+    if jid.server == Server::Pn { jid.user.to_string() } else { jid.to_string() }
+}
+
+struct Sender {
+    client: Arc<Client>,
+}
+
+impl Outbound for Sender {
+    fn send<'a>(
+        &'a self,
+        chat: &'a str,
+        text: &'a str,
+        reply_to: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<String, String>> {
+        Box::pin(async move {
+            let jid = jid_of(chat)?;
+            let msg = match reply_to {
+                Some(id) => {
+                    let ctx = wa::ContextInfo {
+                        stanza_id: Some(id.to_string()),
+                        participant: Some(if jid.server == Server::Pn { jid.to_string() } else { String::new() })
+                            .filter(|p| !p.is_empty()),
+                        quoted_message: whatsapp_rust::buffa::MessageField::some(wa::Message::default()),
+                        ..Default::default()
+                    };
+                    wa::Message::text_with_context(text, ctx)
+                }
+                None => wa::Message::text(text),
+            };
+            let sent = self.client.send_message(jid, msg).await.map_err(|e| format!("send: {e}"))?;
+            Ok(sent.message_id.to_string())
+        })
+    }
+
+    fn chat_info<'a>(&'a self, chat: &'a str, _limit: usize) -> BoxFuture<'a, Result<Value, String>> {
+        Box::pin(async move {
+            let jid = jid_of(chat)?;
+            Ok(json!({"chat_id": chat_id(&jid), "type": if jid.server == Server::Pn { "private" } else { "group" }}))
+        })
+    }
+}
+
+/// An inbound WhatsApp message in the channel's terms; `None` for what is
+/// not for the agent (its own messages, protocol messages with no text).
+fn inbound(m: &wa::Message, info: &MessageInfo, own: Option<&Jid>) -> Option<Inbound> {
+    if info.source.is_from_me {
+        return None;
+    }
+    let text = m.text_content().map(str::to_string).unwrap_or_default();
+    let ctx = m.extended_text_message.as_option().and_then(|e| e.context_info.as_option());
+    if text.is_empty() {
+        return None;
+    }
+    let mentioned = own.is_some_and(|own| {
+        ctx.is_some_and(|c| c.mentioned_jid.iter().any(|j| j.split('@').next() == Some(own.user.as_str())))
+    });
+    let mut context = serde_json::Map::new();
+    context.insert("jid".into(), info.source.chat.to_string().into());
+    context.insert("sender_jid".into(), info.source.sender.to_string().into());
+    Some(Inbound {
+        kind: "whatsapp",
+        chat_id: chat_id(&info.source.chat),
+        chat_type: if info.source.is_group { "group" } else { "private" }.into(),
+        group: info.source.is_group,
+        mentioned,
+        message_id: info.id.to_string(),
+        sender_id: info.source.sender.user.to_string(),
+        sender_name: info.push_name.clone(),
+        text,
+        reply_to_message_id: ctx.and_then(|c| c.stanza_id.clone()),
+        sent_at_ms: Some(info.timestamp.timestamp_millis()),
+        raw: json!({"id": info.id.to_string(), "chat": info.source.chat.to_string(),
+            "sender": info.source.sender.to_string(), "push_name": info.push_name}),
+        context,
+        ..Default::default()
+    })
+}
+
+/// Write the sealed copy of the link now.
+async fn seal(mb: &Arc<Mailbox>, backend: &SealedBackend) -> Result<(), String> {
+    let bytes = backend.snapshot()?;
+    let mb = mb.clone();
+    tokio::task::spawn_blocking(move || mb.with_store(|s| s.secret_set(SESSION, &bytes, false)))
+        .await
+        .map_err(|e| e.to_string())??
+        .map_err(|e| format!("the WhatsApp session could not be sealed ({e})"))
+}
+
+/// Start the channel: the client with the sealed link (or none yet: then
+/// it asks to be paired, and the status carries the QR code).
+pub fn start(
+    rt: &tokio::runtime::Handle,
+    mb: Arc<Mailbox>,
+    adapter: &Value,
+    policy: Policy,
+    status: StatusCell,
+) -> Result<(Arc<dyn Outbound>, tokio::task::JoinHandle<()>), String> {
+    let sealed = mb.with_store(|s| s.secret_get(SESSION))?.map_err(|e| e.to_string())?;
+    let backend = Arc::new(SealedBackend::open(sealed.as_deref())?);
+    let api = adapter.pointer("/config/api_url").and_then(Value::as_str).map(str::to_string);
+    let url = api.clone().unwrap_or_else(|| DEFAULT_API.to_string());
+    let (client_tx, client_rx) = tokio::sync::oneshot::channel::<Arc<Client>>();
+    let task = rt.spawn(run(mb, backend, url, api.is_some(), policy, status, client_tx));
+    let out: Arc<dyn Outbound> = Arc::new(Lazy(tokio::sync::OnceCell::new(), tokio::sync::Mutex::new(Some(client_rx))));
+    Ok((out, task))
+}
+
+/// The sender, once the client is built.
+struct Lazy(tokio::sync::OnceCell<Sender>, tokio::sync::Mutex<Option<tokio::sync::oneshot::Receiver<Arc<Client>>>>);
+
+impl Lazy {
+    async fn get(&self) -> Result<&Sender, String> {
+        self.0
+            .get_or_try_init(|| async {
+                let rx = self.1.lock().await.take().ok_or("the WhatsApp client did not start")?;
+                rx.await.map(|client| Sender { client }).map_err(|_| "the WhatsApp client did not start".to_string())
+            })
+            .await
+    }
+}
+
+impl Outbound for Lazy {
+    fn send<'a>(
+        &'a self,
+        chat: &'a str,
+        text: &'a str,
+        reply_to: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<String, String>> {
+        Box::pin(async move { self.get().await?.send(chat, text, reply_to).await })
+    }
+
+    fn chat_info<'a>(&'a self, chat: &'a str, limit: usize) -> BoxFuture<'a, Result<Value, String>> {
+        Box::pin(async move { self.get().await?.chat_info(chat, limit).await })
+    }
+}
+
+/// Disconnects the client and seals the link when the channel's task ends
+/// (stopped, aborted).
+struct Guard {
+    client: Arc<Client>,
+    mb: Arc<Mailbox>,
+    backend: Arc<SealedBackend>,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let (client, mb, backend) = (self.client.clone(), self.mb.clone(), self.backend.clone());
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                client.disconnect().await;
+                let _ = seal(&mb, &backend).await;
+            });
+        }
+    }
+}
+
+async fn run(
+    mb: Arc<Mailbox>,
+    backend: Arc<SealedBackend>,
+    url: String,
+    self_hosted: bool,
+    policy: Policy,
+    status: StatusCell,
+    client_tx: tokio::sync::oneshot::Sender<Arc<Client>>,
+) {
+    let transport = whatsapp_rust::transport::TokioWebSocketTransportFactory::new().with_url(url);
+    let (ev_mb, ev_status) = (mb.clone(), status.clone());
+    let mut builder = Bot::builder()
+        .with_backend_arc(backend.clone())
+        .with_transport_factory(transport)
+        .with_http_client(Http(crate::providers::http_client()))
+        .with_runtime(TokioRuntime)
+        .on_event(move |ev, client| on_event(ev_mb.clone(), policy.clone(), ev_status.clone(), ev, client));
+    if self_hosted {
+        builder = builder.with_version(PINNED_VERSION);
+    }
+    let bot = match builder.build().await {
+        Ok(b) => b,
+        Err(e) => {
+            set_state(&status, "stopped", Some(format!("the WhatsApp client did not start: {e}")));
+            return;
+        }
+    };
+    let client = bot.client();
+    let _ = client_tx.send(client.clone());
+    let _guard = Guard { client, mb: mb.clone(), backend: backend.clone() };
+    let handle = bot.spawn();
+    let sealer = async {
+        loop {
+            backend.changed.notified().await;
+            // Changes come in bursts (a pairing, a message's ratchet): one write.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            if let Err(e) = seal(&mb, &backend).await {
+                set_state(&status, "backing_off", Some(e));
+            }
+        }
+    };
+    tokio::select! {
+        _ = handle => {},
+        _ = sealer => {},
+    }
+    let _ = seal(&mb, &backend).await;
+}
+
+async fn on_event(mb: Arc<Mailbox>, policy: Policy, status: StatusCell, ev: Arc<Event>, client: Arc<Client>) {
+    match &*ev {
+        Event::PairingQrCode(q) => {
+            set_state(&status, "pairing", None);
+            if let Ok(mut s) = status.lock() {
+                s.qr = Some(q.code.clone());
+            }
+        }
+        Event::PairSuccess(p) => {
+            if let Ok(mut s) = status.lock() {
+                s.qr = None;
+                s.account = Some(format!("+{}", p.id.user));
+            }
+            let note = format!("linked to +{}", p.id.user);
+            let m = mb.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                m.with_store(|s| s.log("info", "adapter", "whatsapp_linked", &note))
+            })
+            .await;
+        }
+        Event::Connected(_) => {
+            set_state(&status, "connected", None);
+            if let Ok(mut s) = status.lock() {
+                s.qr = None;
+                s.account = client.pn().map(|j| format!("+{}", j.user));
+            }
+        }
+        Event::Disconnected(d) => {
+            set_state(&status, "connecting", Some(format!("disconnected: {:?}; reconnecting", d.reason)));
+        }
+        Event::LoggedOut(_) => set_state(
+            &status,
+            "stopped",
+            Some("the phone unlinked this device: adf adapters add FILE whatsapp to link it again".into()),
+        ),
+        Event::PairingQrCodesExhausted(_) => set_state(
+            &status,
+            "stopped",
+            Some("no one scanned the QR code in time: adf adapters add FILE whatsapp to try again".into()),
+        ),
+        Event::Messages(_) => {
+            let own = client.pn();
+            let mut rows = Vec::new();
+            for m in ev.messages() {
+                let Some(inb) = inbound(&m.message, &m.info, own.as_ref()) else { continue };
+                match deliver_one(&mb, &policy, &status, inb).await {
+                    Ok(mut r) => rows.append(&mut r),
+                    Err(e) => {
+                        let m2 = mb.clone();
+                        let _ = tokio::task::spawn_blocking(move || {
+                            m2.with_store(|s| {
+                                s.log("error", "adapter", "message_not_delivered", &format!("whatsapp: {e}"))
+                            })
+                        })
+                        .await;
+                    }
+                }
+            }
+            notify(&mb, rows);
+        }
+        _ => {}
+    }
+}
+
+/// A QR code drawn in text, two rows a line (half blocks), with its quiet
+/// zone: what a phone's camera reads from a terminal.
+pub fn qr_text(code: &str) -> Result<String, String> {
+    let qr = qrcode::QrCode::new(code.as_bytes()).map_err(|e| format!("no QR code for this pairing: {e}"))?;
+    Ok(qr
+        .render::<qrcode::render::unicode::Dense1x2>()
+        .dark_color(qrcode::render::unicode::Dense1x2::Light)
+        .light_color(qrcode::render::unicode::Dense1x2::Dark)
+        .quiet_zone(true)
+        .build())
+}
+
+/// Link a device here and now (`adf adapters add FILE whatsapp` on a file
+/// no process holds): each QR code goes to `show` as it comes, until the
+/// phone scans one and the device has logged in; the sealed link is
+/// returned. `sealed`: a link kept from before (it is replaced).
+pub async fn pair(
+    api_url: Option<&str>,
+    show: impl Fn(&str) + Send + Sync + 'static,
+    deadline: Duration,
+) -> Result<(Vec<u8>, String), String> {
+    let backend = Arc::new(SealedBackend::open(None)?);
+    let url = api_url.unwrap_or(DEFAULT_API).to_string();
+    let transport = whatsapp_rust::transport::TokioWebSocketTransportFactory::new().with_url(url);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Result<String, String>>();
+    let show = Arc::new(show);
+    let mut builder = Bot::builder()
+        .with_backend_arc(backend.clone())
+        .with_transport_factory(transport)
+        .with_http_client(Http(crate::providers::http_client()))
+        .with_runtime(TokioRuntime)
+        .on_event(move |ev, client| {
+            let (tx, show) = (tx.clone(), show.clone());
+            async move {
+                match &*ev {
+                    Event::PairingQrCode(q) => show(&q.code),
+                    Event::Connected(_) => {
+                        let _ = tx.send(Ok(client.pn().map(|j| format!("+{}", j.user)).unwrap_or_default()));
+                    }
+                    Event::PairError(e) => {
+                        let _ = tx.send(Err(format!("the pairing was refused ({}; nothing changed)", e.error)));
+                    }
+                    Event::PairingQrCodesExhausted(_) => {
+                        let _ = tx.send(Err("no one scanned the QR code in time (nothing changed)".into()));
+                    }
+                    Event::LoggedOut(_) => {
+                        let _ = tx.send(Err("WhatsApp refused the login (nothing changed)".into()));
+                    }
+                    _ => {}
+                }
+            }
+        });
+    if api_url.is_some() {
+        builder = builder.with_version(PINNED_VERSION);
+    }
+    let bot = builder.build().await.map_err(|e| format!("the WhatsApp client did not start: {e}"))?;
+    let handle = bot.spawn();
+    let client = handle.client();
+    let said = tokio::time::timeout(deadline, rx.recv()).await;
+    let account = match said {
+        Ok(Some(Ok(account))) => account,
+        Ok(Some(Err(e))) => {
+            handle.shutdown().await;
+            return Err(e);
+        }
+        Ok(None) => {
+            handle.shutdown().await;
+            return Err("the WhatsApp client stopped before it was linked (nothing changed)".into());
+        }
+        Err(_) => {
+            handle.shutdown().await;
+            return Err(format!("not linked within {} s (nothing changed)", deadline.as_secs()));
+        }
+    };
+    drop(client);
+    handle.shutdown().await;
+    Ok((backend.snapshot()?, account))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chat_addresses_are_phone_numbers_and_group_jids() {
+        let p = jid_of("15551234567").unwrap();
+        assert_eq!(p.to_string(), "15551234567@s.whatsapp.net");
+        assert_eq!(chat_id(&p), "15551234567");
+        let g = jid_of("120363000000000001@g.us").unwrap();
+        assert_eq!(chat_id(&g), "120363000000000001@g.us");
+    }
+}

@@ -1,0 +1,421 @@
+//! The WhatsApp channel (issue 20) against a wire-level fake of WhatsApp's
+//! chat server on loopback: a WebSocket carrying the multi-device
+//! protocol's frames (3-byte lengths, the `WA` header first), the Noise XX
+//! handshake as the server's side of it, then Noise-encrypted binary
+//! nodes. The fake plays the phone too: it reads the QR code the client
+//! shows (its ref, keys and ADV secret), signs the device identity with an
+//! account key and the HMAC keyed by that secret, as a phone does, answers
+//! the client's signature, and restarts the stream (515) so the client logs
+//! in as a linked device. After a login it answers the IQs a linked device
+//! sends (passive, prekeys, app-state sync, usync, pings) as the server
+//! would, with nothing to sync.
+//!
+//! The client's build in the tests skips the check of the server's
+//! certificate chain against WhatsApp's root (the fake cannot sign with
+//! it); everything else is the real client.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use adf::runtime::bus::Bus;
+use adf::runtime::fleet::Fleet;
+use base64::Engine;
+use common::*;
+use futures_util::{SinkExt, StreamExt};
+use hmac::Mac;
+use serde_json::Value;
+use tokio_tungstenite::tungstenite::Message;
+use whatsapp_rust::buffa::{Message as _, MessageField};
+use whatsapp_rust::wacore::framing::{FrameDecoder, encode_frame};
+use whatsapp_rust::wacore::handshake::NoiseHandshake;
+use whatsapp_rust::wacore::libsignal::protocol::KeyPair;
+use whatsapp_rust::wacore_binary::builder::NodeBuilder;
+use whatsapp_rust::wacore_binary::consts::{NOISE_PATTERN_XX, WA_CONN_HEADER};
+use whatsapp_rust::wacore_binary::node::Node;
+use whatsapp_rust::waproto::whatsapp as wa;
+
+/// The phone number the fake's phone has.
+const PHONE: &str = "15550000001";
+
+/// What the fake saw and what the test tells it.
+#[derive(Default)]
+struct Seen {
+    /// Handshakes: `register` for a new device, else the login's user.
+    logins: Vec<String>,
+    /// The QR code to scan (from the test), and what the client answered.
+    qr: Option<String>,
+    signed: bool,
+    /// Tamper with the HMAC (a phone that read another code).
+    bad_hmac: bool,
+    iqs: Vec<String>,
+}
+
+type Shared = Arc<Mutex<Seen>>;
+
+/// A certificate chain naming the server's static key, expired (so the
+/// client keeps to XX and never tries IK with a cached key).
+fn cert_chain(server_static: &[u8]) -> Vec<u8> {
+    use wa::cert_chain::noise_certificate::Details;
+    let details = |serial: u32, issuer: u32, key: Vec<u8>| {
+        Details {
+            serial: Some(serial),
+            issuer_serial: Some(issuer),
+            key: Some(key),
+            not_before: Some(0),
+            not_after: Some(1_000_000_000),
+            ..Default::default()
+        }
+        .encode_to_vec()
+    };
+    let cert = |d: Vec<u8>| wa::cert_chain::NoiseCertificate {
+        details: Some(d),
+        signature: Some(vec![0; 64]),
+        ..Default::default()
+    };
+    wa::CertChain {
+        intermediate: MessageField::some(cert(details(1, 0, vec![0xcc; 32]))),
+        leaf: MessageField::some(cert(details(2, 1, server_static.to_vec()))),
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
+/// One client connection: the Noise transport and the node codec.
+struct Conn {
+    ws: tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>,
+    frames: FrameDecoder,
+    first: bool,
+    read: Option<whatsapp_rust::wacore::noise::NoiseCipher>,
+    write: Option<whatsapp_rust::wacore::noise::NoiseCipher>,
+    rc: u32,
+    wc: u32,
+}
+
+impl Conn {
+    async fn frame(&mut self) -> Option<Vec<u8>> {
+        loop {
+            if let Some(f) = self.frames.decode_frame() {
+                return Some(f.to_vec());
+            }
+            let msg = self.ws.next().await?.ok()?;
+            let Message::Binary(mut b) = msg else { continue };
+            if self.first {
+                self.first = false;
+                if b.starts_with(&WA_CONN_HEADER) {
+                    b = b.slice(WA_CONN_HEADER.len()..);
+                }
+            }
+            self.frames.feed(&b);
+        }
+    }
+
+    async fn send_frame(&mut self, payload: &[u8]) {
+        let f = encode_frame(payload, None).unwrap();
+        let _ = self.ws.send(Message::Binary(f.into())).await;
+    }
+
+    async fn recv(&mut self) -> Option<Node> {
+        let mut f = self.frame().await?;
+        let c = self.read.as_ref()?;
+        c.decrypt_in_place_with_counter(self.rc, &mut f).ok()?;
+        self.rc += 1;
+        let raw = whatsapp_rust::wacore_binary::util::unpack(&f).ok()?;
+        Some(whatsapp_rust::wacore_binary::marshal::unmarshal_ref(&raw).ok()?.to_owned())
+    }
+
+    async fn send(&mut self, n: Node) {
+        let pt = whatsapp_rust::wacore_binary::marshal::marshal(&n).unwrap();
+        let ct = self.write.as_ref().unwrap().encrypt_with_counter(self.wc, &pt).unwrap();
+        self.wc += 1;
+        self.send_frame(&ct).await;
+    }
+
+    /// The server's side of Noise XX; the client's payload.
+    async fn handshake(&mut self, server: &KeyPair) -> Option<wa::ClientPayload> {
+        let hello = wa::HandshakeMessage::decode_from_slice(&self.frame().await?).ok()?;
+        let eph: Vec<u8> = hello.client_hello.as_option()?.ephemeral.clone()?;
+        let mut n = NoiseHandshake::new(NOISE_PATTERN_XX, &WA_CONN_HEADER).ok()?;
+        n.authenticate(&eph);
+        let se = KeyPair::generate(&mut rand::rng());
+        let se_pub = se.public_key.public_key_bytes().to_vec();
+        n.authenticate(&se_pub);
+        n.mix_shared_secret(se.private_key.serialize(), &eph).ok()?;
+        let s_pub = server.public_key.public_key_bytes().to_vec();
+        let enc_static = n.encrypt(&s_pub).ok()?;
+        n.mix_shared_secret(server.private_key.serialize(), &eph).ok()?;
+        let enc_cert = n.encrypt(&cert_chain(&s_pub)).ok()?;
+        let sh = wa::HandshakeMessage {
+            server_hello: MessageField::some(wa::handshake_message::ServerHello {
+                ephemeral: Some(se_pub),
+                r#static: Some(enc_static),
+                payload: Some(enc_cert),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        self.send_frame(&sh.encode_to_vec()).await;
+        let fin = wa::HandshakeMessage::decode_from_slice(&self.frame().await?).ok()?;
+        let cf = fin.client_finish.as_option()?;
+        let client_static = n.decrypt(cf.r#static.as_deref()?).ok()?;
+        n.mix_shared_secret(se.private_key.serialize(), &client_static).ok()?;
+        let payload = n.decrypt(cf.payload.as_deref()?).ok()?;
+        let (c2s, s2c) = n.finish().ok()?;
+        self.read = Some(c2s);
+        self.write = Some(s2c);
+        wa::ClientPayload::decode_from_slice(&payload).ok()
+    }
+}
+
+fn attr(n: &Node, k: &str) -> String {
+    n.attrs.get(k).map(|v| v.as_str().to_string()).unwrap_or_default()
+}
+
+/// The phone's answer to a scanned code: the device identity, signed by
+/// the account key over the companion's identity key, HMAC'd with the
+/// code's ADV secret.
+fn device_identity(qr: &str, bad_hmac: bool) -> Vec<u8> {
+    let parts: Vec<&str> = qr.split(',').collect();
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.decode(s).unwrap();
+    let (identity, secret) = (b64(parts[2]), b64(parts[3]));
+    let account = KeyPair::generate(&mut rand::rng());
+    let details = wa::ADVDeviceIdentity {
+        raw_id: Some(1),
+        timestamp: Some(1_764_547_200),
+        key_index: Some(1),
+        account_type: Some(wa::ADVEncryptionType::E2EE),
+        device_type: Some(wa::ADVEncryptionType::E2EE),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    let signed_over = [&[6u8, 0][..], &details, &identity].concat();
+    let sig = account.private_key.calculate_signature(&signed_over, &mut rand::rng()).unwrap();
+    let signed = wa::ADVSignedDeviceIdentity {
+        details: Some(details),
+        account_signature_key: Some(account.public_key.public_key_bytes().to_vec()),
+        account_signature: Some(sig.to_vec()),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    let mut mac = <hmac::Hmac<sha2::Sha256> as hmac::KeyInit>::new_from_slice(&secret).unwrap();
+    mac.update(&signed);
+    let mut hmac = mac.finalize().into_bytes().to_vec();
+    if bad_hmac {
+        hmac[0] ^= 1;
+    }
+    wa::ADVSignedDeviceIdentityHMAC {
+        details: Some(signed),
+        hmac: Some(hmac),
+        account_type: Some(wa::ADVEncryptionType::E2EE),
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
+fn iq(id: &str, ty: &str) -> NodeBuilder {
+    NodeBuilder::new("iq").attr("id", id.to_string()).attr("type", ty.to_string()).attr("from", "s.whatsapp.net")
+}
+
+/// A new device: show a ref, wait for the scan, send the pairing, wait
+/// for the signature, restart the stream.
+async fn register(c: &mut Conn, seen: &Shared) {
+    let refs = NodeBuilder::new("pair-device")
+        .children([NodeBuilder::new("ref").bytes(b"2@fake-ref-1".to_vec()).build()])
+        .build();
+    c.send(iq("pair-1", "set").attr("xmlns", "md").children([refs]).build()).await;
+    let qr = loop {
+        tokio::select! {
+            n = c.recv() => if n.is_none() { return },
+            _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
+        if let Some(q) = seen.lock().unwrap().qr.take() {
+            break q;
+        }
+    };
+    let bad = seen.lock().unwrap().bad_hmac;
+    let success = NodeBuilder::new("pair-success")
+        .children([
+            NodeBuilder::new("device-identity").bytes(device_identity(&qr, bad)).build(),
+            NodeBuilder::new("platform").attr("name", "android").build(),
+            NodeBuilder::new("device").attr("jid", format!("{PHONE}:1@s.whatsapp.net")).build(),
+            NodeBuilder::new("biz").attr("name", "Ann's phone").build(),
+        ])
+        .build();
+    c.send(iq("pair-2", "set").attr("xmlns", "md").children([success]).build()).await;
+    while let Some(n) = c.recv().await {
+        if n.tag == "iq" && attr(&n, "id") == "pair-2" {
+            if attr(&n, "type") == "result" && n.get_optional_child("pair-device-sign").is_some() {
+                seen.lock().unwrap().signed = true;
+                c.send(NodeBuilder::new("stream:error").attr("code", "515").build()).await;
+            }
+            return;
+        }
+    }
+}
+
+/// The answer to one of a linked device's IQs, as the server would give
+/// it with nothing to sync.
+fn answer(n: &Node) -> Node {
+    let id = attr(n, "id");
+    let ns = attr(n, "xmlns");
+    let mut out = iq(&id, "result");
+    if ns == "w:sync:app:state"
+        && let Some(sync) = n.get_optional_child("sync")
+    {
+        let cols: Vec<Node> = sync
+            .get_children_by_tag("collection")
+            .map(|c| NodeBuilder::new("collection").attr("name", attr(c, "name")).attr("version", "0").build())
+            .collect();
+        out = out.children([NodeBuilder::new("sync").children(cols).build()]);
+    } else if ns == "usync"
+        && let Some(list) = n.get_optional_child("usync").and_then(|u| u.get_optional_child("list"))
+    {
+        let users: Vec<Node> = list
+            .get_children_by_tag("user")
+            .map(|u| {
+                let dl = NodeBuilder::new("device-list").children([NodeBuilder::new("device").attr("id", "0").build()]);
+                NodeBuilder::new("user")
+                    .attr("jid", attr(u, "jid"))
+                    .children([NodeBuilder::new("devices").children([dl.build()]).build()])
+                    .build()
+            })
+            .collect();
+        let list = NodeBuilder::new("list").children(users).build();
+        out = out.children([NodeBuilder::new("usync").children([list]).build()]);
+    }
+    out.build()
+}
+
+async fn login(c: &mut Conn, seen: &Shared) {
+    c.send(NodeBuilder::new("success").attr("t", "1764547200").attr("lid", "100000000000001:1@lid").build()).await;
+    c.send(
+        NodeBuilder::new("ib")
+            .attr("from", "s.whatsapp.net")
+            .children([NodeBuilder::new("offline").attr("count", "0").build()])
+            .build(),
+    )
+    .await;
+    while let Some(n) = c.recv().await {
+        if n.tag == "iq" && !attr(&n, "id").is_empty() && attr(&n, "type") != "result" {
+            seen.lock().unwrap().iqs.push(attr(&n, "xmlns"));
+            c.send(answer(&n)).await;
+        }
+    }
+}
+
+/// The fake server: its `ws://` URL.
+async fn serve(seen: Shared) -> String {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}/ws/chat", l.local_addr().unwrap());
+    let server = Arc::new(KeyPair::generate(&mut rand::rng()));
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = l.accept().await {
+            let (seen, server) = (seen.clone(), server.clone());
+            tokio::spawn(async move {
+                let Ok(ws) = tokio_tungstenite::accept_async(tcp).await else { return };
+                let mut c =
+                    Conn { ws, frames: FrameDecoder::new(), first: true, read: None, write: None, rc: 0, wc: 0 };
+                let Some(p) = c.handshake(&server).await else { return };
+                if p.device_pairing_data.is_set() {
+                    seen.lock().unwrap().logins.push("register".into());
+                    register(&mut c, &seen).await;
+                } else {
+                    seen.lock().unwrap().logins.push(p.username.map(|u| u.to_string()).unwrap_or_default());
+                    login(&mut c, &seen).await;
+                }
+            });
+        }
+    });
+    url
+}
+
+/// `adf adapters add FILE whatsapp --json` running: the QR code it shows
+/// is handed to the fake's phone as soon as it is printed.
+fn pair(d: &std::path::Path, url: &str, seen: &Shared) -> (std::process::ExitStatus, Vec<Value>, String) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_adf"))
+        .current_dir(d)
+        .env("ADF_HOME", d.join(".adf-home"))
+        .args(["adapters", "add", "a.adf", "whatsapp", "--api-url", url, "--json"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // One compact `{"qr": …}` line a code, then the result (pretty-printed).
+    let (mut lines, mut rest) = (Vec::new(), String::new());
+    for l in std::io::BufReader::new(child.stdout.take().unwrap()).lines() {
+        let l = l.unwrap();
+        match serde_json::from_str::<Value>(&l) {
+            Ok(v) if v["qr"].is_string() => {
+                seen.lock().unwrap().qr = v["qr"].as_str().map(str::to_string);
+                lines.push(v);
+            }
+            _ => rest.push_str(&l),
+        }
+    }
+    if !rest.is_empty() {
+        lines.push(serde_json::from_str(&rest).unwrap_or(Value::String(rest)));
+    }
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    (child.wait().unwrap(), lines, err)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn whatsapp_links_by_qr_code_seals_the_link_and_logs_in_with_it() {
+    let dir = tmp();
+    let d = dir.path().to_path_buf();
+    let seen: Shared = Default::default();
+    let url = serve(seen.clone()).await;
+    ok(&adf(&d, &["new", "a.adf", "--provider", "anthropic", "--model", "m"], None));
+    fails(&adf(&d, &["adapters", "add", "a.adf", "whatsapp", "--api-url", "http://x"], None), &["ws or wss"]);
+
+    // A phone that answers with the wrong secret: refused, nothing written.
+    seen.lock().unwrap().bad_hmac = true;
+    let (d2, u2, s2) = (d.clone(), url.clone(), seen.clone());
+    let (status, _, err) = tokio::task::spawn_blocking(move || pair(&d2, &u2, &s2)).await.unwrap();
+    assert!(!status.success(), "{err}");
+    assert!(err.contains("refused"), "{err}");
+    assert!(!seen.lock().unwrap().signed);
+    let ls = ok(&adf(&d, &["adapters", "ls", "a.adf", "--json"], None));
+    assert!(!ls.contains("whatsapp"), "nothing changed: {ls}");
+
+    // The phone scans the code: linked, and the client logged in with it.
+    seen.lock().unwrap().bad_hmac = false;
+    let (d2, u2, s2) = (d.clone(), url.clone(), seen.clone());
+    let (status, lines, err) = tokio::task::spawn_blocking(move || pair(&d2, &u2, &s2)).await.unwrap();
+    assert!(status.success(), "{err} {lines:?}");
+    assert!(lines[0]["qr"].as_str().unwrap().starts_with("2@fake-ref-1,"), "{lines:?}");
+    assert!(err.contains('█') && err.contains("Linked devices"), "the code is drawn: {err}");
+    let last = lines.last().unwrap();
+    assert_eq!(last["account"], format!("+{PHONE}"), "{last}");
+    assert_eq!(last["adapter"]["enabled"], true);
+    assert!(seen.lock().unwrap().signed, "the client signed the device identity");
+    assert_eq!(
+        seen.lock().unwrap().logins.last().map(String::as_str),
+        Some(PHONE),
+        "then logged in as the phone's device"
+    );
+    // The link (its JSON names `identities`, `sessions`, …) is only in
+    // the sealed credentials.
+    let raw = std::fs::read(d.join("a.adf")).unwrap();
+    assert!(!raw.windows(12).any(|w| w == b"\"identities\""), "the link is sealed");
+
+    // The agent's channel logs in with the sealed link: no new pairing.
+    unsafe { std::env::set_var("ADF_HOME", d.join(".adf-home")) };
+    let logins = seen.lock().unwrap().logins.len();
+    let mut fleet = Fleet::new(Bus::new(), quiet_model());
+    fleet.load(&d.join("a.adf")).unwrap();
+    let id = fleet.list()[0].id.clone();
+    wait("connected", || fleet.channel_status(&id).first().is_some_and(|s| s.1.state == "connected")).await;
+    let st = fleet.channel_status(&id);
+    assert_eq!(st[0].1.account.as_deref(), Some("+15550000001"), "{st:?}");
+    assert_eq!(st[0].1.qr, None);
+    let s = seen.lock().unwrap();
+    assert_eq!(s.logins[logins..].to_vec(), vec![PHONE.to_string()], "a login, not a registration");
+    assert!(s.iqs.iter().any(|x| x == "passive") && s.iqs.iter().any(|x| x == "w:sync:app:state"), "{:?}", s.iqs);
+    drop(s);
+    fleet.shutdown().await;
+}
