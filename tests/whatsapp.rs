@@ -50,6 +50,11 @@ struct Seen {
     /// Tamper with the HMAC (a phone that read another code).
     bad_hmac: bool,
     iqs: Vec<String>,
+    /// The registered device's Signal bundle: registration id, identity,
+    /// signed prekey id, key and signature.
+    bundle: Option<(u32, Vec<u8>, u32, Vec<u8>, Vec<u8>)>,
+    /// Messages to deliver to the linked device: (id, sender, push name, text).
+    outbox: Vec<(String, String, String, String)>,
 }
 
 type Shared = Arc<Mutex<Seen>>;
@@ -296,11 +301,125 @@ async fn login(c: &mut Conn, seen: &Shared) {
             .build(),
     )
     .await;
-    while let Some(n) = c.recv().await {
+    let mut peers = std::collections::HashMap::<String, Peer>::new();
+    loop {
+        let next = {
+            let mut s = seen.lock().unwrap();
+            if s.outbox.is_empty() { None } else { Some(s.outbox.remove(0)) }
+        };
+        if let Some((id, from, name, text)) = next {
+            let bundle = seen.lock().unwrap().bundle.clone().unwrap();
+            let peer = peers.entry(from.clone()).or_insert_with(Peer::new);
+            let (ty, ct) = peer.encrypt(&bundle, &text).await;
+            let enc = NodeBuilder::new("enc").attr("v", "2").attr("type", ty).bytes(ct).build();
+            let m = NodeBuilder::new("message")
+                .attr("from", format!("{from}@s.whatsapp.net"))
+                .attr("id", id)
+                .attr("t", "1764547300")
+                .attr("type", "text")
+                .attr("notify", name)
+                .children([enc])
+                .build();
+            c.send(m).await;
+            continue;
+        }
+        let n = tokio::select! {
+            n = c.recv() => match n { Some(n) => n, None => return },
+            _ = tokio::time::sleep(Duration::from_millis(50)) => continue,
+        };
         if n.tag == "iq" && !attr(&n, "id").is_empty() && attr(&n, "type") != "result" {
             seen.lock().unwrap().iqs.push(attr(&n, "xmlns"));
             c.send(answer(&n)).await;
         }
+    }
+}
+
+use whatsapp_rust::wacore::libsignal::protocol::{
+    CiphertextMessageType, Direction, IdentityChange, IdentityKey, IdentityKeyPair, IdentityKeyStore, PreKeyBundle,
+    ProtocolAddress, PublicKey, SessionRecord, SessionStore, UsePQRatchet, message_encrypt, process_prekey_bundle,
+};
+type SignalResult<T> = whatsapp_rust::wacore::libsignal::protocol::error::Result<T>;
+
+/// A person writing to the agent: their Signal identity and sessions.
+struct Peer {
+    ids: Ids,
+    sessions: Sessions,
+}
+
+struct Ids(IdentityKeyPair, std::collections::HashMap<ProtocolAddress, IdentityKey>);
+#[derive(Default)]
+struct Sessions(std::collections::HashMap<ProtocolAddress, SessionRecord>);
+
+#[async_trait::async_trait]
+impl IdentityKeyStore for Ids {
+    async fn get_identity_key_pair(&self) -> SignalResult<IdentityKeyPair> {
+        Ok(self.0.clone())
+    }
+    async fn get_local_registration_id(&self) -> SignalResult<u32> {
+        Ok(4242)
+    }
+    async fn save_identity(&mut self, a: &ProtocolAddress, k: &IdentityKey) -> SignalResult<IdentityChange> {
+        let changed = self.1.insert(a.clone(), *k).is_some_and(|old| old != *k);
+        Ok(IdentityChange::from_changed(changed))
+    }
+    async fn is_trusted_identity(&self, _: &ProtocolAddress, _: &IdentityKey, _: Direction) -> SignalResult<bool> {
+        Ok(true)
+    }
+    async fn get_identity(&self, a: &ProtocolAddress) -> SignalResult<Option<IdentityKey>> {
+        Ok(self.1.get(a).cloned())
+    }
+}
+
+#[async_trait::async_trait]
+impl SessionStore for Sessions {
+    async fn load_session(&self, a: &ProtocolAddress) -> SignalResult<Option<SessionRecord>> {
+        Ok(self.0.get(a).cloned())
+    }
+    async fn has_session(&self, a: &ProtocolAddress) -> SignalResult<bool> {
+        Ok(self.0.contains_key(a))
+    }
+    async fn store_session(&mut self, a: &ProtocolAddress, r: SessionRecord) -> SignalResult<()> {
+        self.0.insert(a.clone(), r);
+        Ok(())
+    }
+}
+
+impl Peer {
+    fn new() -> Peer {
+        Peer { ids: Ids(IdentityKeyPair::generate(&mut rand::rng()), Default::default()), sessions: Default::default() }
+    }
+
+    /// A text to the linked device, end to end: (`pkmsg`|`msg`, bytes).
+    async fn encrypt(&mut self, b: &(u32, Vec<u8>, u32, Vec<u8>, Vec<u8>), text: &str) -> (&'static str, Vec<u8>) {
+        let device = ProtocolAddress::new(PHONE, 1u32.into());
+        if !self.sessions.0.contains_key(&device) {
+            let key = |k: &[u8]| PublicKey::from_djb_public_key_bytes(k).unwrap();
+            let bundle = PreKeyBundle::new(
+                b.0,
+                1u32.into(),
+                None,
+                b.2.into(),
+                key(&b.3),
+                b.4.clone(),
+                IdentityKey::new(key(&b.1)),
+            )
+            .unwrap();
+            process_prekey_bundle(
+                &device,
+                &mut self.sessions,
+                &mut self.ids,
+                &bundle,
+                &mut rand::make_rng::<rand::rngs::StdRng>(),
+                UsePQRatchet::No,
+            )
+            .await
+            .unwrap();
+        }
+        let msg = wa::Message { conversation: Some(text.to_string()), ..Default::default() };
+        let pt = whatsapp_rust::wacore::messages::MessageUtils::encode_and_pad(&msg);
+        let ct = message_encrypt(&pt, &device, &mut self.sessions, &mut self.ids).await.unwrap();
+        let ty = if ct.message_type() == CiphertextMessageType::PreKey { "pkmsg" } else { "msg" };
+        (ty, ct.serialize().to_vec())
     }
 }
 
@@ -317,8 +436,19 @@ async fn serve(seen: Shared) -> String {
                 let mut c =
                     Conn { ws, frames: FrameDecoder::new(), first: true, read: None, write: None, rc: 0, wc: 0 };
                 let Some(p) = c.handshake(&server).await else { return };
-                if p.device_pairing_data.is_set() {
-                    seen.lock().unwrap().logins.push("register".into());
+                if let Some(r) = p.device_pairing_data.as_option() {
+                    let be = |b: &Option<Vec<u8>>| b.iter().flatten().fold(0u32, |n, x| n << 8 | *x as u32);
+                    {
+                        let mut s = seen.lock().unwrap();
+                        s.logins.push("register".into());
+                        s.bundle = Some((
+                            be(&r.e_regid),
+                            r.e_ident.clone().unwrap_or_default(),
+                            be(&r.e_skey_id),
+                            r.e_skey_val.clone().unwrap_or_default(),
+                            r.e_skey_sig.clone().unwrap_or_default(),
+                        ));
+                    }
                     register(&mut c, &seen).await;
                 } else {
                     seen.lock().unwrap().logins.push(p.username.map(|u| u.to_string()).unwrap_or_default());
@@ -417,5 +547,24 @@ async fn whatsapp_links_by_qr_code_seals_the_link_and_logs_in_with_it() {
     assert_eq!(s.logins[logins..].to_vec(), vec![PHONE.to_string()], "a login, not a registration");
     assert!(s.iqs.iter().any(|x| x == "passive") && s.iqs.iter().any(|x| x == "w:sync:app:state"), "{:?}", s.iqs);
     drop(s);
+
+    // Ann writes, end to end: an inbox row from her chat's address; the
+    // same message delivered again is not a second row.
+    let path = d.join("a.adf");
+    let ann = ("3EB0A1".to_string(), "15551234567".to_string(), "Ann".to_string(), "hello agent".to_string());
+    seen.lock().unwrap().outbox.push(ann.clone());
+    wait("Ann's message", || inbox_rows(&path).len() == 1).await;
+    let row = &inbox_rows(&path)[0];
+    assert_eq!(
+        (row["from"].as_str(), row["content"].as_str()),
+        (Some("whatsapp:15551234567"), Some("hello agent")),
+        "{row}"
+    );
+    seen.lock().unwrap().outbox.push(("3EB0A2".into(), ann.1.clone(), ann.2.clone(), "second".into()));
+    seen.lock().unwrap().outbox.push(("3EB0A1".into(), ann.1.clone(), ann.2.clone(), "hello agent".into()));
+    wait("the second message", || inbox_rows(&path).len() >= 2).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let rows = inbox_rows(&path);
+    assert_eq!(rows.iter().map(|r| r["content"].as_str().unwrap_or("")).collect::<Vec<_>>(), ["hello agent", "second"]);
     fleet.shutdown().await;
 }
