@@ -19,13 +19,14 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use adf::providers::scripted::{Reply, Scripted};
 use adf::runtime::bus::Bus;
-use adf::runtime::fleet::Fleet;
+use adf::runtime::fleet::{Fleet, ProviderFactory};
 use base64::Engine;
 use common::*;
 use futures_util::{SinkExt, StreamExt};
 use hmac::Mac;
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 use whatsapp_rust::buffa::{Message as _, MessageField};
 use whatsapp_rust::wacore::framing::{FrameDecoder, encode_frame};
@@ -55,6 +56,8 @@ struct Seen {
     bundle: Option<(u32, Vec<u8>, u32, Vec<u8>, Vec<u8>)>,
     /// Messages to deliver to the linked device: (id, sender, push name, text).
     outbox: Vec<(String, String, String, String)>,
+    /// What the linked device sent, decrypted: (to, message).
+    received: Vec<(String, wa::Message)>,
 }
 
 type Shared = Arc<Mutex<Seen>>;
@@ -276,9 +279,16 @@ fn answer(n: &Node) -> Node {
     } else if ns == "usync"
         && let Some(list) = n.get_optional_child("usync").and_then(|u| u.get_optional_child("list"))
     {
+        let devices = n
+            .get_optional_child("usync")
+            .and_then(|u| u.get_optional_child("query"))
+            .is_some_and(|q| q.get_optional_child("devices").is_some());
         let users: Vec<Node> = list
             .get_children_by_tag("user")
             .map(|u| {
+                if !devices {
+                    return NodeBuilder::new("user").attr("jid", attr(u, "jid")).build();
+                }
                 let dl = NodeBuilder::new("device-list").children([NodeBuilder::new("device").attr("id", "0").build()]);
                 NodeBuilder::new("user")
                     .attr("jid", attr(u, "jid"))
@@ -302,6 +312,7 @@ async fn login(c: &mut Conn, seen: &Shared) {
     )
     .await;
     let mut peers = std::collections::HashMap::<String, Peer>::new();
+    let mut sent = 0u64;
     loop {
         let next = {
             let mut s = seen.lock().unwrap();
@@ -315,35 +326,114 @@ async fn login(c: &mut Conn, seen: &Shared) {
             let m = NodeBuilder::new("message")
                 .attr("from", format!("{from}@s.whatsapp.net"))
                 .attr("id", id)
-                .attr("t", "1764547300")
+                .attr("t", (1_764_547_300 + peers.len() as u64 + sent).to_string())
                 .attr("type", "text")
                 .attr("notify", name)
                 .children([enc])
                 .build();
             c.send(m).await;
+            sent += 1;
             continue;
         }
         let n = tokio::select! {
             n = c.recv() => match n { Some(n) => n, None => return },
             _ = tokio::time::sleep(Duration::from_millis(50)) => continue,
         };
+        if n.tag == "message" {
+            // Decrypt what is for a person the fake plays; acknowledge.
+            for to in n.get_optional_child("participants").into_iter().flat_map(|p| p.get_children_by_tag("to")) {
+                let jid = attr(to, "jid");
+                let user = jid.split(['@', ':']).next().unwrap_or("").to_string();
+                let (Some(peer), Some(enc)) = (peers.get_mut(&user), to.get_optional_child("enc")) else { continue };
+                if user == PHONE {
+                    continue;
+                }
+                let Some(whatsapp_rust::wacore_binary::node::NodeContent::Bytes(bytes)) = &enc.content else {
+                    continue;
+                };
+                let v = attr(enc, "v").parse().unwrap_or(2);
+                let m = peer.decrypt(&attr(enc, "type"), bytes, v).await;
+                seen.lock().unwrap().received.push((jid.clone(), m));
+            }
+            let ack = NodeBuilder::new("ack")
+                .attr("class", "message")
+                .attr("id", attr(&n, "id"))
+                .attr("from", attr(&n, "to"))
+                .attr("t", "1764547400")
+                .build();
+            c.send(ack).await;
+            continue;
+        }
         if n.tag == "iq" && !attr(&n, "id").is_empty() && attr(&n, "type") != "result" {
             seen.lock().unwrap().iqs.push(attr(&n, "xmlns"));
+            let keys =
+                n.get_optional_child("key").filter(|_| attr(&n, "xmlns") == "encrypt" && attr(&n, "type") == "get");
+            if let Some(key) = keys {
+                // Prekey bundles of the people asked for (and of the phone).
+                let users: Vec<Node> = key
+                    .get_children_by_tag("user")
+                    .map(|u| {
+                        let jid = attr(u, "jid");
+                        let user = jid.split(['@', ':']).next().unwrap_or("").to_string();
+                        peers.entry(user).or_insert_with(Peer::new).bundle_node(&jid)
+                    })
+                    .collect();
+                c.send(
+                    iq(&attr(&n, "id"), "result").children([NodeBuilder::new("list").children(users).build()]).build(),
+                )
+                .await;
+                continue;
+            }
             c.send(answer(&n)).await;
         }
     }
 }
 
 use whatsapp_rust::wacore::libsignal::protocol::{
-    CiphertextMessageType, Direction, IdentityChange, IdentityKey, IdentityKeyPair, IdentityKeyStore, PreKeyBundle,
-    ProtocolAddress, PublicKey, SessionRecord, SessionStore, UsePQRatchet, message_encrypt, process_prekey_bundle,
+    CiphertextMessage, CiphertextMessageType, Direction, GenericSignedPreKey, IdentityChange, IdentityKey,
+    IdentityKeyPair, IdentityKeyStore, PreKeyBundle, PreKeyId, PreKeyRecord, PreKeySignalMessage, PreKeyStore,
+    ProtocolAddress, PublicKey, SessionRecord, SessionStore, SignalMessage, SignalProtocolError, SignedPreKeyId,
+    SignedPreKeyRecord, SignedPreKeyStore, Timestamp, UsePQRatchet, message_decrypt, message_encrypt,
+    process_prekey_bundle,
 };
 type SignalResult<T> = whatsapp_rust::wacore::libsignal::protocol::error::Result<T>;
 
-/// A person writing to the agent: their Signal identity and sessions.
+/// A person writing to the agent: their Signal identity, signed prekey
+/// and sessions.
 struct Peer {
     ids: Ids,
     sessions: Sessions,
+    signed: SignedPreKeys,
+    spk: KeyPair,
+    spk_sig: Vec<u8>,
+}
+
+#[derive(Default)]
+struct SignedPreKeys(std::collections::HashMap<SignedPreKeyId, SignedPreKeyRecord>);
+struct NoPreKeys;
+
+#[async_trait::async_trait]
+impl SignedPreKeyStore for SignedPreKeys {
+    async fn get_signed_pre_key(&self, id: SignedPreKeyId) -> SignalResult<SignedPreKeyRecord> {
+        self.0.get(&id).cloned().ok_or(SignalProtocolError::InvalidSignedPreKeyId)
+    }
+    async fn save_signed_pre_key(&mut self, id: SignedPreKeyId, r: &SignedPreKeyRecord) -> SignalResult<()> {
+        self.0.insert(id, r.clone());
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl PreKeyStore for NoPreKeys {
+    async fn get_pre_key(&self, _: PreKeyId) -> SignalResult<PreKeyRecord> {
+        Err(SignalProtocolError::InvalidPreKeyId)
+    }
+    async fn save_pre_key(&mut self, _: PreKeyId, _: &PreKeyRecord) -> SignalResult<()> {
+        Ok(())
+    }
+    async fn remove_pre_key(&mut self, _: PreKeyId) -> SignalResult<()> {
+        Ok(())
+    }
 }
 
 struct Ids(IdentityKeyPair, std::collections::HashMap<ProtocolAddress, IdentityKey>);
@@ -386,7 +476,56 @@ impl SessionStore for Sessions {
 
 impl Peer {
     fn new() -> Peer {
-        Peer { ids: Ids(IdentityKeyPair::generate(&mut rand::rng()), Default::default()), sessions: Default::default() }
+        let mut rng = rand::make_rng::<rand::rngs::StdRng>();
+        let id = IdentityKeyPair::generate(&mut rng);
+        let spk = KeyPair::generate(&mut rng);
+        let spk_sig = id.private_key().calculate_signature(&spk.public_key.serialize(), &mut rng).unwrap().to_vec();
+        let mut signed = SignedPreKeys::default();
+        let record = SignedPreKeyRecord::new(1u32.into(), Timestamp::from_epoch_millis(0), &spk, &spk_sig);
+        signed.0.insert(1u32.into(), record);
+        Peer { ids: Ids(id, Default::default()), sessions: Default::default(), signed, spk, spk_sig }
+    }
+
+    /// This person's prekey bundle, as the server hands it out.
+    fn bundle_node(&self, jid: &str) -> Node {
+        use whatsapp_rust::wacore::protocol::ProtocolNode;
+        let bundle = PreKeyBundle::new(
+            4242,
+            0u32.into(),
+            None,
+            1u32.into(),
+            self.spk.public_key,
+            self.spk_sig.clone(),
+            *self.ids.0.identity_key(),
+        )
+        .unwrap();
+        whatsapp_rust::wacore::iq::prekeys::PreKeyBundleUserNode::from_bundle(jid.parse().unwrap(), &bundle, None)
+            .unwrap()
+            .into_node()
+    }
+
+    /// A message from the linked device to this person, decrypted.
+    async fn decrypt(&mut self, ty: &str, b: &[u8], v: u8) -> wa::Message {
+        let device = ProtocolAddress::new(PHONE, 1u32.into());
+        let ct = if ty == "pkmsg" {
+            CiphertextMessage::PreKeySignalMessage(PreKeySignalMessage::try_from(b).unwrap())
+        } else {
+            CiphertextMessage::SignalMessage(SignalMessage::try_from(b).unwrap())
+        };
+        let mut rng = rand::make_rng::<rand::rngs::StdRng>();
+        let out = message_decrypt(
+            &ct,
+            &device,
+            &mut self.sessions,
+            &mut self.ids,
+            &mut NoPreKeys,
+            &self.signed,
+            &mut rng,
+            UsePQRatchet::No,
+        )
+        .await
+        .unwrap();
+        whatsapp_rust::wacore::messages::decode_plaintext(&out.plaintext, v).unwrap()
     }
 
     /// A text to the linked device, end to end: (`pkmsg`|`msg`, bytes).
@@ -536,8 +675,24 @@ async fn whatsapp_links_by_qr_code_seals_the_link_and_logs_in_with_it() {
     // The agent's channel logs in with the sealed link: no new pairing.
     unsafe { std::env::set_var("ADF_HOME", d.join(".adf-home")) };
     let logins = seen.lock().unwrap().logins.len();
-    let mut fleet = Fleet::new(Bus::new(), quiet_model());
-    fleet.load(&d.join("a.adf")).unwrap();
+    // The agent answers Ann's first message, quoting it.
+    let path = d.join("a.adf");
+    let (n, p2) = (Arc::new(Mutex::new(0)), path.clone());
+    let factory: ProviderFactory = Arc::new(move |_| {
+        let (n, p) = (n.clone(), p2.clone());
+        Ok(Arc::new(Scripted::new([]).with_fallback(move |_| {
+            let mut n = n.lock().unwrap();
+            if *n == 0
+                && let Some(row) = inbox_rows(&p).into_iter().find(|r| r["from"] == "whatsapp:15551234567")
+            {
+                *n += 1;
+                return Reply::Tools(vec![("msg_send".into(), json!({"parent_id": row["id"], "content": "Hi Ann!"}))]);
+            }
+            Reply::Text("done".into())
+        })) as Arc<dyn adf::providers::Provider>)
+    });
+    let mut fleet = Fleet::new(Bus::new(), factory);
+    fleet.load(&path).unwrap();
     let id = fleet.list()[0].id.clone();
     wait("connected", || fleet.channel_status(&id).first().is_some_and(|s| s.1.state == "connected")).await;
     let st = fleet.channel_status(&id);
@@ -545,12 +700,11 @@ async fn whatsapp_links_by_qr_code_seals_the_link_and_logs_in_with_it() {
     assert_eq!(st[0].1.qr, None);
     let s = seen.lock().unwrap();
     assert_eq!(s.logins[logins..].to_vec(), vec![PHONE.to_string()], "a login, not a registration");
-    assert!(s.iqs.iter().any(|x| x == "passive") && s.iqs.iter().any(|x| x == "w:sync:app:state"), "{:?}", s.iqs);
+    assert!(s.iqs.iter().any(|x| x == "passive"), "it went active: {:?}", s.iqs);
     drop(s);
 
     // Ann writes, end to end: an inbox row from her chat's address; the
     // same message delivered again is not a second row.
-    let path = d.join("a.adf");
     let ann = ("3EB0A1".to_string(), "15551234567".to_string(), "Ann".to_string(), "hello agent".to_string());
     seen.lock().unwrap().outbox.push(ann.clone());
     wait("Ann's message", || inbox_rows(&path).len() == 1).await;
@@ -566,5 +720,17 @@ async fn whatsapp_links_by_qr_code_seals_the_link_and_logs_in_with_it() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rows = inbox_rows(&path);
     assert_eq!(rows.iter().map(|r| r["content"].as_str().unwrap_or("")).collect::<Vec<_>>(), ["hello agent", "second"]);
+
+    // The agent's reply reached Ann, end to end, quoting her message.
+    wait("the reply", || !seen.lock().unwrap().received.is_empty()).await;
+    let (to, m) = seen.lock().unwrap().received[0].clone();
+    assert_eq!(to, "15551234567@s.whatsapp.net");
+    let ext = m.extended_text_message.as_option().expect("a quoted reply is an extended text");
+    assert_eq!(ext.text.as_deref(), Some("Hi Ann!"));
+    let ctx = ext.context_info.as_option().unwrap();
+    assert_eq!(ctx.stanza_id.as_deref(), Some("3EB0A1"), "it quotes Ann's message");
+    assert_eq!(ctx.participant.as_deref(), Some("15551234567@s.whatsapp.net"));
+    assert_eq!(ctx.quoted_message.as_option().and_then(|q| q.conversation.as_deref()), Some("hello agent"));
+    assert_eq!(fleet.channel_status(&id)[0].1.sent, 1);
     fleet.shutdown().await;
 }

@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 use whatsapp_rust::prelude::*;
 use whatsapp_rust::waproto::whatsapp as wa;
 
-use super::{Inbound, Outbound, Policy, StatusCell, deliver_one, notify, set_state};
+use super::{Inbound, Outbound, Outgoing, Policy, StatusCell, deliver_one, notify, set_state};
 use crate::runtime::mesh::Mailbox;
 use store::{SESSION, SealedBackend};
 
@@ -73,6 +73,30 @@ struct Sender {
     client: Arc<Client>,
 }
 
+impl Sender {
+    /// Send text, quoting the message replied to (its id, who wrote it and
+    /// its text, as the channel recorded them) when there is one.
+    async fn quoted(&self, chat: &str, text: &str, reply_to: Option<&str>, replied: &Value) -> Result<String, String> {
+        let jid = jid_of(chat)?;
+        let msg = match reply_to {
+            Some(id) => {
+                let author = replied["sender_jid"].as_str().map(str::to_string).unwrap_or_else(|| jid.to_string());
+                let quoted = wa::Message::text(replied["text"].as_str().unwrap_or_default());
+                let ctx = wa::ContextInfo {
+                    stanza_id: Some(id.to_string()),
+                    participant: Some(author),
+                    quoted_message: whatsapp_rust::buffa::MessageField::some(quoted),
+                    ..Default::default()
+                };
+                wa::Message::text_with_context(text, ctx)
+            }
+            None => wa::Message::text(text),
+        };
+        let sent = self.client.send_message(jid, msg).await.map_err(|e| format!("send: {e}"))?;
+        Ok(sent.message_id.to_string())
+    }
+}
+
 impl Outbound for Sender {
     fn send<'a>(
         &'a self,
@@ -80,23 +104,21 @@ impl Outbound for Sender {
         text: &'a str,
         reply_to: Option<&'a str>,
     ) -> BoxFuture<'a, Result<String, String>> {
+        Box::pin(self.quoted(chat, text, reply_to, &Value::Null))
+    }
+
+    fn send_message<'a>(&'a self, chat: &'a str, m: &'a Outgoing) -> BoxFuture<'a, Result<String, String>> {
         Box::pin(async move {
-            let jid = jid_of(chat)?;
-            let msg = match reply_to {
-                Some(id) => {
-                    let ctx = wa::ContextInfo {
-                        stanza_id: Some(id.to_string()),
-                        participant: Some(if jid.server == Server::Pn { jid.to_string() } else { String::new() })
-                            .filter(|p| !p.is_empty()),
-                        quoted_message: whatsapp_rust::buffa::MessageField::some(wa::Message::default()),
-                        ..Default::default()
-                    };
-                    wa::Message::text_with_context(text, ctx)
-                }
-                None => wa::Message::text(text),
+            if !m.files.is_empty() {
+                return Err("this channel does not send files yet; nothing was sent".into());
+            }
+            let text = if m.content_type == super::FORM_TYPE {
+                let v: Value = serde_json::from_str(&m.text).map_err(|e| format!("form content is not JSON: {e}"))?;
+                super::form_text(&v)
+            } else {
+                m.text.clone()
             };
-            let sent = self.client.send_message(jid, msg).await.map_err(|e| format!("send: {e}"))?;
-            Ok(sent.message_id.to_string())
+            self.quoted(chat, &text, m.reply_to.as_deref(), &m.replied).await
         })
     }
 
@@ -125,6 +147,8 @@ fn inbound(m: &wa::Message, info: &MessageInfo, own: Option<&Jid>) -> Option<Inb
     let mut context = serde_json::Map::new();
     context.insert("jid".into(), info.source.chat.to_string().into());
     context.insert("sender_jid".into(), info.source.sender.to_string().into());
+    // What a reply quotes.
+    context.insert("text".into(), text.chars().take(1000).collect::<String>().into());
     Some(Inbound {
         kind: "whatsapp",
         chat_id: chat_id(&info.source.chat),
@@ -199,6 +223,10 @@ impl Outbound for Lazy {
 
     fn chat_info<'a>(&'a self, chat: &'a str, limit: usize) -> BoxFuture<'a, Result<Value, String>> {
         Box::pin(async move { self.get().await?.chat_info(chat, limit).await })
+    }
+
+    fn send_message<'a>(&'a self, chat: &'a str, m: &'a Outgoing) -> BoxFuture<'a, Result<String, String>> {
+        Box::pin(async move { self.get().await?.send_message(chat, m).await })
     }
 }
 
