@@ -55,7 +55,9 @@ struct Seen {
     /// signed prekey id, key and signature.
     bundle: Option<(u32, Vec<u8>, u32, Vec<u8>, Vec<u8>)>,
     /// Messages to deliver to the linked device: (id, sender, push name, text).
-    outbox: Vec<(String, String, String, String)>,
+    outbox: Vec<(String, String, String, wa::Message)>,
+    /// Encrypted media the fake's CDN serves, by path.
+    media: std::collections::HashMap<String, Vec<u8>>,
     /// What the linked device sent, decrypted: (to, message).
     received: Vec<(String, wa::Message)>,
 }
@@ -276,6 +278,13 @@ fn answer(n: &Node) -> Node {
             .map(|c| NodeBuilder::new("collection").attr("name", attr(c, "name")).attr("version", "0").build())
             .collect();
         out = out.children([NodeBuilder::new("sync").children(cols).build()]);
+    } else if ns == "w:m" {
+        let host = NodeBuilder::new("host").attr("hostname", "mmg.whatsapp.net").build();
+        out = out.children([NodeBuilder::new("media_conn")
+            .attr("auth", "fakeauth")
+            .attr("ttl", "3600")
+            .children([host])
+            .build()]);
     } else if ns == "usync"
         && let Some(list) = n.get_optional_child("usync").and_then(|u| u.get_optional_child("list"))
     {
@@ -318,16 +327,17 @@ async fn login(c: &mut Conn, seen: &Shared) {
             let mut s = seen.lock().unwrap();
             if s.outbox.is_empty() { None } else { Some(s.outbox.remove(0)) }
         };
-        if let Some((id, from, name, text)) = next {
+        if let Some((id, from, name, msg)) = next {
             let bundle = seen.lock().unwrap().bundle.clone().unwrap();
             let peer = peers.entry(from.clone()).or_insert_with(Peer::new);
-            let (ty, ct) = peer.encrypt(&bundle, &text).await;
+            let kind = if msg.audio_message.is_set() { "media" } else { "text" };
+            let (ty, ct) = peer.encrypt(&bundle, &msg).await;
             let enc = NodeBuilder::new("enc").attr("v", "2").attr("type", ty).bytes(ct).build();
             let m = NodeBuilder::new("message")
                 .attr("from", format!("{from}@s.whatsapp.net"))
                 .attr("id", id)
                 .attr("t", (1_764_547_300 + peers.len() as u64 + sent).to_string())
-                .attr("type", "text")
+                .attr("type", kind)
                 .attr("notify", name)
                 .children([enc])
                 .build();
@@ -529,7 +539,11 @@ impl Peer {
     }
 
     /// A text to the linked device, end to end: (`pkmsg`|`msg`, bytes).
-    async fn encrypt(&mut self, b: &(u32, Vec<u8>, u32, Vec<u8>, Vec<u8>), text: &str) -> (&'static str, Vec<u8>) {
+    async fn encrypt(
+        &mut self,
+        b: &(u32, Vec<u8>, u32, Vec<u8>, Vec<u8>),
+        msg: &wa::Message,
+    ) -> (&'static str, Vec<u8>) {
         let device = ProtocolAddress::new(PHONE, 1u32.into());
         if !self.sessions.0.contains_key(&device) {
             let key = |k: &[u8]| PublicKey::from_djb_public_key_bytes(k).unwrap();
@@ -554,12 +568,39 @@ impl Peer {
             .await
             .unwrap();
         }
-        let msg = wa::Message { conversation: Some(text.to_string()), ..Default::default() };
-        let pt = whatsapp_rust::wacore::messages::MessageUtils::encode_and_pad(&msg);
+        let pt = whatsapp_rust::wacore::messages::MessageUtils::encode_and_pad(msg);
         let ct = message_encrypt(&pt, &device, &mut self.sessions, &mut self.ids).await.unwrap();
         let ty = if ct.message_type() == CiphertextMessageType::PreKey { "pkmsg" } else { "msg" };
         (ty, ct.serialize().to_vec())
     }
+}
+
+fn text(t: &str) -> wa::Message {
+    wa::Message { conversation: Some(t.to_string()), ..Default::default() }
+}
+
+/// The fake's media CDN: the encrypted file at the path asked for, or 404.
+async fn cdn(mut tcp: tokio::net::TcpStream, seen: &Shared) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 1024];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+        match tcp.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let head = String::from_utf8_lossy(&buf).to_string();
+    let path = head.split_whitespace().nth(1).unwrap_or("/").split('?').next().unwrap_or("/").to_string();
+    let body = seen.lock().unwrap().media.get(&path).cloned();
+    let resp = match body {
+        Some(b) => {
+            [format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n", b.len()).into_bytes(), b]
+                .concat()
+        }
+        None => b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_vec(),
+    };
+    let _ = tcp.write_all(&resp).await;
 }
 
 /// The fake server: its `ws://` URL.
@@ -571,6 +612,12 @@ async fn serve(seen: Shared) -> String {
         while let Ok((tcp, _)) = l.accept().await {
             let (seen, server) = (seen.clone(), server.clone());
             tokio::spawn(async move {
+                // The same port is the media CDN: a GET that is no upgrade.
+                let mut head = [0u8; 512];
+                let n = tcp.peek(&mut head).await.unwrap_or(0);
+                if !String::from_utf8_lossy(&head[..n]).to_ascii_lowercase().contains("upgrade: websocket") {
+                    return cdn(tcp, &seen).await;
+                }
                 let Ok(ws) = tokio_tungstenite::accept_async(tcp).await else { return };
                 let mut c =
                     Conn { ws, frames: FrameDecoder::new(), first: true, read: None, write: None, rc: 0, wc: 0 };
@@ -706,7 +753,7 @@ async fn whatsapp_links_by_qr_code_seals_the_link_and_logs_in_with_it() {
     // Ann writes, end to end: an inbox row from her chat's address; the
     // same message delivered again is not a second row.
     let ann = ("3EB0A1".to_string(), "15551234567".to_string(), "Ann".to_string(), "hello agent".to_string());
-    seen.lock().unwrap().outbox.push(ann.clone());
+    seen.lock().unwrap().outbox.push((ann.0.clone(), ann.1.clone(), ann.2.clone(), text(&ann.3)));
     wait("Ann's message", || inbox_rows(&path).len() == 1).await;
     let row = &inbox_rows(&path)[0];
     assert_eq!(
@@ -714,12 +761,51 @@ async fn whatsapp_links_by_qr_code_seals_the_link_and_logs_in_with_it() {
         (Some("whatsapp:15551234567"), Some("hello agent")),
         "{row}"
     );
-    seen.lock().unwrap().outbox.push(("3EB0A2".into(), ann.1.clone(), ann.2.clone(), "second".into()));
-    seen.lock().unwrap().outbox.push(("3EB0A1".into(), ann.1.clone(), ann.2.clone(), "hello agent".into()));
+    seen.lock().unwrap().outbox.push(("3EB0A2".into(), ann.1.clone(), ann.2.clone(), text("second")));
+    seen.lock().unwrap().outbox.push(("3EB0A1".into(), ann.1.clone(), ann.2.clone(), text("hello agent")));
     wait("the second message", || inbox_rows(&path).len() >= 2).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rows = inbox_rows(&path);
     assert_eq!(rows.iter().map(|r| r["content"].as_str().unwrap_or("")).collect::<Vec<_>>(), ["hello agent", "second"]);
+
+    // A voice note: its file downloaded from the CDN, decrypted and
+    // imported; the row says what it is.
+    let ogg = b"OggS voice note bytes ".repeat(200);
+    let em =
+        whatsapp_rust::wacore::upload::encrypt_media(&ogg, whatsapp_rust::wacore::download::MediaType::Audio).unwrap();
+    let path_v = "/v/t62.7117-24/voice1.enc";
+    seen.lock().unwrap().media.insert(path_v.into(), em.data_to_upload.clone());
+    let voice = wa::Message {
+        audio_message: MessageField::some(wa::message::AudioMessage {
+            url: Some(format!("https://mmg.whatsapp.net{path_v}")),
+            direct_path: Some(path_v.into()),
+            mimetype: Some("audio/ogg; codecs=opus".into()),
+            ptt: Some(true),
+            seconds: Some(3),
+            media_key: Some(em.media_key.to_vec()),
+            file_sha256: Some(em.file_sha256.to_vec()),
+            file_enc_sha256: Some(em.file_enc_sha256.to_vec()),
+            file_length: Some(ogg.len() as u64),
+            media_key_timestamp: Some(1_764_547_300),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    seen.lock().unwrap().outbox.push(("3EB0A3".into(), ann.1.clone(), ann.2.clone(), voice));
+    wait("the voice note", || inbox_rows(&path).len() == 3).await;
+    let row =
+        inbox_rows(&path).into_iter().find(|r| r["content"] == "[voice note, 3 s]").expect("the voice note's row");
+    let att: Value = serde_json::from_str(row["attachments"].as_str().unwrap()).unwrap();
+    assert_eq!(att[0]["transfer"], "imported", "{att}");
+    let file = att[0]["path"].as_str().unwrap();
+    assert!(file.ends_with("voice_3EB0A3.ogg"), "{file}");
+    let saved = std::process::Command::new(env!("CARGO_BIN_EXE_adf"))
+        .current_dir(&d)
+        .env("ADF_HOME", d.join(".adf-home"))
+        .args(["files", "cat", "a.adf", file])
+        .output()
+        .unwrap();
+    assert_eq!(saved.stdout, ogg, "the voice note's bytes, decrypted");
 
     // The agent's reply reached Ann, end to end, quoting her message.
     wait("the reply", || !seen.lock().unwrap().received.is_empty()).await;

@@ -35,7 +35,18 @@ pub const DEFAULT_API: &str = "wss://web.whatsapp.com/ws/chat";
 const PINNED_VERSION: (u32, u32, u32) = (2, 3000, 1_023_000_000);
 
 /// The client's HTTP (the current version's page, media) over reqwest.
-struct Http(reqwest::Client);
+/// With a self-hosted server, media comes from that server too (`media`:
+/// its origin, `http` for `ws`, `https` for `wss`), whatever host it names.
+struct Http(reqwest::Client, Option<url::Url>);
+
+/// The origin media is fetched from for a self-hosted chat server.
+fn media_origin(api_url: &str) -> Option<url::Url> {
+    let mut u = url::Url::parse(api_url).ok()?;
+    let scheme = if u.scheme() == "wss" { "https" } else { "http" };
+    u.set_scheme(scheme).ok()?;
+    u.set_path("/");
+    Some(u)
+}
 
 #[async_trait::async_trait]
 impl whatsapp_rust::wacore::net::HttpClient for Http {
@@ -44,7 +55,13 @@ impl whatsapp_rust::wacore::net::HttpClient for Http {
         r: whatsapp_rust::wacore::net::HttpRequest,
     ) -> anyhow::Result<whatsapp_rust::wacore::net::HttpResponse> {
         let method = reqwest::Method::from_bytes(r.method.as_bytes())?;
-        let mut req = self.0.request(method, &r.url).timeout(Duration::from_secs(120));
+        let mut url = url::Url::parse(&r.url)?;
+        if let Some(o) = &self.1 {
+            url.set_scheme(o.scheme()).map_err(|_| anyhow::anyhow!("bad media origin"))?;
+            url.set_host(o.host_str())?;
+            url.set_port(o.port()).map_err(|_| anyhow::anyhow!("bad media origin"))?;
+        }
+        let mut req = self.0.request(method, url).timeout(Duration::from_secs(120));
         for (k, v) in &r.headers {
             req = req.header(k, v);
         }
@@ -136,10 +153,11 @@ fn inbound(m: &wa::Message, info: &MessageInfo, own: Option<&Jid>) -> Option<Inb
     if info.source.is_from_me {
         return None;
     }
-    let text = m.text_content().map(str::to_string).unwrap_or_default();
+    let mut text = m.text_content().map(str::to_string).unwrap_or_default();
     let ctx = m.extended_text_message.as_option().and_then(|e| e.context_info.as_option());
     if text.is_empty() {
-        return None;
+        // A file with no caption: what it is, for the agent to read.
+        text = media_of(m, "")?.3;
     }
     let mentioned = own.is_some_and(|own| {
         ctx.is_some_and(|c| c.mentioned_jid.iter().any(|j| j.split('@').next() == Some(own.user.as_str())))
@@ -168,6 +186,52 @@ fn inbound(m: &wa::Message, info: &MessageInfo, own: Option<&Jid>) -> Option<Inb
     })
 }
 
+/// A message's file: what to download, its name, MIME type, what to call
+/// it when it has no caption, and its size.
+type Media<'a> = (&'a dyn whatsapp_rust::download::Downloadable, String, String, String, Option<u64>);
+
+fn media_of<'a>(m: &'a wa::Message, id: &str) -> Option<Media<'a>> {
+    if let Some(a) = m.audio_message.as_option() {
+        let voice = a.ptt.unwrap_or(false);
+        let mime = a.mimetype.clone().unwrap_or_else(|| "audio/ogg".into());
+        let (name, what) =
+            if voice { (format!("voice_{id}.ogg"), "voice note") } else { (format!("audio_{id}.ogg"), "audio") };
+        let secs = a.seconds.map(|s| format!(", {s} s")).unwrap_or_default();
+        return Some((a, name, mime, format!("[{what}{secs}]"), a.file_length));
+    }
+    if let Some(i) = m.image_message.as_option() {
+        let mime = i.mimetype.clone().unwrap_or_else(|| "image/jpeg".into());
+        return Some((i, format!("photo_{id}.jpg"), mime, "[photo]".into(), i.file_length));
+    }
+    if let Some(v) = m.video_message.as_option() {
+        let mime = v.mimetype.clone().unwrap_or_else(|| "video/mp4".into());
+        return Some((v, format!("video_{id}.mp4"), mime, "[video]".into(), v.file_length));
+    }
+    if let Some(d) = m.document_message.as_option() {
+        let name = d.file_name.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| format!("document_{id}"));
+        let mime = d.mimetype.clone().unwrap_or_else(|| "application/octet-stream".into());
+        return Some((d, name.clone(), mime, format!("[document {name}]"), d.file_length));
+    }
+    None
+}
+
+/// A message's file as an ALF-shaped attachment: downloaded and decrypted
+/// inline, or skipped with why (too large, gone, tampered) — never dropped.
+async fn attachment(client: &Client, m: &wa::Message, id: &str, max: u64) -> Option<Value> {
+    use base64::Engine;
+    let (what, name, mime, _, size) = media_of(m, id)?;
+    let skipped = |why: String| Some(json!({"filename": name, "content_type": mime, "skipped": true, "reason": why}));
+    if size.is_some_and(|s| s > max) {
+        return skipped(format!("{} bytes, over the {max} byte limit", size.unwrap_or(0)));
+    }
+    match client.download(what).await {
+        Ok(b) if b.len() as u64 > max => skipped(format!("over the {max} byte limit")),
+        Ok(b) => Some(json!({"filename": name, "content_type": mime, "transfer": "inline", "size_bytes": b.len(),
+            "data": base64::engine::general_purpose::STANDARD.encode(&b)})),
+        Err(e) => skipped(format!("download: {e}")),
+    }
+}
+
 /// Write the sealed copy of the link now.
 async fn seal(mb: &Arc<Mailbox>, backend: &SealedBackend) -> Result<(), String> {
     let bytes = backend.snapshot()?;
@@ -192,7 +256,14 @@ pub fn start(
     let api = adapter.pointer("/config/api_url").and_then(Value::as_str).map(str::to_string);
     let url = api.clone().unwrap_or_else(|| DEFAULT_API.to_string());
     let (client_tx, client_rx) = tokio::sync::oneshot::channel::<Arc<Client>>();
-    let task = rt.spawn(run(mb, backend, url, api.is_some(), policy, status, client_tx));
+    let conf = Conf {
+        url,
+        media: api.as_deref().and_then(media_origin),
+        self_hosted: api.is_some(),
+        policy,
+        max: super::max_attachment(adapter),
+    };
+    let task = rt.spawn(run(mb, backend, conf, status, client_tx));
     let out: Arc<dyn Outbound> = Arc::new(Lazy(tokio::sync::OnceCell::new(), tokio::sync::Mutex::new(Some(client_rx))));
     Ok((out, task))
 }
@@ -250,24 +321,32 @@ impl Drop for Guard {
     }
 }
 
+/// Where a channel connects and what it takes in.
+struct Conf {
+    url: String,
+    media: Option<url::Url>,
+    self_hosted: bool,
+    policy: Policy,
+    /// The largest file taken in (bytes).
+    max: u64,
+}
+
 async fn run(
     mb: Arc<Mailbox>,
     backend: Arc<SealedBackend>,
-    url: String,
-    self_hosted: bool,
-    policy: Policy,
+    conf: Conf,
     status: StatusCell,
     client_tx: tokio::sync::oneshot::Sender<Arc<Client>>,
 ) {
-    let transport = whatsapp_rust::transport::TokioWebSocketTransportFactory::new().with_url(url);
-    let (ev_mb, ev_status) = (mb.clone(), status.clone());
+    let transport = whatsapp_rust::transport::TokioWebSocketTransportFactory::new().with_url(conf.url);
+    let (ev_mb, ev_status, policy, max) = (mb.clone(), status.clone(), conf.policy, conf.max);
     let mut builder = Bot::builder()
         .with_backend_arc(backend.clone())
         .with_transport_factory(transport)
-        .with_http_client(Http(crate::providers::http_client()))
+        .with_http_client(Http(crate::providers::http_client(), conf.media))
         .with_runtime(TokioRuntime)
-        .on_event(move |ev, client| on_event(ev_mb.clone(), policy.clone(), ev_status.clone(), ev, client));
-    if self_hosted {
+        .on_event(move |ev, client| on_event(ev_mb.clone(), policy.clone(), ev_status.clone(), max, ev, client));
+    if conf.self_hosted {
         builder = builder.with_version(PINNED_VERSION);
     }
     let bot = match builder.build().await {
@@ -298,7 +377,7 @@ async fn run(
     let _ = seal(&mb, &backend).await;
 }
 
-async fn on_event(mb: Arc<Mailbox>, policy: Policy, status: StatusCell, ev: Arc<Event>, client: Arc<Client>) {
+async fn on_event(mb: Arc<Mailbox>, policy: Policy, status: StatusCell, max: u64, ev: Arc<Event>, client: Arc<Client>) {
     match &*ev {
         Event::PairingQrCode(q) => {
             set_state(&status, "pairing", None);
@@ -342,7 +421,10 @@ async fn on_event(mb: Arc<Mailbox>, policy: Policy, status: StatusCell, ev: Arc<
             let own = client.pn();
             let mut rows = Vec::new();
             for m in ev.messages() {
-                let Some(inb) = inbound(&m.message, &m.info, own.as_ref()) else { continue };
+                let Some(mut inb) = inbound(&m.message, &m.info, own.as_ref()) else { continue };
+                if let Some(a) = attachment(&client, &m.message, &inb.message_id, max).await {
+                    inb.attachments.push(a);
+                }
                 match deliver_one(&mb, &policy, &status, inb).await {
                     Ok(mut r) => rows.append(&mut r),
                     Err(e) => {
@@ -391,7 +473,7 @@ pub async fn pair(
     let mut builder = Bot::builder()
         .with_backend_arc(backend.clone())
         .with_transport_factory(transport)
-        .with_http_client(Http(crate::providers::http_client()))
+        .with_http_client(Http(crate::providers::http_client(), None))
         .with_runtime(TokioRuntime)
         .on_event(move |ev, client| {
             let (tx, show) = (tx.clone(), show.clone());
