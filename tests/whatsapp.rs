@@ -56,6 +56,8 @@ struct Seen {
     bundle: Option<(u32, Vec<u8>, u32, Vec<u8>, Vec<u8>)>,
     /// Messages to deliver to the linked device: (id, sender, push name, text).
     outbox: Vec<(String, String, String, wa::Message)>,
+    /// The group the next messages of the outbox are sent in, if any.
+    group: Option<String>,
     /// Encrypted media the fake's CDN serves, by path.
     media: std::collections::HashMap<String, Vec<u8>>,
     /// What the linked device sent, decrypted: (to, message).
@@ -278,6 +280,21 @@ fn answer(n: &Node) -> Node {
             .map(|c| NodeBuilder::new("collection").attr("name", attr(c, "name")).attr("version", "0").build())
             .collect();
         out = out.children([NodeBuilder::new("sync").children(cols).build()]);
+    } else if ns == "w:g2" {
+        let to = attr(n, "to");
+        let g = NodeBuilder::new("group")
+            .attr("id", to.split('@').next().unwrap_or("").to_string())
+            .attr("subject", "Ops")
+            .attr("creation", "1764547000")
+            .children([
+                NodeBuilder::new("participant").attr("jid", "15551234567@s.whatsapp.net").build(),
+                NodeBuilder::new("participant")
+                    .attr("jid", format!("{PHONE}@s.whatsapp.net"))
+                    .attr("type", "admin")
+                    .build(),
+            ])
+            .build();
+        out = out.children([g]);
     } else if ns == "w:m" {
         let host = NodeBuilder::new("host").attr("hostname", "mmg.whatsapp.net").build();
         out = out.children([NodeBuilder::new("media_conn")
@@ -328,18 +345,33 @@ async fn login(c: &mut Conn, seen: &Shared) {
             if s.outbox.is_empty() { None } else { Some(s.outbox.remove(0)) }
         };
         if let Some((id, from, name, msg)) = next {
-            let bundle = seen.lock().unwrap().bundle.clone().unwrap();
+            let (bundle, group) = {
+                let s = seen.lock().unwrap();
+                (s.bundle.clone().unwrap(), s.group.clone())
+            };
             let peer = peers.entry(from.clone()).or_insert_with(Peer::new);
             let kind = if msg.audio_message.is_set() { "media" } else { "text" };
-            let (ty, ct) = peer.encrypt(&bundle, &msg).await;
-            let enc = NodeBuilder::new("enc").attr("v", "2").attr("type", ty).bytes(ct).build();
-            let m = NodeBuilder::new("message")
-                .attr("from", format!("{from}@s.whatsapp.net"))
+            let mut encs = Vec::new();
+            let mut m = NodeBuilder::new("message");
+            if let Some(g) = &group {
+                // In a group: the sender key (pairwise), then the message
+                // under it.
+                let (skdm, skmsg) = peer.group_encrypt(g, &msg).await;
+                let (ty, ct) = peer.encrypt(&bundle, &skdm).await;
+                encs.push(NodeBuilder::new("enc").attr("v", "2").attr("type", ty).bytes(ct).build());
+                encs.push(NodeBuilder::new("enc").attr("v", "2").attr("type", "skmsg").bytes(skmsg).build());
+                m = m.attr("from", g.clone()).attr("participant", format!("{from}@s.whatsapp.net"));
+            } else {
+                let (ty, ct) = peer.encrypt(&bundle, &msg).await;
+                encs.push(NodeBuilder::new("enc").attr("v", "2").attr("type", ty).bytes(ct).build());
+                m = m.attr("from", format!("{from}@s.whatsapp.net"));
+            }
+            let m = m
                 .attr("id", id)
                 .attr("t", (1_764_547_300 + peers.len() as u64 + sent).to_string())
                 .attr("type", kind)
                 .attr("notify", name)
-                .children([enc])
+                .children(encs)
                 .build();
             c.send(m).await;
             sent += 1;
@@ -350,7 +382,9 @@ async fn login(c: &mut Conn, seen: &Shared) {
             _ = tokio::time::sleep(Duration::from_millis(50)) => continue,
         };
         if n.tag == "message" {
-            // Decrypt what is for a person the fake plays; acknowledge.
+            // Decrypt what is for a person the fake plays; acknowledge. In
+            // a group, the sender key comes pairwise and the message under it.
+            let group = attr(&n, "to").ends_with("@g.us").then(|| attr(&n, "to"));
             for to in n.get_optional_child("participants").into_iter().flat_map(|p| p.get_children_by_tag("to")) {
                 let jid = attr(to, "jid");
                 let user = jid.split(['@', ':']).next().unwrap_or("").to_string();
@@ -363,7 +397,21 @@ async fn login(c: &mut Conn, seen: &Shared) {
                 };
                 let v = attr(enc, "v").parse().unwrap_or(2);
                 let m = peer.decrypt(&attr(enc, "type"), bytes, v).await;
-                seen.lock().unwrap().received.push((jid.clone(), m));
+                match (&group, m.sender_key_distribution_message.as_option()) {
+                    (Some(g), Some(skdm)) => {
+                        let sk = skdm.axolotl_sender_key_distribution_message.clone().unwrap_or_default();
+                        peer.take_sender_key(g, &sk).await;
+                        let top = n.get_children_by_tag("enc").find(|e| attr(e, "type") == "skmsg");
+                        if let Some(top) = top
+                            && let Some(whatsapp_rust::wacore_binary::node::NodeContent::Bytes(b)) = &top.content
+                        {
+                            let v = attr(top, "v").parse().unwrap_or(2);
+                            let m = peer.group_decrypt(g, b, v).await;
+                            seen.lock().unwrap().received.push((g.clone(), m));
+                        }
+                    }
+                    _ => seen.lock().unwrap().received.push((jid.clone(), m)),
+                }
             }
             let ack = NodeBuilder::new("ack")
                 .attr("class", "message")
@@ -406,6 +454,10 @@ use whatsapp_rust::wacore::libsignal::protocol::{
     SignedPreKeyRecord, SignedPreKeyStore, Timestamp, UsePQRatchet, message_decrypt, message_encrypt,
     process_prekey_bundle,
 };
+use whatsapp_rust::wacore::libsignal::protocol::{
+    SenderKeyDistributionMessage, SenderKeyName, SenderKeyRecord, SenderKeyStore,
+    create_sender_key_distribution_message, group_decrypt, group_encrypt, process_sender_key_distribution_message,
+};
 type SignalResult<T> = whatsapp_rust::wacore::libsignal::protocol::error::Result<T>;
 
 /// A person writing to the agent: their Signal identity, signed prekey
@@ -413,9 +465,24 @@ type SignalResult<T> = whatsapp_rust::wacore::libsignal::protocol::error::Result
 struct Peer {
     ids: Ids,
     sessions: Sessions,
+    senders: SenderKeys,
     signed: SignedPreKeys,
     spk: KeyPair,
     spk_sig: Vec<u8>,
+}
+
+#[derive(Default)]
+struct SenderKeys(std::collections::HashMap<SenderKeyName, SenderKeyRecord>);
+
+#[async_trait::async_trait]
+impl SenderKeyStore for SenderKeys {
+    async fn store_sender_key(&mut self, n: &SenderKeyName, r: SenderKeyRecord) -> SignalResult<()> {
+        self.0.insert(n.clone(), r);
+        Ok(())
+    }
+    async fn load_sender_key(&self, n: &SenderKeyName) -> SignalResult<Option<SenderKeyRecord>> {
+        Ok(self.0.get(n).cloned())
+    }
 }
 
 #[derive(Default)]
@@ -493,7 +560,14 @@ impl Peer {
         let mut signed = SignedPreKeys::default();
         let record = SignedPreKeyRecord::new(1u32.into(), Timestamp::from_epoch_millis(0), &spk, &spk_sig);
         signed.0.insert(1u32.into(), record);
-        Peer { ids: Ids(id, Default::default()), sessions: Default::default(), signed, spk, spk_sig }
+        Peer {
+            ids: Ids(id, Default::default()),
+            sessions: Default::default(),
+            senders: Default::default(),
+            signed,
+            spk,
+            spk_sig,
+        }
     }
 
     /// This person's prekey bundle, as the server hands it out.
@@ -512,6 +586,39 @@ impl Peer {
         whatsapp_rust::wacore::iq::prekeys::PreKeyBundleUserNode::from_bundle(jid.parse().unwrap(), &bundle, None)
             .unwrap()
             .into_node()
+    }
+
+    /// This person's message in a group: the sender key distribution
+    /// message (to send pairwise) and the message under the sender key.
+    async fn group_encrypt(&mut self, group: &str, msg: &wa::Message) -> (wa::Message, Vec<u8>) {
+        let name = SenderKeyName::new(group.to_string(), "me".into());
+        let mut rng = rand::make_rng::<rand::rngs::StdRng>();
+        let skdm = create_sender_key_distribution_message(&name, &mut self.senders, &mut rng).await.unwrap();
+        let pt = whatsapp_rust::wacore::messages::MessageUtils::encode_and_pad(msg);
+        let skmsg = group_encrypt(&mut self.senders, &name, &pt, &mut rng).await.unwrap();
+        let wrapped = wa::Message {
+            sender_key_distribution_message: MessageField::some(wa::message::SenderKeyDistributionMessage {
+                group_id: Some(group.to_string()),
+                axolotl_sender_key_distribution_message: Some(skdm.serialized().to_vec()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        (wrapped, skmsg.serialized().to_vec())
+    }
+
+    /// The linked device's sender key for a group, from its distribution message.
+    async fn take_sender_key(&mut self, group: &str, skdm: &[u8]) {
+        let name = SenderKeyName::new(group.to_string(), "agent".into());
+        let skdm = SenderKeyDistributionMessage::try_from(skdm).unwrap();
+        process_sender_key_distribution_message(&name, &skdm, &mut self.senders).await.unwrap();
+    }
+
+    /// The linked device's message in a group, decrypted.
+    async fn group_decrypt(&mut self, group: &str, b: &[u8], v: u8) -> wa::Message {
+        let name = SenderKeyName::new(group.to_string(), "agent".into());
+        let pt = group_decrypt(b, &mut self.senders, &name).await.unwrap();
+        whatsapp_rust::wacore::messages::decode_plaintext(&pt, v).unwrap()
     }
 
     /// A message from the linked device to this person, decrypted.
@@ -735,6 +842,16 @@ async fn whatsapp_links_by_qr_code_seals_the_link_and_logs_in_with_it() {
                 *n += 1;
                 return Reply::Tools(vec![("msg_send".into(), json!({"parent_id": row["id"], "content": "Hi Ann!"}))]);
             }
+            if *n == 1
+                && let Some(row) =
+                    inbox_rows(&p).into_iter().find(|r| r["from"].as_str().is_some_and(|f| f.ends_with("@g.us")))
+            {
+                *n += 1;
+                return Reply::Tools(vec![(
+                    "msg_send".into(),
+                    json!({"parent_id": row["id"], "content": "All green."}),
+                )]);
+            }
             Reply::Text("done".into())
         })) as Arc<dyn adf::providers::Provider>)
     });
@@ -807,6 +924,31 @@ async fn whatsapp_links_by_qr_code_seals_the_link_and_logs_in_with_it() {
         .unwrap();
     assert_eq!(saved.stdout, ogg, "the voice note's bytes, decrypted");
 
+    // In the group (mentions only, the default): Ann's message that does
+    // not mention the agent is refused and logged, the one that does is a
+    // row from the group's address.
+    let group = "120363000000000001@g.us";
+    seen.lock().unwrap().group = Some(group.into());
+    let mention = wa::Message {
+        extended_text_message: MessageField::some(wa::message::ExtendedTextMessage {
+            text: Some(format!("@{PHONE} status?")),
+            context_info: MessageField::some(wa::ContextInfo {
+                mentioned_jid: vec![format!("{PHONE}@s.whatsapp.net")],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    seen.lock().unwrap().outbox.push(("3EB0B1".into(), ann.1.clone(), ann.2.clone(), text("lunch anyone?")));
+    seen.lock().unwrap().outbox.push(("3EB0B2".into(), ann.1.clone(), ann.2.clone(), mention));
+    wait("the group message", || inbox_rows(&path).len() == 4).await;
+    let row =
+        inbox_rows(&path).into_iter().find(|r| r["from"] == format!("whatsapp:{group}")).expect("the group's row");
+    assert_eq!(row["content"], format!("@{PHONE} status?"));
+    assert!(!inbox_rows(&path).iter().any(|r| r["content"] == "lunch anyone?"), "no mention: refused");
+    wait("the refusal counted", || fleet.channel_status(&id)[0].1.refused == 1).await;
+
     // The agent's reply reached Ann, end to end, quoting her message.
     wait("the reply", || !seen.lock().unwrap().received.is_empty()).await;
     let (to, m) = seen.lock().unwrap().received[0].clone();
@@ -817,6 +959,17 @@ async fn whatsapp_links_by_qr_code_seals_the_link_and_logs_in_with_it() {
     assert_eq!(ctx.stanza_id.as_deref(), Some("3EB0A1"), "it quotes Ann's message");
     assert_eq!(ctx.participant.as_deref(), Some("15551234567@s.whatsapp.net"));
     assert_eq!(ctx.quoted_message.as_option().and_then(|q| q.conversation.as_deref()), Some("hello agent"));
-    assert_eq!(fleet.channel_status(&id)[0].1.sent, 1);
+
+    // And its answer in the group, under its own sender key, quoting Ann.
+    wait("the group reply", || seen.lock().unwrap().received.iter().any(|(to, _)| to == group)).await;
+    let m = seen.lock().unwrap().received.iter().find(|(to, _)| to == group).unwrap().1.clone();
+    let ext = m.extended_text_message.as_option().expect("a quoted reply");
+    assert_eq!(ext.text.as_deref(), Some("All green."));
+    let ctx = ext.context_info.as_option().unwrap();
+    assert_eq!(
+        (ctx.stanza_id.as_deref(), ctx.participant.as_deref()),
+        (Some("3EB0B2"), Some("15551234567@s.whatsapp.net"))
+    );
+    assert_eq!(fleet.channel_status(&id)[0].1.sent, 2);
     fleet.shutdown().await;
 }
