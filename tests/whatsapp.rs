@@ -56,6 +56,10 @@ struct Seen {
     bundle: Option<(u32, Vec<u8>, u32, Vec<u8>, Vec<u8>)>,
     /// Messages to deliver to the linked device: (id, sender, push name, text).
     outbox: Vec<(String, String, String, wa::Message)>,
+    /// The Signal type of each message the fake's people sent.
+    kinds: Vec<&'static str>,
+    /// Nodes to send as they are (a malformed message, a stream error).
+    raw: Vec<Node>,
     /// The group the next messages of the outbox are sent in, if any.
     group: Option<String>,
     /// Encrypted media the fake's CDN serves, by path.
@@ -328,7 +332,11 @@ fn answer(n: &Node) -> Node {
     out.build()
 }
 
-async fn login(c: &mut Conn, seen: &Shared) {
+/// The people the fake plays, kept across connections (their sessions
+/// with the linked device go on after it reconnects).
+type Peers = Arc<tokio::sync::Mutex<std::collections::HashMap<String, Peer>>>;
+
+async fn login(c: &mut Conn, seen: &Shared, peers: &Peers) {
     c.send(NodeBuilder::new("success").attr("t", "1764547200").attr("lid", "100000000000001:1@lid").build()).await;
     c.send(
         NodeBuilder::new("ib")
@@ -337,9 +345,12 @@ async fn login(c: &mut Conn, seen: &Shared) {
             .build(),
     )
     .await;
-    let mut peers = std::collections::HashMap::<String, Peer>::new();
     let mut sent = 0u64;
     loop {
+        let raw = std::mem::take(&mut seen.lock().unwrap().raw);
+        for n in raw {
+            c.send(n).await;
+        }
         let next = {
             let mut s = seen.lock().unwrap();
             if s.outbox.is_empty() { None } else { Some(s.outbox.remove(0)) }
@@ -349,7 +360,9 @@ async fn login(c: &mut Conn, seen: &Shared) {
                 let s = seen.lock().unwrap();
                 (s.bundle.clone().unwrap(), s.group.clone())
             };
-            let peer = peers.entry(from.clone()).or_insert_with(Peer::new);
+            let mut all = peers.lock().await;
+            let known = all.len() as u64;
+            let peer = all.entry(from.clone()).or_insert_with(Peer::new);
             let kind = if msg.audio_message.is_set() { "media" } else { "text" };
             let mut encs = Vec::new();
             let mut m = NodeBuilder::new("message");
@@ -363,16 +376,18 @@ async fn login(c: &mut Conn, seen: &Shared) {
                 m = m.attr("from", g.clone()).attr("participant", format!("{from}@s.whatsapp.net"));
             } else {
                 let (ty, ct) = peer.encrypt(&bundle, &msg).await;
+                seen.lock().unwrap().kinds.push(ty);
                 encs.push(NodeBuilder::new("enc").attr("v", "2").attr("type", ty).bytes(ct).build());
                 m = m.attr("from", format!("{from}@s.whatsapp.net"));
             }
             let m = m
                 .attr("id", id)
-                .attr("t", (1_764_547_300 + peers.len() as u64 + sent).to_string())
+                .attr("t", (1_764_547_300 + known + sent).to_string())
                 .attr("type", kind)
                 .attr("notify", name)
                 .children(encs)
                 .build();
+            drop(all);
             c.send(m).await;
             sent += 1;
             continue;
@@ -385,6 +400,7 @@ async fn login(c: &mut Conn, seen: &Shared) {
             // Decrypt what is for a person the fake plays; acknowledge. In
             // a group, the sender key comes pairwise and the message under it.
             let group = attr(&n, "to").ends_with("@g.us").then(|| attr(&n, "to"));
+            let mut peers = peers.lock().await;
             for to in n.get_optional_child("participants").into_iter().flat_map(|p| p.get_children_by_tag("to")) {
                 let jid = attr(to, "jid");
                 let user = jid.split(['@', ':']).next().unwrap_or("").to_string();
@@ -428,6 +444,7 @@ async fn login(c: &mut Conn, seen: &Shared) {
                 n.get_optional_child("key").filter(|_| attr(&n, "xmlns") == "encrypt" && attr(&n, "type") == "get");
             if let Some(key) = keys {
                 // Prekey bundles of the people asked for (and of the phone).
+                let mut peers = peers.lock().await;
                 let users: Vec<Node> = key
                     .get_children_by_tag("user")
                     .map(|u| {
@@ -715,9 +732,10 @@ async fn serve(seen: Shared) -> String {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("ws://{}/ws/chat", l.local_addr().unwrap());
     let server = Arc::new(KeyPair::generate(&mut rand::rng()));
+    let peers: Peers = Default::default();
     tokio::spawn(async move {
         while let Ok((tcp, _)) = l.accept().await {
-            let (seen, server) = (seen.clone(), server.clone());
+            let (seen, server, peers) = (seen.clone(), server.clone(), peers.clone());
             tokio::spawn(async move {
                 // The same port is the media CDN: a GET that is no upgrade.
                 let mut head = [0u8; 512];
@@ -745,7 +763,7 @@ async fn serve(seen: Shared) -> String {
                     register(&mut c, &seen).await;
                 } else {
                     seen.lock().unwrap().logins.push(p.username.map(|u| u.to_string()).unwrap_or_default());
-                    login(&mut c, &seen).await;
+                    login(&mut c, &seen, &peers).await;
                 }
             });
         }
@@ -971,5 +989,44 @@ async fn whatsapp_links_by_qr_code_seals_the_link_and_logs_in_with_it() {
         (Some("3EB0B2"), Some("15551234567@s.whatsapp.net"))
     );
     assert_eq!(fleet.channel_status(&id)[0].1.sent, 2);
+    fleet.shutdown().await;
+
+    // Off and on again: the channel logs in with the sealed link, and
+    // Ann's session goes on (her next message is a plain Signal message
+    // under the ratchet the link kept, not a new session).
+    let logins = seen.lock().unwrap().logins.len();
+    {
+        let mut s = seen.lock().unwrap();
+        s.group = None;
+        s.outbox.push(("3EB0C1".into(), ann.1.clone(), ann.2.clone(), text("are you there?")));
+    }
+    let mut fleet = Fleet::new(Bus::new(), quiet_model());
+    fleet.load(&path).unwrap();
+    let id = fleet.list()[0].id.clone();
+    wait("the message after the restart", || inbox_rows(&path).iter().any(|r| r["content"] == "are you there?")).await;
+    assert_eq!(seen.lock().unwrap().logins[logins..].to_vec(), vec![PHONE.to_string()], "a login with the sealed link");
+    let kinds = seen.lock().unwrap().kinds.clone();
+    assert_eq!((kinds.first(), kinds.last()), (Some(&"pkmsg"), Some(&"msg")), "the session went on: {kinds:?}");
+
+    // A message that cannot be decrypted is logged, never silently dropped.
+    let bad = NodeBuilder::new("message")
+        .attr("from", "15551234567@s.whatsapp.net")
+        .attr("id", "3EB0D1")
+        .attr("t", "1764548000")
+        .attr("type", "text")
+        .children([NodeBuilder::new("enc").attr("v", "2").attr("type", "msg").bytes(vec![0x33; 40]).build()])
+        .build();
+    seen.lock().unwrap().raw.push(bad);
+    let logged = |event: &str| -> i64 {
+        let c = rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        c.query_row("SELECT count(*) FROM adf_logs WHERE event = ?1", [event], |r| r.get(0)).unwrap()
+    };
+    wait("the undecryptable message logged", || logged("message_undecryptable") == 1).await;
+
+    // The phone unlinks the device: the channel stops and says how to link again.
+    seen.lock().unwrap().raw.push(NodeBuilder::new("stream:error").attr("code", "401").build());
+    wait("logged out", || fleet.channel_status(&id)[0].1.state == "stopped").await;
+    let st = fleet.channel_status(&id);
+    assert!(st[0].1.last_error.as_deref().unwrap_or("").contains("adf adapters add FILE whatsapp"), "{st:?}");
     fleet.shutdown().await;
 }

@@ -417,6 +417,21 @@ async fn on_event(mb: Arc<Mailbox>, policy: Policy, status: StatusCell, max: u64
             "stopped",
             Some("no one scanned the QR code in time: adf adapters add FILE whatsapp to try again".into()),
         ),
+        Event::UndecryptableMessage(u) => {
+            // Not silently dropped: the client asks the sender to send it
+            // again (a retry receipt); the log says what could not be read.
+            let note = format!(
+                "whatsapp:{}: message {} from {} could not be decrypted; the sender was asked to send it again",
+                chat_id(&u.info.source.chat),
+                u.info.id,
+                u.info.source.sender.user
+            );
+            let m = mb.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                m.with_store(|s| s.log("warn", "adapter", "message_undecryptable", &note))
+            })
+            .await;
+        }
         Event::Messages(_) => {
             let own = client.pn();
             let mut rows = Vec::new();
