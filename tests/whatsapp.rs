@@ -55,7 +55,12 @@ struct Seen {
     /// signed prekey id, key and signature.
     bundle: Option<(u32, Vec<u8>, u32, Vec<u8>, Vec<u8>)>,
     /// Messages to deliver to the linked device: (id, sender, push name, text).
-    outbox: Vec<(String, String, String, wa::Message)>,
+    outbox: Vec<Out>,
+    /// Messages waiting on the server while the device is off: sent as
+    /// the offline queue at its next login.
+    offline: Vec<Out>,
+    /// The last message time handed out (seconds past the base).
+    t: u64,
     /// The Signal type of each message the fake's people sent.
     kinds: Vec<&'static str>,
     /// Nodes to send as they are (a malformed message, a stream error).
@@ -69,6 +74,9 @@ struct Seen {
 }
 
 type Shared = Arc<Mutex<Seen>>;
+
+/// A message from one of the fake's people: id, sender number, push name.
+type Out = (String, String, String, wa::Message);
 
 /// A certificate chain naming the server's static key, expired (so the
 /// client keeps to XX and never tries IK with a cached key).
@@ -336,16 +344,65 @@ fn answer(n: &Node) -> Node {
 /// with the linked device go on after it reconnects).
 type Peers = Arc<tokio::sync::Mutex<std::collections::HashMap<String, Peer>>>;
 
+/// A message from one of the fake's people, encrypted to the linked
+/// device: pairwise, or in the current group under the sender's key.
+async fn stanza(seen: &Shared, peers: &Peers, out: Out, offline: bool) -> Node {
+    let (id, from, name, msg) = out;
+    let (bundle, group, t) = {
+        let mut s = seen.lock().unwrap();
+        s.t += 1;
+        (s.bundle.clone().unwrap(), s.group.clone(), 1_764_547_300 + s.t)
+    };
+    let mut all = peers.lock().await;
+    let peer = all.entry(from.clone()).or_insert_with(Peer::new);
+    let kind = if msg.audio_message.is_set() { "media" } else { "text" };
+    let mut encs = Vec::new();
+    let mut m = NodeBuilder::new("message");
+    if let Some(g) = &group {
+        let (skdm, skmsg) = peer.group_encrypt(g, &msg).await;
+        let (ty, ct) = peer.encrypt(&bundle, &skdm).await;
+        encs.push(NodeBuilder::new("enc").attr("v", "2").attr("type", ty).bytes(ct).build());
+        encs.push(NodeBuilder::new("enc").attr("v", "2").attr("type", "skmsg").bytes(skmsg).build());
+        m = m.attr("from", g.clone()).attr("participant", format!("{from}@s.whatsapp.net"));
+    } else {
+        let (ty, ct) = peer.encrypt(&bundle, &msg).await;
+        seen.lock().unwrap().kinds.push(ty);
+        encs.push(NodeBuilder::new("enc").attr("v", "2").attr("type", ty).bytes(ct).build());
+        m = m.attr("from", format!("{from}@s.whatsapp.net"));
+    }
+    if offline {
+        m = m.attr("offline", "1");
+    }
+    m.attr("id", id).attr("t", t.to_string()).attr("type", kind).attr("notify", name).children(encs).build()
+}
+
+fn ib(child: Node) -> Node {
+    NodeBuilder::new("ib").attr("from", "s.whatsapp.net").children([child]).build()
+}
+
+/// What waited for a device while it was off, once it says it is active:
+/// the offline queue between its preview and its end marker.
+async fn drain(c: &mut Conn, seen: &Shared, peers: &Peers) {
+    let queued = std::mem::take(&mut seen.lock().unwrap().offline);
+    let count = queued.len().to_string();
+    if !queued.is_empty() {
+        c.send(ib(NodeBuilder::new("offline_preview")
+            .attr("count", count.clone())
+            .attr("message", count.clone())
+            .build()))
+            .await;
+        for out in queued {
+            let m = stanza(seen, peers, out, true).await;
+            c.send(m).await;
+        }
+    }
+    c.send(ib(NodeBuilder::new("offline").attr("count", count).build())).await;
+}
+
+/// A linked device logs in: the offline queue once it is active, then
+/// live traffic and IQs.
 async fn login(c: &mut Conn, seen: &Shared, peers: &Peers) {
     c.send(NodeBuilder::new("success").attr("t", "1764547200").attr("lid", "100000000000001:1@lid").build()).await;
-    c.send(
-        NodeBuilder::new("ib")
-            .attr("from", "s.whatsapp.net")
-            .children([NodeBuilder::new("offline").attr("count", "0").build()])
-            .build(),
-    )
-    .await;
-    let mut sent = 0u64;
     loop {
         let raw = std::mem::take(&mut seen.lock().unwrap().raw);
         for n in raw {
@@ -355,41 +412,9 @@ async fn login(c: &mut Conn, seen: &Shared, peers: &Peers) {
             let mut s = seen.lock().unwrap();
             if s.outbox.is_empty() { None } else { Some(s.outbox.remove(0)) }
         };
-        if let Some((id, from, name, msg)) = next {
-            let (bundle, group) = {
-                let s = seen.lock().unwrap();
-                (s.bundle.clone().unwrap(), s.group.clone())
-            };
-            let mut all = peers.lock().await;
-            let known = all.len() as u64;
-            let peer = all.entry(from.clone()).or_insert_with(Peer::new);
-            let kind = if msg.audio_message.is_set() { "media" } else { "text" };
-            let mut encs = Vec::new();
-            let mut m = NodeBuilder::new("message");
-            if let Some(g) = &group {
-                // In a group: the sender key (pairwise), then the message
-                // under it.
-                let (skdm, skmsg) = peer.group_encrypt(g, &msg).await;
-                let (ty, ct) = peer.encrypt(&bundle, &skdm).await;
-                encs.push(NodeBuilder::new("enc").attr("v", "2").attr("type", ty).bytes(ct).build());
-                encs.push(NodeBuilder::new("enc").attr("v", "2").attr("type", "skmsg").bytes(skmsg).build());
-                m = m.attr("from", g.clone()).attr("participant", format!("{from}@s.whatsapp.net"));
-            } else {
-                let (ty, ct) = peer.encrypt(&bundle, &msg).await;
-                seen.lock().unwrap().kinds.push(ty);
-                encs.push(NodeBuilder::new("enc").attr("v", "2").attr("type", ty).bytes(ct).build());
-                m = m.attr("from", format!("{from}@s.whatsapp.net"));
-            }
-            let m = m
-                .attr("id", id)
-                .attr("t", (1_764_547_300 + known + sent).to_string())
-                .attr("type", kind)
-                .attr("notify", name)
-                .children(encs)
-                .build();
-            drop(all);
+        if let Some(out) = next {
+            let m = stanza(seen, peers, out, false).await;
             c.send(m).await;
-            sent += 1;
             continue;
         }
         let n = tokio::select! {
@@ -460,6 +485,9 @@ async fn login(c: &mut Conn, seen: &Shared, peers: &Peers) {
                 continue;
             }
             c.send(answer(&n)).await;
+            if attr(&n, "xmlns") == "passive" {
+                drain(c, seen, peers).await;
+            }
         }
     }
 }
@@ -991,19 +1019,34 @@ async fn whatsapp_links_by_qr_code_seals_the_link_and_logs_in_with_it() {
     assert_eq!(fleet.channel_status(&id)[0].1.sent, 2);
     fleet.shutdown().await;
 
-    // Off and on again: the channel logs in with the sealed link, and
-    // Ann's session goes on (her next message is a plain Signal message
-    // under the ratchet the link kept, not a new session).
+    // Off and on again: the channel logs in with the sealed link; what
+    // Ann wrote meanwhile comes from the server's offline queue, and the
+    // agent wakes once for the three. Her session goes on (a plain Signal
+    // message under the ratchet the link kept, not a new session).
     let logins = seen.lock().unwrap().logins.len();
     {
         let mut s = seen.lock().unwrap();
         s.group = None;
-        s.outbox.push(("3EB0C1".into(), ann.1.clone(), ann.2.clone(), text("are you there?")));
+        for (i, t) in ["are you there?", "hello?", "call me"].iter().enumerate() {
+            s.offline.push((format!("3EB0C{i}"), ann.1.clone(), ann.2.clone(), text(t)));
+        }
     }
-    let mut fleet = Fleet::new(Bus::new(), quiet_model());
+    let calls = Arc::new(Mutex::new(0));
+    let c2 = calls.clone();
+    let counting: ProviderFactory = Arc::new(move |_| {
+        let c = c2.clone();
+        Ok(Arc::new(Scripted::new([]).with_fallback(move |_| {
+            *c.lock().unwrap() += 1;
+            Reply::Text("done".into())
+        })) as Arc<dyn adf::providers::Provider>)
+    });
+    let mut fleet = Fleet::new(Bus::new(), counting);
     fleet.load(&path).unwrap();
     let id = fleet.list()[0].id.clone();
-    wait("the message after the restart", || inbox_rows(&path).iter().any(|r| r["content"] == "are you there?")).await;
+    wait("the messages after the restart", || inbox_rows(&path).iter().any(|r| r["content"] == "call me")).await;
+    wait("the agent's turn", || *calls.lock().unwrap() >= 1).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(*calls.lock().unwrap(), 1, "one wake for the batch");
     assert_eq!(seen.lock().unwrap().logins[logins..].to_vec(), vec![PHONE.to_string()], "a login with the sealed link");
     let kinds = seen.lock().unwrap().kinds.clone();
     assert_eq!((kinds.first(), kinds.last()), (Some(&"pkmsg"), Some(&"msg")), "the session went on: {kinds:?}");

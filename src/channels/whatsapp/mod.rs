@@ -15,7 +15,7 @@
 
 pub mod store;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
@@ -339,13 +339,19 @@ async fn run(
     client_tx: tokio::sync::oneshot::Sender<Arc<Client>>,
 ) {
     let transport = whatsapp_rust::transport::TokioWebSocketTransportFactory::new().with_url(conf.url);
-    let (ev_mb, ev_status, policy, max) = (mb.clone(), status.clone(), conf.policy, conf.max);
+    let ctx = Arc::new(Ctx {
+        mb: mb.clone(),
+        policy: conf.policy,
+        status: status.clone(),
+        max: conf.max,
+        drained: Mutex::new((Vec::new(), false)),
+    });
     let mut builder = Bot::builder()
         .with_backend_arc(backend.clone())
         .with_transport_factory(transport)
         .with_http_client(Http(crate::providers::http_client(), conf.media))
         .with_runtime(TokioRuntime)
-        .on_event(move |ev, client| on_event(ev_mb.clone(), policy.clone(), ev_status.clone(), max, ev, client));
+        .on_event(move |ev, client| on_event(ctx.clone(), ev, client));
     if conf.self_hosted {
         builder = builder.with_version(PINNED_VERSION);
     }
@@ -377,7 +383,49 @@ async fn run(
     let _ = seal(&mb, &backend).await;
 }
 
-async fn on_event(mb: Arc<Mailbox>, policy: Policy, status: StatusCell, max: u64, ev: Arc<Event>, client: Arc<Client>) {
+/// What the channel's event handler works with.
+struct Ctx {
+    mb: Arc<Mailbox>,
+    policy: Policy,
+    status: StatusCell,
+    /// The largest file taken in (bytes).
+    max: u64,
+    /// Rows of the offline queue delivered so far, and whether the client
+    /// said the queue is drained: the agent is told once, at the end. (The
+    /// client runs handlers on tasks of their own, so the end can be seen
+    /// before the last batch's rows are in.)
+    drained: Mutex<(Vec<serde_json::Map<String, Value>>, bool)>,
+}
+
+impl Ctx {
+    /// Rows of the offline queue: held until it is drained, then one wake.
+    fn drained_rows(&self, mut rows: Vec<serde_json::Map<String, Value>>) {
+        let ready = match self.drained.lock() {
+            Ok(mut d) => {
+                d.0.append(&mut rows);
+                if d.1 { std::mem::take(&mut d.0) } else { Vec::new() }
+            }
+            Err(_) => rows,
+        };
+        notify(&self.mb, ready);
+    }
+
+    /// The offline queue is drained (`true`), or a connection ended
+    /// (`false`: the next one drains again): tell the agent what it held.
+    fn drain_done(&self, done: bool) {
+        let rows = match self.drained.lock() {
+            Ok(mut d) => {
+                d.1 = done;
+                std::mem::take(&mut d.0)
+            }
+            Err(_) => Vec::new(),
+        };
+        notify(&self.mb, rows);
+    }
+}
+
+async fn on_event(ctx: Arc<Ctx>, ev: Arc<Event>, client: Arc<Client>) {
+    let (mb, policy, status, max) = (&ctx.mb, &ctx.policy, &ctx.status, ctx.max);
     match &*ev {
         Event::PairingQrCode(q) => {
             set_state(&status, "pairing", None);
@@ -405,6 +453,8 @@ async fn on_event(mb: Arc<Mailbox>, policy: Policy, status: StatusCell, max: u64
             }
         }
         Event::Disconnected(d) => {
+            // Never left waiting for a drain a lost connection ended.
+            ctx.drain_done(false);
             set_state(&status, "connecting", Some(format!("disconnected: {:?}; reconnecting", d.reason)));
         }
         Event::LoggedOut(_) => set_state(
@@ -432,7 +482,8 @@ async fn on_event(mb: Arc<Mailbox>, policy: Policy, status: StatusCell, max: u64
             })
             .await;
         }
-        Event::Messages(_) => {
+        Event::OfflineSyncCompleted(_) => ctx.drain_done(true),
+        Event::Messages(batch) => {
             let own = client.pn();
             let mut rows = Vec::new();
             for m in ev.messages() {
@@ -440,7 +491,7 @@ async fn on_event(mb: Arc<Mailbox>, policy: Policy, status: StatusCell, max: u64
                 if let Some(a) = attachment(&client, &m.message, &inb.message_id, max).await {
                     inb.attachments.push(a);
                 }
-                match deliver_one(&mb, &policy, &status, inb).await {
+                match deliver_one(mb, policy, status, inb).await {
                     Ok(mut r) => rows.append(&mut r),
                     Err(e) => {
                         let m2 = mb.clone();
@@ -453,7 +504,11 @@ async fn on_event(mb: Arc<Mailbox>, policy: Policy, status: StatusCell, max: u64
                     }
                 }
             }
-            notify(&mb, rows);
+            if batch.origin == BatchOrigin::OfflineDrain {
+                ctx.drained_rows(rows);
+            } else {
+                notify(mb, rows);
+            }
         }
         _ => {}
     }
