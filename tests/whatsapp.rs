@@ -29,6 +29,7 @@ use hmac::Mac;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 use whatsapp_rust::buffa::{Message as _, MessageField};
+use whatsapp_rust::prelude::MessageExt;
 use whatsapp_rust::wacore::framing::{FrameDecoder, encode_frame};
 use whatsapp_rust::wacore::handshake::NoiseHandshake;
 use whatsapp_rust::wacore::libsignal::protocol::KeyPair;
@@ -71,6 +72,8 @@ struct Seen {
     media: std::collections::HashMap<String, Vec<u8>>,
     /// What the linked device sent, decrypted: (to, message).
     received: Vec<(String, wa::Message)>,
+    /// The stanza id of each of those.
+    received_ids: Vec<String>,
 }
 
 type Shared = Arc<Mutex<Seen>>;
@@ -448,10 +451,16 @@ async fn login(c: &mut Conn, seen: &Shared, peers: &Peers) {
                         {
                             let v = attr(top, "v").parse().unwrap_or(2);
                             let m = peer.group_decrypt(g, b, v).await;
-                            seen.lock().unwrap().received.push((g.clone(), m));
+                            let mut s = seen.lock().unwrap();
+                            s.received.push((g.clone(), m));
+                            s.received_ids.push(attr(&n, "id"));
                         }
                     }
-                    _ => seen.lock().unwrap().received.push((jid.clone(), m)),
+                    _ => {
+                        let mut s = seen.lock().unwrap();
+                        s.received.push((jid.clone(), m));
+                        s.received_ids.push(attr(&n, "id"));
+                    }
                 }
             }
             let ack = NodeBuilder::new("ack")
@@ -898,6 +907,16 @@ async fn whatsapp_links_by_qr_code_seals_the_link_and_logs_in_with_it() {
                     json!({"parent_id": row["id"], "content": "All green."}),
                 )]);
             }
+            if *n == 2 && inbox_rows(&p).iter().any(|r| r["content"] == "lunch?") {
+                *n += 1;
+                let form = json!({"id": "lunch", "title": "Lunch", "render": "compact", "questions": [
+                    {"id": "q1", "text": "Where?", "type": "choice", "options": [{"id": "a", "label": "Pizza"}, {"id": "b", "label": "Sushi"}]},
+                    {"id": "q2", "text": "Anything else?", "type": "text"}]});
+                return Reply::Tools(vec![(
+                    "msg_send".into(),
+                    json!({"recipient": "whatsapp:15551234567", "content": form.to_string(), "content_type": "application/vnd.adf.form+json"}),
+                )]);
+            }
             Reply::Text("done".into())
         })) as Arc<dyn adf::providers::Provider>)
     });
@@ -1017,6 +1036,41 @@ async fn whatsapp_links_by_qr_code_seals_the_link_and_logs_in_with_it() {
         (Some("3EB0B2"), Some("15551234567@s.whatsapp.net"))
     );
     assert_eq!(fleet.channel_status(&id)[0].1.sent, 2);
+
+    // A form goes as a numbered list; Ann answers by quoting it, and the
+    // agent gets the answers checked, as one structured message.
+    seen.lock().unwrap().group = None;
+    seen.lock().unwrap().outbox.push(("3EB0E1".into(), ann.1.clone(), ann.2.clone(), text("lunch?")));
+    let is_form = |m: &wa::Message| m.text_content().is_some_and(|t| t.starts_with("Lunch\n1. Where?"));
+    wait("the form", || seen.lock().unwrap().received.iter().any(|(_, m)| is_form(m))).await;
+    let form_id = {
+        let s = seen.lock().unwrap();
+        let i = s.received.iter().position(|(_, m)| is_form(m)).unwrap();
+        s.received_ids[i].clone()
+    };
+    let answer = |body: &str| wa::Message {
+        extended_text_message: MessageField::some(wa::message::ExtendedTextMessage {
+            text: Some(body.into()),
+            context_info: MessageField::some(wa::ContextInfo {
+                stanza_id: Some(form_id.clone()),
+                participant: Some(format!("{PHONE}@s.whatsapp.net")),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    seen.lock().unwrap().outbox.push(("3EB0E2".into(), ann.1.clone(), ann.2.clone(), answer("1z")));
+    seen.lock().unwrap().outbox.push(("3EB0E3".into(), ann.1.clone(), ann.2.clone(), answer("1b, 2 no onions")));
+    let content = |r: &Value| r["content"].as_str().unwrap_or("").to_string();
+    wait("the answers", || inbox_rows(&path).iter().any(|r| content(r).starts_with("[form lunch]"))).await;
+    let rows = inbox_rows(&path);
+    let right = rows.iter().find(|r| content(r).starts_with("[form lunch]")).unwrap();
+    assert_eq!(content(right), "[form lunch] Where?: Sushi; Anything else?: no onions");
+    let ctx: Value = serde_json::from_str(right["context"].as_str().unwrap()).unwrap();
+    assert_eq!(ctx["answers"][0], json!({"question_id": "q1", "answer_id": "b", "answer_value": "Sushi"}));
+    let wrong = rows.iter().find(|r| content(r).contains("[not an answer to form lunch")).expect("the wrong answer");
+    assert!(content(wrong).contains("it has no option z"), "{wrong}");
     fleet.shutdown().await;
 
     // Off and on again: the channel logs in with the sealed link; what

@@ -88,6 +88,17 @@ fn chat_id(jid: &Jid) -> String {
 
 struct Sender {
     client: Arc<Client>,
+    forms: Forms,
+}
+
+/// The forms sent, newest last: (message id, chat, form). A reply quoting
+/// one of them is read as its answers.
+type Forms = Arc<Mutex<std::collections::VecDeque<(String, String, Value)>>>;
+
+/// The form a message quoting `replied_to` in `chat` answers, if any.
+fn form_for(forms: &Forms, chat: &str, replied_to: &str) -> Option<Value> {
+    let f = forms.lock().ok()?;
+    f.iter().rev().find(|(id, c, _)| id == replied_to && c == chat).map(|(_, _, form)| form.clone())
 }
 
 impl Sender {
@@ -129,13 +140,19 @@ impl Outbound for Sender {
             if !m.files.is_empty() {
                 return Err("this channel does not send files yet; nothing was sent".into());
             }
-            let text = if m.content_type == super::FORM_TYPE {
-                let v: Value = serde_json::from_str(&m.text).map_err(|e| format!("form content is not JSON: {e}"))?;
-                super::form_text(&v)
-            } else {
-                m.text.clone()
-            };
-            self.quoted(chat, &text, m.reply_to.as_deref(), &m.replied).await
+            if m.content_type != super::FORM_TYPE {
+                return self.quoted(chat, &m.text, m.reply_to.as_deref(), &m.replied).await;
+            }
+            // A form: a numbered list, answered by a reply quoting it.
+            let form: Value = serde_json::from_str(&m.text).map_err(|e| format!("form content is not JSON: {e}"))?;
+            let id = self.quoted(chat, &super::form_text(&form), m.reply_to.as_deref(), &m.replied).await?;
+            if let Ok(mut f) = self.forms.lock() {
+                if f.len() >= 64 {
+                    f.pop_front();
+                }
+                f.push_back((id.clone(), chat_id(&jid_of(chat)?), form));
+            }
+            Ok(id)
         })
     }
 
@@ -262,21 +279,30 @@ pub fn start(
         self_hosted: api.is_some(),
         policy,
         max: super::max_attachment(adapter),
+        forms: Forms::default(),
     };
+    let forms = conf.forms.clone();
     let task = rt.spawn(run(mb, backend, conf, status, client_tx));
-    let out: Arc<dyn Outbound> = Arc::new(Lazy(tokio::sync::OnceCell::new(), tokio::sync::Mutex::new(Some(client_rx))));
+    let out: Arc<dyn Outbound> =
+        Arc::new(Lazy(tokio::sync::OnceCell::new(), tokio::sync::Mutex::new(Some(client_rx)), forms));
     Ok((out, task))
 }
 
 /// The sender, once the client is built.
-struct Lazy(tokio::sync::OnceCell<Sender>, tokio::sync::Mutex<Option<tokio::sync::oneshot::Receiver<Arc<Client>>>>);
+struct Lazy(
+    tokio::sync::OnceCell<Sender>,
+    tokio::sync::Mutex<Option<tokio::sync::oneshot::Receiver<Arc<Client>>>>,
+    Forms,
+);
 
 impl Lazy {
     async fn get(&self) -> Result<&Sender, String> {
         self.0
             .get_or_try_init(|| async {
                 let rx = self.1.lock().await.take().ok_or("the WhatsApp client did not start")?;
-                rx.await.map(|client| Sender { client }).map_err(|_| "the WhatsApp client did not start".to_string())
+                rx.await
+                    .map(|client| Sender { client, forms: self.2.clone() })
+                    .map_err(|_| "the WhatsApp client did not start".to_string())
             })
             .await
     }
@@ -329,6 +355,7 @@ struct Conf {
     policy: Policy,
     /// The largest file taken in (bytes).
     max: u64,
+    forms: Forms,
 }
 
 async fn run(
@@ -344,6 +371,7 @@ async fn run(
         policy: conf.policy,
         status: status.clone(),
         max: conf.max,
+        forms: conf.forms,
         drained: Mutex::new((Vec::new(), false)),
     });
     let mut builder = Bot::builder()
@@ -390,6 +418,7 @@ struct Ctx {
     status: StatusCell,
     /// The largest file taken in (bytes).
     max: u64,
+    forms: Forms,
     /// Rows of the offline queue delivered so far, and whether the client
     /// said the queue is drained: the agent is told once, at the end. (The
     /// client runs handlers on tasks of their own, so the end can be seen
@@ -490,6 +519,22 @@ async fn on_event(ctx: Arc<Ctx>, ev: Arc<Event>, client: Arc<Client>) {
                 let Some(mut inb) = inbound(&m.message, &m.info, own.as_ref()) else { continue };
                 if let Some(a) = attachment(&client, &m.message, &inb.message_id, max).await {
                     inb.attachments.push(a);
+                }
+                // A reply quoting a form: its answers, checked, or why not.
+                if let Some(form) =
+                    inb.reply_to_message_id.as_deref().and_then(|r| form_for(&ctx.forms, &inb.chat_id, r))
+                {
+                    match super::forms::read_reply(&form, &inb.text) {
+                        Ok((fields, text)) => {
+                            inb.context.extend(fields);
+                            inb.text = text;
+                        }
+                        Err(why) => {
+                            let id = form["id"].as_str().unwrap_or("form");
+                            inb.context.insert("form_error".into(), why.clone().into());
+                            inb.text = format!("{}\n\n[not an answer to form {id}: {why}]", inb.text);
+                        }
+                    }
                 }
                 match deliver_one(mb, policy, status, inb).await {
                     Ok(mut r) => rows.append(&mut r),
