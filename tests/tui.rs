@@ -1418,6 +1418,30 @@ async fn the_channels_view_says_how_to_connect_one() {
     assert!(frame.contains("channels (0)") && frame.contains("No channel runs"), "{frame}");
 }
 
+/// A WhatsApp channel waiting to be linked: `/channels` draws its QR code
+/// (light modules white, dark ones black, whatever the terminal's colours),
+/// the same code `adf adapters add` draws.
+#[tokio::test]
+async fn snapshot_of_the_channels_view_with_a_qr_code_to_scan() {
+    let dir = tmp();
+    let mut a = loaded(dir.path()).await;
+    a.run("channels");
+    let code = "2@fake-ref-1,bm9pc2U=,aWRlbnRpdHk=,c2VjcmV0,1";
+    a.channels = vec![json!({"kind": "whatsapp", "state": "pairing", "received": 0, "sent": 0, "refused": 0,
+        "account": null, "last_error": null, "qr": code})];
+    let frame = render(&a, 120, 40);
+    assert!(frame.contains("whatsapp") && frame.contains("pairing") && frame.contains("Linked devices"), "{frame}");
+    let qr = adf::channels::whatsapp::qr_text(code).unwrap();
+    for line in qr.lines().take(20) {
+        assert!(frame.contains(line), "the code's row {line:?} is drawn whole:\n{frame}");
+    }
+    both("channels_qr", &a);
+    // Linked: no code.
+    a.channels[0]["qr"] = serde_json::Value::Null;
+    a.channels[0]["state"] = json!("connected");
+    assert!(!render(&a, 120, 40).contains("Linked devices"));
+}
+
 /// An agent that serves (a site, shared files or routes) is marked in the
 /// tree, and its URL is under its chat (issue 21).
 #[tokio::test]
