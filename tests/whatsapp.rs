@@ -38,6 +38,9 @@ use whatsapp_rust::wacore_binary::consts::{NOISE_PATTERN_XX, WA_CONN_HEADER};
 use whatsapp_rust::wacore_binary::node::Node;
 use whatsapp_rust::waproto::whatsapp as wa;
 
+/// The tests set `ADF_HOME` for the fleet they run: one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// The phone number the fake's phone has.
 const PHONE: &str = "15550000001";
 
@@ -843,6 +846,7 @@ fn pair(d: &std::path::Path, url: &str, seen: &Shared) -> (std::process::ExitSta
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn whatsapp_links_by_qr_code_seals_the_link_and_logs_in_with_it() {
+    let _one = SERIAL.lock().await;
     let dir = tmp();
     let d = dir.path().to_path_buf();
     let seen: Shared = Default::default();
@@ -1125,5 +1129,47 @@ async fn whatsapp_links_by_qr_code_seals_the_link_and_logs_in_with_it() {
     wait("logged out", || fleet.channel_status(&id)[0].1.state == "stopped").await;
     let st = fleet.channel_status(&id);
     assert!(st[0].1.last_error.as_deref().unwrap_or("").contains("adf adapters add FILE whatsapp"), "{st:?}");
+    fleet.shutdown().await;
+}
+
+/// A channel switched on without a link (the agent's own `adapter_setup`,
+/// or `adapters add` through a daemon) asks to be linked: its status
+/// carries the QR code (what `/channels` and `adapters status` draw), the
+/// phone scans it, and the link is sealed where it runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unlinked_channel_shows_its_code_and_links_where_it_runs() {
+    let _one = SERIAL.lock().await;
+    let dir = tmp();
+    let d = dir.path().to_path_buf();
+    let seen: Shared = Default::default();
+    let url = serve(seen.clone()).await;
+    ok(&adf(&d, &["new", "a.adf", "--provider", "anthropic", "--model", "m"], None));
+    let path = d.join("a.adf");
+    {
+        let mut s = adf::store::Store::open(&path).unwrap();
+        let said = adf::channels::connect(&mut s, &json!({"type": "whatsapp", "api_url": url})).unwrap();
+        assert!(said.contains("scan the QR code"), "{said}");
+        s.close().unwrap();
+    }
+    unsafe { std::env::set_var("ADF_HOME", d.join(".adf-home")) };
+    let mut fleet = Fleet::new(Bus::new(), quiet_model());
+    fleet.load(&path).unwrap();
+    let id = fleet.list()[0].id.clone();
+    let qr = || fleet.channel_status(&id).first().and_then(|s| s.1.qr.clone());
+    wait("the code", || qr().is_some()).await;
+    assert_eq!(fleet.channel_status(&id)[0].1.state, "pairing");
+    seen.lock().unwrap().qr = qr();
+    wait("linked", || fleet.channel_status(&id)[0].1.state == "connected").await;
+    let st = fleet.channel_status(&id);
+    assert_eq!((st[0].1.account.as_deref(), st[0].1.qr.as_deref()), (Some("+15550000001"), None), "{st:?}");
+    fleet.shutdown().await;
+
+    // The link was sealed where the channel ran: the next start logs in.
+    let logins = seen.lock().unwrap().logins.len();
+    let mut fleet = Fleet::new(Bus::new(), quiet_model());
+    fleet.load(&path).unwrap();
+    let id = fleet.list()[0].id.clone();
+    wait("connected again", || fleet.channel_status(&id).first().is_some_and(|s| s.1.state == "connected")).await;
+    assert_eq!(seen.lock().unwrap().logins[logins..].to_vec(), vec![PHONE.to_string()], "a login, not a new pairing");
     fleet.shutdown().await;
 }
