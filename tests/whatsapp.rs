@@ -67,6 +67,8 @@ struct Seen {
     t: u64,
     /// The Signal type of each message the fake's people sent.
     kinds: Vec<&'static str>,
+    /// Drop the connection (the server going away).
+    kick: bool,
     /// Nodes to send as they are (a malformed message, a stream error).
     raw: Vec<Node>,
     /// The group the next messages of the outbox are sent in, if any.
@@ -410,6 +412,9 @@ async fn drain(c: &mut Conn, seen: &Shared, peers: &Peers) {
 async fn login(c: &mut Conn, seen: &Shared, peers: &Peers) {
     c.send(NodeBuilder::new("success").attr("t", "1764547200").attr("lid", "100000000000001:1@lid").build()).await;
     loop {
+        if std::mem::take(&mut seen.lock().unwrap().kick) {
+            return;
+        }
         let raw = std::mem::take(&mut seen.lock().unwrap().raw);
         for n in raw {
             c.send(n).await;
@@ -1145,13 +1150,42 @@ async fn an_unlinked_channel_shows_its_code_and_links_where_it_runs() {
     let url = serve(seen.clone()).await;
     ok(&adf(&d, &["new", "a.adf", "--provider", "anthropic", "--model", "m"], None));
     let path = d.join("a.adf");
-    {
-        let mut s = adf::store::Store::open(&path).unwrap();
-        let said = adf::channels::connect(&mut s, &json!({"type": "whatsapp", "api_url": url})).unwrap();
-        assert!(said.contains("scan the QR code"), "{said}");
-        s.close().unwrap();
+    // The agent switches WhatsApp on for itself (the owner approves once).
+    use adf::runtime::executor::{ApprovalRequest, Decision, Executor, Owner};
+    use futures_util::future::BoxFuture;
+    struct Approves(Mutex<usize>);
+    impl Owner for Approves {
+        fn approve<'a>(&'a self, _: &'a ApprovalRequest) -> BoxFuture<'a, Decision> {
+            *self.0.lock().unwrap() += 1;
+            Box::pin(async { Decision::Approve { always: false } })
+        }
+        fn answer<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Option<String>> {
+            Box::pin(async { None })
+        }
     }
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    raw.execute(
+        "UPDATE adf_config SET config_json = json_insert(config_json, '$.tools[#]', json('{\"name\":\"adapter_setup\",\"enabled\":true}'))",
+        [],
+    )
+    .unwrap();
+    drop(raw);
     unsafe { std::env::set_var("ADF_HOME", d.join(".adf-home")) };
+    let mut store = adf::store::Store::open(&path).unwrap();
+    store.unlock(&adf::identity::install::current().unwrap()).unwrap();
+    let provider = Arc::new(Scripted::new([
+        Reply::Tools(vec![(
+            "adapter_setup".into(),
+            json!({"type": "whatsapp", "dm": "allowlist", "allow_from": ["15551234567"], "api_url": url}),
+        )]),
+        Reply::Text("Scan the code, please.".into()),
+    ]));
+    let owner = Arc::new(Approves(Mutex::new(0)));
+    let mut ex = Executor::new(store, provider, Bus::new(), owner.clone()).unwrap();
+    ex.chat("get on WhatsApp").await.unwrap();
+    assert_eq!(*owner.0.lock().unwrap(), 1, "asked once");
+    assert_eq!(ex.store.config_value().unwrap()["adapters"]["whatsapp"]["enabled"], true);
+    ex.store_into().close().unwrap();
     let mut fleet = Fleet::new(Bus::new(), quiet_model());
     fleet.load(&path).unwrap();
     let id = fleet.list()[0].id.clone();
@@ -1171,5 +1205,18 @@ async fn an_unlinked_channel_shows_its_code_and_links_where_it_runs() {
     let id = fleet.list()[0].id.clone();
     wait("connected again", || fleet.channel_status(&id).first().is_some_and(|s| s.1.state == "connected")).await;
     assert_eq!(seen.lock().unwrap().logins[logins..].to_vec(), vec![PHONE.to_string()], "a login, not a new pairing");
+
+    // The server goes away: the client comes back by itself, and what is
+    // sent then arrives. Who may talk: the allowlist admits Ann only.
+    seen.lock().unwrap().kick = true;
+    wait("a new connection", || seen.lock().unwrap().logins.len() == logins + 2).await;
+    {
+        let mut s = seen.lock().unwrap();
+        s.outbox.push(("3EB0F1".into(), "15559999999".into(), "Eve".into(), text("hi, who are you?")));
+        s.outbox.push(("3EB0F2".into(), "15551234567".into(), "Ann".into(), text("back online?")));
+    }
+    wait("Ann's message", || inbox_rows(&path).iter().any(|r| r["content"] == "back online?")).await;
+    assert_eq!(inbox_rows(&path).len(), 1, "Eve is not on the allowlist");
+    wait("the refusal counted", || fleet.channel_status(&id)[0].1.refused == 1).await;
     fleet.shutdown().await;
 }

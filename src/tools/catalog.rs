@@ -327,11 +327,11 @@ static CATALOG: &[ToolDef] = &[
         },
         "required": ["from", "to", "path"]
     }),
-    tool!("adapter_setup", "Switch a channel on for yourself with a bot token (email: the account's password) you were given (the owner approves it once; the secret is sealed and never shown again).", {
+    tool!("adapter_setup", "Switch a channel on for yourself with a bot token (email: the account's password) you were given (the owner approves it once; the secret is sealed and never shown again). WhatsApp takes no token: the channel shows the owner a QR code to scan with the phone.", {
         "type": "object",
         "properties": {
-            "type": {"type": "string", "enum": ["telegram", "email", "slack", "discord"]},
-            "token": {"type": "string", "minLength": 1},
+            "type": {"type": "string", "enum": ["telegram", "email", "slack", "discord", "whatsapp"]},
+            "token": {"type": "string", "minLength": 1, "description": "required except for whatsapp"},
             "app_token": {"type": "string", "description": "slack: the app-level token (xapp-…) for Socket Mode; token is the bot token (xoxb-…)"},
             "address": {"type": "string", "description": "email: your address; the provider's servers are guessed from it"},
             "username": {"type": "string", "description": "email: the login, when it is not the address"},
@@ -342,7 +342,7 @@ static CATALOG: &[ToolDef] = &[
             "allow_from": {"type": "array", "items": {"type": "string"}},
             "api_url": {"type": "string"}
         },
-        "required": ["type", "token"]
+        "required": ["type"]
     }),
     tool!("chat_info", "Describe a chat of a connected channel adapter: title, description, participants.", {
         "type": "object",
