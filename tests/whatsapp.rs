@@ -57,7 +57,7 @@ struct Seen {
     iqs: Vec<String>,
     /// The registered device's Signal bundle: registration id, identity,
     /// signed prekey id, key and signature.
-    bundle: Option<(u32, Vec<u8>, u32, Vec<u8>, Vec<u8>)>,
+    bundle: Option<Bundle>,
     /// Messages to deliver to the linked device: (id, sender, push name, text).
     outbox: Vec<Out>,
     /// Messages waiting on the server while the device is off: sent as
@@ -83,6 +83,10 @@ struct Seen {
 
 type Shared = Arc<Mutex<Seen>>;
 
+/// The registered device's Signal bundle: registration id, identity key,
+/// signed prekey id, key and signature.
+type Bundle = (u32, Vec<u8>, u32, Vec<u8>, Vec<u8>);
+
 /// A message from one of the fake's people: id, sender number, push name.
 type Out = (String, String, String, wa::Message);
 
@@ -97,19 +101,13 @@ fn cert_chain(server_static: &[u8]) -> Vec<u8> {
             key: Some(key),
             not_before: Some(0),
             not_after: Some(1_000_000_000),
-            ..Default::default()
         }
         .encode_to_vec()
     };
-    let cert = |d: Vec<u8>| wa::cert_chain::NoiseCertificate {
-        details: Some(d),
-        signature: Some(vec![0; 64]),
-        ..Default::default()
-    };
+    let cert = |d: Vec<u8>| wa::cert_chain::NoiseCertificate { details: Some(d), signature: Some(vec![0; 64]) };
     wa::CertChain {
         intermediate: MessageField::some(cert(details(1, 0, vec![0xcc; 32]))),
         leaf: MessageField::some(cert(details(2, 1, server_static.to_vec()))),
-        ..Default::default()
     }
     .encode_to_vec()
 }
@@ -218,7 +216,6 @@ fn device_identity(qr: &str, bad_hmac: bool) -> Vec<u8> {
         key_index: Some(1),
         account_type: Some(wa::ADVEncryptionType::E2EE),
         device_type: Some(wa::ADVEncryptionType::E2EE),
-        ..Default::default()
     }
     .encode_to_vec();
     let signed_over = [&[6u8, 0][..], &details, &identity].concat();
@@ -240,7 +237,6 @@ fn device_identity(qr: &str, bad_hmac: bool) -> Vec<u8> {
         details: Some(signed),
         hmac: Some(hmac),
         account_type: Some(wa::ADVEncryptionType::E2EE),
-        ..Default::default()
     }
     .encode_to_vec()
 }
@@ -662,7 +658,6 @@ impl Peer {
             sender_key_distribution_message: MessageField::some(wa::message::SenderKeyDistributionMessage {
                 group_id: Some(group.to_string()),
                 axolotl_sender_key_distribution_message: Some(skdm.serialized().to_vec()),
-                ..Default::default()
             }),
             ..Default::default()
         };
@@ -708,11 +703,7 @@ impl Peer {
     }
 
     /// A text to the linked device, end to end: (`pkmsg`|`msg`, bytes).
-    async fn encrypt(
-        &mut self,
-        b: &(u32, Vec<u8>, u32, Vec<u8>, Vec<u8>),
-        msg: &wa::Message,
-    ) -> (&'static str, Vec<u8>) {
+    async fn encrypt(&mut self, b: &Bundle, msg: &wa::Message) -> (&'static str, Vec<u8>) {
         let device = ProtocolAddress::new(PHONE, 1u32.into());
         if !self.sessions.0.contains_key(&device) {
             let key = |k: &[u8]| PublicKey::from_djb_public_key_bytes(k).unwrap();
@@ -814,6 +805,21 @@ async fn serve(seen: Shared) -> String {
         }
     });
     url
+}
+
+/// Wait up to 20 s, or fail with what the agent logged and the fake saw.
+async fn wait_or_tell(what: &str, path: &std::path::Path, seen: &Shared, mut f: impl FnMut() -> bool) {
+    for _ in 0..400 {
+        if f() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let c = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    let mut st = c.prepare("SELECT level || ' ' || event || ' ' || message FROM adf_logs").unwrap();
+    let logs: Vec<String> = st.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect();
+    let s = seen.lock().unwrap();
+    panic!("timed out waiting for {what}\nlogs {logs:#?}\nlogins {:?}\niqs {:?}\nkinds {:?}", s.logins, s.iqs, s.kinds);
 }
 
 /// `adf adapters add FILE whatsapp --json` running: the QR code it shows
@@ -936,10 +942,11 @@ async fn whatsapp_links_by_qr_code_seals_the_link_and_logs_in_with_it() {
     let st = fleet.channel_status(&id);
     assert_eq!(st[0].1.account.as_deref(), Some("+15550000001"), "{st:?}");
     assert_eq!(st[0].1.qr, None);
-    let s = seen.lock().unwrap();
-    assert_eq!(s.logins[logins..].to_vec(), vec![PHONE.to_string()], "a login, not a registration");
-    assert!(s.iqs.iter().any(|x| x == "passive"), "it went active: {:?}", s.iqs);
-    drop(s);
+    {
+        let s = seen.lock().unwrap();
+        assert_eq!(s.logins[logins..].to_vec(), vec![PHONE.to_string()], "a login, not a registration");
+        assert!(s.iqs.iter().any(|x| x == "passive"), "it went active: {:?}", s.iqs);
+    }
 
     // Ann writes, end to end: an inbox row from her chat's address; the
     // same message delivered again is not a second row.
@@ -1106,7 +1113,10 @@ async fn whatsapp_links_by_qr_code_seals_the_link_and_logs_in_with_it() {
     let mut fleet = Fleet::new(Bus::new(), counting);
     fleet.load(&path).unwrap();
     let id = fleet.list()[0].id.clone();
-    wait("the messages after the restart", || inbox_rows(&path).iter().any(|r| r["content"] == "call me")).await;
+    wait_or_tell("the messages after the restart", &path, &seen, || {
+        inbox_rows(&path).iter().any(|r| r["content"] == "call me")
+    })
+    .await;
     wait("the agent's turn", || *calls.lock().unwrap() >= 1).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(*calls.lock().unwrap(), 1, "one wake for the batch");

@@ -93,6 +93,11 @@ pub trait Outbound: Send + Sync {
         })
     }
 
+    /// The channel is about to stop, the agent's file still open: write
+    /// down what must outlive it (WhatsApp seals its link). By default
+    /// nothing.
+    fn stopping(&self) {}
+
     /// Send a whole message (files, subject, copies where the channel has
     /// them). By default: a form or text; files are refused, never dropped.
     fn send_message<'a>(&'a self, chat: &'a str, m: &'a Outgoing) -> BoxFuture<'a, Result<String, String>> {
@@ -242,6 +247,7 @@ impl Registry {
         if let Ok(mut r) = self.running.write()
             && let Some(run) = r.remove(&(agent.to_string(), kind.to_string()))
         {
+            run.out.stopping();
             run.task.abort();
         }
     }
@@ -251,6 +257,7 @@ impl Registry {
         if let Ok(mut r) = self.running.write() {
             r.retain(|(a, _), run| {
                 if a == agent {
+                    run.out.stopping();
                     run.task.abort();
                     false
                 } else {

@@ -282,9 +282,10 @@ pub fn start(
         forms: Forms::default(),
     };
     let forms = conf.forms.clone();
+    let keep = (mb.clone(), backend.clone());
     let task = rt.spawn(run(mb, backend, conf, status, client_tx));
     let out: Arc<dyn Outbound> =
-        Arc::new(Lazy(tokio::sync::OnceCell::new(), tokio::sync::Mutex::new(Some(client_rx)), forms));
+        Arc::new(Lazy(tokio::sync::OnceCell::new(), tokio::sync::Mutex::new(Some(client_rx)), forms, keep));
     Ok((out, task))
 }
 
@@ -293,6 +294,8 @@ struct Lazy(
     tokio::sync::OnceCell<Sender>,
     tokio::sync::Mutex<Option<tokio::sync::oneshot::Receiver<Arc<Client>>>>,
     Forms,
+    /// The agent and the link, sealed when the channel stops.
+    (Arc<Mailbox>, Arc<SealedBackend>),
 );
 
 impl Lazy {
@@ -325,10 +328,21 @@ impl Outbound for Lazy {
     fn send_message<'a>(&'a self, chat: &'a str, m: &'a Outgoing) -> BoxFuture<'a, Result<String, String>> {
         Box::pin(async move { self.get().await?.send_message(chat, m).await })
     }
+
+    /// Seal the link now, while the agent's file is open (what stops the
+    /// channel closes it next; the task's own guard may run after that).
+    fn stopping(&self) {
+        let (mb, backend) = &self.3;
+        if let Ok(bytes) = backend.snapshot() {
+            let _ = mb.with_store(|s| s.secret_set(SESSION, &bytes, false));
+        }
+    }
 }
 
-/// Disconnects the client and seals the link when the channel's task ends
-/// (stopped, aborted).
+/// Seals the link and disconnects the client when the channel's task ends
+/// (its client stopped, or the task aborted; a stop seals first, through
+/// `Outbound::stopping`). A link sealed late could miss the last ratchet
+/// step, and the next start could not read what the sender writes next.
 struct Guard {
     client: Arc<Client>,
     mb: Arc<Mailbox>,
@@ -337,12 +351,12 @@ struct Guard {
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        let (client, mb, backend) = (self.client.clone(), self.mb.clone(), self.backend.clone());
+        if let Ok(bytes) = self.backend.snapshot() {
+            let _ = self.mb.with_store(|s| s.secret_set(SESSION, &bytes, false));
+        }
+        let client = self.client.clone();
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                client.disconnect().await;
-                let _ = seal(&mb, &backend).await;
-            });
+            rt.spawn(async move { client.disconnect().await });
         }
     }
 }
@@ -457,7 +471,7 @@ async fn on_event(ctx: Arc<Ctx>, ev: Arc<Event>, client: Arc<Client>) {
     let (mb, policy, status, max) = (&ctx.mb, &ctx.policy, &ctx.status, ctx.max);
     match &*ev {
         Event::PairingQrCode(q) => {
-            set_state(&status, "pairing", None);
+            set_state(status, "pairing", None);
             if let Ok(mut s) = status.lock() {
                 s.qr = Some(q.code.clone());
             }
@@ -475,7 +489,7 @@ async fn on_event(ctx: Arc<Ctx>, ev: Arc<Event>, client: Arc<Client>) {
             .await;
         }
         Event::Connected(_) => {
-            set_state(&status, "connected", None);
+            set_state(status, "connected", None);
             if let Ok(mut s) = status.lock() {
                 s.qr = None;
                 s.account = client.pn().map(|j| format!("+{}", j.user));
@@ -484,15 +498,15 @@ async fn on_event(ctx: Arc<Ctx>, ev: Arc<Event>, client: Arc<Client>) {
         Event::Disconnected(d) => {
             // Never left waiting for a drain a lost connection ended.
             ctx.drain_done(false);
-            set_state(&status, "connecting", Some(format!("disconnected: {:?}; reconnecting", d.reason)));
+            set_state(status, "connecting", Some(format!("disconnected: {:?}; reconnecting", d.reason)));
         }
         Event::LoggedOut(_) => set_state(
-            &status,
+            status,
             "stopped",
             Some("the phone unlinked this device: adf adapters add FILE whatsapp to link it again".into()),
         ),
         Event::PairingQrCodesExhausted(_) => set_state(
-            &status,
+            status,
             "stopped",
             Some("no one scanned the QR code in time: adf adapters add FILE whatsapp to try again".into()),
         ),
