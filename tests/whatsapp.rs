@@ -1228,5 +1228,95 @@ async fn an_unlinked_channel_shows_its_code_and_links_where_it_runs() {
     wait("Ann's message", || inbox_rows(&path).iter().any(|r| r["content"] == "back online?")).await;
     assert_eq!(inbox_rows(&path).len(), 1, "Eve is not on the allowlist");
     wait("the refusal counted", || fleet.channel_status(&id)[0].1.refused == 1).await;
+
+    // A file over the size limit (20 MB by default) is not fetched: the
+    // message arrives with the file recorded as skipped, and why.
+    let big = wa::Message {
+        document_message: MessageField::some(wa::message::DocumentMessage {
+            url: Some("https://mmg.whatsapp.net/v/t62/big.enc".into()),
+            direct_path: Some("/v/t62/big.enc".into()),
+            mimetype: Some("application/octet-stream".into()),
+            file_name: Some("dump.bin".into()),
+            file_length: Some(52_428_800),
+            media_key: Some(vec![1; 32]),
+            file_sha256: Some(vec![2; 32]),
+            file_enc_sha256: Some(vec![3; 32]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    seen.lock().unwrap().outbox.push(("3EB0F3".into(), "15551234567".into(), "Ann".into(), big));
+    wait("the big file's message", || inbox_rows(&path).iter().any(|r| r["content"] == "[document dump.bin]")).await;
+    let row = inbox_rows(&path).into_iter().find(|r| r["content"] == "[document dump.bin]").unwrap();
+    let att: Value = serde_json::from_str(row["attachments"].as_str().unwrap()).unwrap();
+    assert_eq!(att[0]["skipped"], true, "{att}");
+    assert!(att[0]["reason"].as_str().unwrap().contains("52428800 bytes, over the 20971520 byte limit"), "{att}");
+    assert!(!seen.lock().unwrap().iqs.iter().any(|x| x == "w:m"), "no download was even started");
     fleet.shutdown().await;
+}
+
+/// On a file a daemon holds, `adf adapters add FILE whatsapp` switches the
+/// channel on there; `adf adapters status AGENT` draws the code the
+/// channel waits on, and shows it linked once the phone scanned it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_a_daemon_the_status_draws_the_code_to_scan() {
+    let _one = SERIAL.lock().await;
+    let dir = tmp();
+    let d = dir.path().to_path_buf();
+    let seen: Shared = Default::default();
+    let url = serve(seen.clone()).await;
+    let fleet = d.join(".adf-home/data/agents");
+    std::fs::create_dir_all(&fleet).unwrap();
+    ok(&adf(&d, &["new", ".adf-home/data/agents/scout.adf", "--provider", "anthropic", "--model", "m"], None));
+    let daemon = std::process::Command::new(env!("CARGO_BIN_EXE_adf"))
+        .args(["daemon", "--port", "0", "--no-mesh"])
+        .env("ADF_HOME", d.join(".adf-home"))
+        .env_remove("ADF_DAEMON_TOKEN")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _daemon = KillOnDrop(daemon);
+    daemon_info(&fleet, Duration::from_secs(20));
+    let said =
+        ok(&adf(&d, &["adapters", "add", ".adf-home/data/agents/scout.adf", "whatsapp", "--api-url", &url], None));
+    assert!(said.contains("through the process that holds it"), "{said}");
+    let dd = d.clone();
+    let status = move |json: bool| {
+        let args: &[&str] =
+            if json { &["adapters", "status", "scout", "--json"] } else { &["adapters", "status", "scout"] };
+        ok(&adf(&dd, args, None))
+    };
+    let s2 = status.clone();
+    let code = tokio::task::spawn_blocking(move || {
+        for _ in 0..200 {
+            let v: Value = serde_json::from_str(&s2(true)).unwrap();
+            if let Some(q) = v["adapters"][0]["qr"].as_str() {
+                return q.to_string();
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("no code in the status");
+    })
+    .await
+    .unwrap();
+    let shown = status(false);
+    assert!(shown.contains("pairing") && shown.contains("Linked devices"), "{shown}");
+    let qr = adf::channels::whatsapp::qr_text(&code).unwrap();
+    assert!(shown.contains(qr.lines().nth(3).unwrap()), "the code is drawn: {shown}");
+    seen.lock().unwrap().qr = Some(code);
+    let linked = tokio::task::spawn_blocking(move || {
+        for _ in 0..300 {
+            let v: Value = serde_json::from_str(&status(true)).unwrap();
+            if v["adapters"][0]["state"] == "connected" {
+                return v;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("not linked: {}", status(true));
+    })
+    .await
+    .unwrap();
+    assert_eq!(linked["adapters"][0]["account"], "+15550000001", "{linked}");
+    assert!(linked["adapters"][0].get("qr").is_none(), "no code once linked: {linked}");
 }
