@@ -829,7 +829,7 @@ fn pair(d: &std::path::Path, url: &str, seen: &Shared) -> (std::process::ExitSta
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_adf"))
         .current_dir(d)
         .env("ADF_HOME", d.join(".adf-home"))
-        .args(["adapters", "add", "a.adf", "whatsapp", "--api-url", url, "--json"])
+        .args(["adapters", "add", "a.adf", "whatsapp", "--api-url", url, "--dm", "all", "--json"])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -864,6 +864,11 @@ async fn whatsapp_links_by_qr_code_seals_the_link_and_logs_in_with_it() {
     let url = serve(seen.clone()).await;
     ok(&adf(&d, &["new", "a.adf", "--provider", "anthropic", "--model", "m"], None));
     fails(&adf(&d, &["adapters", "add", "a.adf", "whatsapp", "--api-url", "http://x"], None), &["ws or wss"]);
+    // A personal number: who may write to the agent is said, not assumed.
+    fails(
+        &adf(&d, &["adapters", "add", "a.adf", "whatsapp", "--api-url", &url], None),
+        &["--allow NUMBER", "--dm all"],
+    );
 
     // A phone that answers with the wrong secret: refused, nothing written.
     seen.lock().unwrap().bad_hmac = true;
@@ -1278,8 +1283,20 @@ async fn through_a_daemon_the_status_draws_the_code_to_scan() {
         .unwrap();
     let _daemon = KillOnDrop(daemon);
     daemon_info(&fleet, Duration::from_secs(20));
-    let said =
-        ok(&adf(&d, &["adapters", "add", ".adf-home/data/agents/scout.adf", "whatsapp", "--api-url", &url], None));
+    let said = ok(&adf(
+        &d,
+        &[
+            "adapters",
+            "add",
+            ".adf-home/data/agents/scout.adf",
+            "whatsapp",
+            "--api-url",
+            &url,
+            "--allow",
+            "15551234567",
+        ],
+        None,
+    ));
     assert!(said.contains("through the process that holds it"), "{said}");
     let dd = d.clone();
     let status = move |json: bool| {
@@ -1319,4 +1336,17 @@ async fn through_a_daemon_the_status_draws_the_code_to_scan() {
     .unwrap();
     assert_eq!(linked["adapters"][0]["account"], "+15550000001", "{linked}");
     assert!(linked["adapters"][0].get("qr").is_none(), "no code once linked: {linked}");
+
+    // Sealed where it runs; `adapters rm` removes the link for good (the
+    // stopping channel writes nothing back).
+    let file = fleet.join("scout.adf");
+    let links = move || -> i64 {
+        let c = rusqlite::Connection::open_with_flags(&file, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        c.query_row("SELECT count(*) FROM adf_identity WHERE purpose = 'adapter:whatsapp:SESSION'", [], |r| r.get(0))
+            .unwrap()
+    };
+    wait("the link sealed", || links() == 1).await;
+    ok(&adf(&d, &["adapters", "rm", ".adf-home/data/agents/scout.adf", "whatsapp"], None));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(links(), 0, "the link is gone");
 }

@@ -98,6 +98,10 @@ pub trait Outbound: Send + Sync {
     /// nothing.
     fn stopping(&self) {}
 
+    /// The channel is being removed (`adapters rm`): keep nothing of it
+    /// (WhatsApp seals its link no more). By default nothing.
+    fn forget(&self) {}
+
     /// Send a whole message (files, subject, copies where the channel has
     /// them). By default: a form or text; files are refused, never dropped.
     fn send_message<'a>(&'a self, chat: &'a str, m: &'a Outgoing) -> BoxFuture<'a, Result<String, String>> {
@@ -213,6 +217,14 @@ impl Registry {
             if !a["enabled"].as_bool().unwrap_or(false) || only.is_some_and(|o| o != kind) {
                 continue;
             }
+            // One running at a time: the one before writes down what it
+            // keeps before the new one reads it.
+            if let Ok(mut r) = self.running.write()
+                && let Some(old) = r.remove(&(mb.id.clone(), kind.clone()))
+            {
+                old.out.stopping();
+                old.task.abort();
+            }
             let status: StatusCell = Arc::new(Mutex::new(Status { state: "connecting".into(), ..Default::default() }));
             let policy = Policy::of(a);
             let started = match kind.as_str() {
@@ -247,7 +259,7 @@ impl Registry {
         if let Ok(mut r) = self.running.write()
             && let Some(run) = r.remove(&(agent.to_string(), kind.to_string()))
         {
-            run.out.stopping();
+            run.out.forget();
             run.task.abort();
         }
     }
@@ -687,7 +699,9 @@ pub fn connect(store: &mut crate::store::Store, input: &Value) -> Result<String,
             let link = base64::engine::general_purpose::STANDARD
                 .decode(b64)
                 .map_err(|e| format!("session is not base64: {e}"))?;
-            whatsapp::store::SealedBackend::open(Some(&link))?;
+            if !whatsapp::store::SealedBackend::open(Some(&link))?.linked() {
+                return Err("session is not a linked WhatsApp device".into());
+            }
             let link = String::from_utf8(link).map_err(|_| "session is not a WhatsApp link".to_string())?;
             sealed.push((whatsapp::store::SESSION.to_string(), link));
         }

@@ -32,9 +32,10 @@ pub enum AdaptersCmd {
         api_url: Option<String>,
         #[command(flatten)]
         email: Box<EmailArgs>,
-        /// Direct messages from everyone, an allowlist, or nobody.
-        #[arg(long, default_value = "all", value_parser = ["all", "everyone", "allowlist", "none", "nobody"])]
-        dm: String,
+        /// Direct messages from everyone, an allowlist, or nobody (default:
+        /// all; for WhatsApp, a personal number, allowlist).
+        #[arg(long, value_parser = ["all", "everyone", "allowlist", "none", "nobody"])]
+        dm: Option<String>,
         /// Groups: every message, only when the agent is mentioned, or none.
         #[arg(long, default_value = "mention", value_parser = ["all", "everyone", "mention", "none", "nobody"])]
         group: String,
@@ -180,7 +181,16 @@ pub fn run(out: &Out, url: Option<&str>, cmd: &AdaptersCmd) -> anyhow::Result<()
                     anyhow::bail!("--api-url {u:?}: use an http or https URL");
                 }
             }
+            // A WhatsApp link is the owner's own number: everyone who writes
+            // to the owner would reach the agent, so who may is said.
+            let dm = dm.as_deref().unwrap_or(if kind == "whatsapp" { "allowlist" } else { "all" });
             if word(dm) == "allowlist" && allow.is_empty() {
+                if kind == "whatsapp" {
+                    anyhow::bail!(
+                        "whatsapp: say who may write to the agent: --allow NUMBER (repeatable), or --dm all \
+                         (everyone who writes to this number)"
+                    );
+                }
                 anyhow::bail!("--dm allowlist needs --allow ID (a platform id or @username; repeatable)");
             }
             let token = if kind == "whatsapp" { String::new() } else { read_token(kind)? };
@@ -217,7 +227,11 @@ pub fn run(out: &Out, url: Option<&str>, cmd: &AdaptersCmd) -> anyhow::Result<()
                     if out.json {
                         return out.json(&json!({"kind": kind, "message": v["message"]}));
                     }
-                    return out.line(format!("{}: {kind} connected through the process that holds it", path.display()));
+                    let said = v["message"].as_str().unwrap_or("");
+                    return out.line(format!(
+                        "{}: {kind} connected through the process that holds it: {said}",
+                        path.display()
+                    ));
                 }
             };
             crate::channels::connect(&mut store, &input).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;

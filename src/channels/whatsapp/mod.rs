@@ -37,7 +37,7 @@ const PINNED_VERSION: (u32, u32, u32) = (2, 3000, 1_023_000_000);
 /// The client's HTTP (the current version's page, media) over reqwest.
 /// With a self-hosted server, media comes from that server too (`media`:
 /// its origin, `http` for `ws`, `https` for `wss`), whatever host it names.
-struct Http(reqwest::Client, Option<url::Url>);
+struct Http(reqwest::Client, Option<url::Url>, u64);
 
 /// The origin media is fetched from for a self-hosted chat server.
 fn media_origin(api_url: &str) -> Option<url::Url> {
@@ -68,9 +68,21 @@ impl whatsapp_rust::wacore::net::HttpClient for Http {
         if let Some(b) = r.body {
             req = req.body(b.to_vec());
         }
-        let resp = req.send().await.map_err(|e| anyhow::anyhow!(super::without_url(&e)))?;
+        let mut resp = req.send().await.map_err(|e| anyhow::anyhow!(super::without_url(&e)))?;
         let status_code = resp.status().as_u16();
-        let body = resp.bytes().await.map_err(|e| anyhow::anyhow!(super::without_url(&e)))?.to_vec();
+        // What a sender declares is not what the server sends: a body is
+        // read only up to the limit (a file's limit, and its MAC).
+        let cap = self.2;
+        if resp.content_length().is_some_and(|l| l > cap) {
+            anyhow::bail!("over the {cap} byte limit");
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(|e| anyhow::anyhow!(super::without_url(&e)))? {
+            if (body.len() + chunk.len()) as u64 > cap {
+                anyhow::bail!("over the {cap} byte limit");
+            }
+            body.extend_from_slice(&chunk);
+        }
         Ok(whatsapp_rust::wacore::net::HttpResponse { status_code, body })
     }
 }
@@ -166,22 +178,33 @@ impl Outbound for Sender {
 
 /// An inbound WhatsApp message in the channel's terms; `None` for what is
 /// not for the agent (its own messages, protocol messages with no text).
-fn inbound(m: &wa::Message, info: &MessageInfo, own: Option<&Jid>) -> Option<Inbound> {
-    if info.source.is_from_me {
+fn inbound(m: &wa::Message, info: &MessageInfo, own: &[Jid]) -> Option<Inbound> {
+    use whatsapp_rust::wacore_binary::jid::JidExt;
+    // Its own messages, contacts' Status posts and channels' posts are not
+    // messages to the agent.
+    let chat = &info.source.chat;
+    if info.source.is_from_me || chat.is_status_broadcast() || chat.is_newsletter() {
         return None;
     }
-    let mut text = m.text_content().map(str::to_string).unwrap_or_default();
-    let ctx = m.extended_text_message.as_option().and_then(|e| e.context_info.as_option());
+    // Disappearing, view-once and captioned messages come wrapped.
+    let m = m.get_base_message();
+    let mut text = m.text_content().or_else(|| m.get_caption()).map(str::to_string).unwrap_or_default();
+    let ctx = context_of(m);
     if text.is_empty() {
         // A file with no caption: what it is, for the agent to read.
-        text = media_of(m, "")?.3;
+        text = media_of(m, "")?.what;
     }
-    let mentioned = own.is_some_and(|own| {
-        ctx.is_some_and(|c| c.mentioned_jid.iter().any(|j| j.split('@').next() == Some(own.user.as_str())))
+    let mentioned = ctx.is_some_and(|c| {
+        c.mentioned_jid.iter().any(|j| own.iter().any(|o| j.split(['@', ':']).next() == Some(o.user.as_str())))
     });
+    // Who wrote: their phone number where the server gives one beside a LID.
+    let sender = match &info.source.sender_alt {
+        Some(alt) if info.source.sender.server == Server::Lid && alt.server == Server::Pn => alt,
+        _ => &info.source.sender,
+    };
     let mut context = serde_json::Map::new();
     context.insert("jid".into(), info.source.chat.to_string().into());
-    context.insert("sender_jid".into(), info.source.sender.to_string().into());
+    context.insert("sender_jid".into(), info.source.sender.to_non_ad().to_string().into());
     // What a reply quotes.
     context.insert("text".into(), text.chars().take(1000).collect::<String>().into());
     Some(Inbound {
@@ -191,7 +214,7 @@ fn inbound(m: &wa::Message, info: &MessageInfo, own: Option<&Jid>) -> Option<Inb
         group: info.source.is_group,
         mentioned,
         message_id: info.id.to_string(),
-        sender_id: info.source.sender.user.to_string(),
+        sender_id: sender.user.to_string(),
         sender_name: info.push_name.clone(),
         text,
         reply_to_message_id: ctx.and_then(|c| c.stanza_id.clone()),
@@ -203,9 +226,25 @@ fn inbound(m: &wa::Message, info: &MessageInfo, own: Option<&Jid>) -> Option<Inb
     })
 }
 
-/// A message's file: what to download, its name, MIME type, what to call
-/// it when it has no caption, and its size.
-type Media<'a> = (&'a dyn whatsapp_rust::download::Downloadable, String, String, String, Option<u64>);
+/// A message's file.
+struct Media<'a> {
+    file: &'a dyn whatsapp_rust::download::Downloadable,
+    name: String,
+    mime: String,
+    /// What the message says when it has no caption (`[voice note, 3 s]`).
+    what: String,
+    /// Its size, as the sender declares it.
+    size: Option<u64>,
+}
+
+/// The context (quote, mentions) of a text or a file.
+fn context_of(m: &wa::Message) -> Option<&wa::ContextInfo> {
+    let c = m.extended_text_message.as_option().and_then(|e| e.context_info.as_option());
+    c.or_else(|| m.image_message.as_option().and_then(|x| x.context_info.as_option()))
+        .or_else(|| m.video_message.as_option().and_then(|x| x.context_info.as_option()))
+        .or_else(|| m.audio_message.as_option().and_then(|x| x.context_info.as_option()))
+        .or_else(|| m.document_message.as_option().and_then(|x| x.context_info.as_option()))
+}
 
 fn media_of<'a>(m: &'a wa::Message, id: &str) -> Option<Media<'a>> {
     if let Some(a) = m.audio_message.as_option() {
@@ -214,20 +253,38 @@ fn media_of<'a>(m: &'a wa::Message, id: &str) -> Option<Media<'a>> {
         let (name, what) =
             if voice { (format!("voice_{id}.ogg"), "voice note") } else { (format!("audio_{id}.ogg"), "audio") };
         let secs = a.seconds.map(|s| format!(", {s} s")).unwrap_or_default();
-        return Some((a, name, mime, format!("[{what}{secs}]"), a.file_length));
+        return Some(Media { file: a, name, mime, what: format!("[{what}{secs}]"), size: a.file_length });
     }
     if let Some(i) = m.image_message.as_option() {
         let mime = i.mimetype.clone().unwrap_or_else(|| "image/jpeg".into());
-        return Some((i, format!("photo_{id}.jpg"), mime, "[photo]".into(), i.file_length));
+        return Some(Media {
+            file: i,
+            name: format!("photo_{id}.jpg"),
+            mime,
+            what: "[photo]".into(),
+            size: i.file_length,
+        });
     }
     if let Some(v) = m.video_message.as_option() {
         let mime = v.mimetype.clone().unwrap_or_else(|| "video/mp4".into());
-        return Some((v, format!("video_{id}.mp4"), mime, "[video]".into(), v.file_length));
+        return Some(Media {
+            file: v,
+            name: format!("video_{id}.mp4"),
+            mime,
+            what: "[video]".into(),
+            size: v.file_length,
+        });
     }
     if let Some(d) = m.document_message.as_option() {
         let name = d.file_name.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| format!("document_{id}"));
         let mime = d.mimetype.clone().unwrap_or_else(|| "application/octet-stream".into());
-        return Some((d, name.clone(), mime, format!("[document {name}]"), d.file_length));
+        return Some(Media {
+            file: d,
+            name: name.clone(),
+            mime,
+            what: format!("[document {name}]"),
+            size: d.file_length,
+        });
     }
     None
 }
@@ -236,12 +293,12 @@ fn media_of<'a>(m: &'a wa::Message, id: &str) -> Option<Media<'a>> {
 /// inline, or skipped with why (too large, gone, tampered) — never dropped.
 async fn attachment(client: &Client, m: &wa::Message, id: &str, max: u64) -> Option<Value> {
     use base64::Engine;
-    let (what, name, mime, _, size) = media_of(m, id)?;
+    let Media { file, name, mime, size, .. } = media_of(m.get_base_message(), id)?;
     let skipped = |why: String| Some(json!({"filename": name, "content_type": mime, "skipped": true, "reason": why}));
     if size.is_some_and(|s| s > max) {
         return skipped(format!("{} bytes, over the {max} byte limit", size.unwrap_or(0)));
     }
-    match client.download(what).await {
+    match client.download(file).await {
         Ok(b) if b.len() as u64 > max => skipped(format!("over the {max} byte limit")),
         Ok(b) => Some(json!({"filename": name, "content_type": mime, "transfer": "inline", "size_bytes": b.len(),
             "data": base64::engine::general_purpose::STANDARD.encode(&b)})),
@@ -329,6 +386,10 @@ impl Outbound for Lazy {
         Box::pin(async move { self.get().await?.send_message(chat, m).await })
     }
 
+    fn forget(&self) {
+        self.3.1.forget();
+    }
+
     /// Seal the link now, while the agent's file is open (what stops the
     /// channel closes it next; the task's own guard may run after that).
     fn stopping(&self) {
@@ -381,6 +442,7 @@ async fn run(
 ) {
     let transport = whatsapp_rust::transport::TokioWebSocketTransportFactory::new().with_url(conf.url);
     let ctx = Arc::new(Ctx {
+        backend: backend.clone(),
         mb: mb.clone(),
         policy: conf.policy,
         status: status.clone(),
@@ -391,7 +453,7 @@ async fn run(
     let mut builder = Bot::builder()
         .with_backend_arc(backend.clone())
         .with_transport_factory(transport)
-        .with_http_client(Http(crate::providers::http_client(), conf.media))
+        .with_http_client(Http(crate::providers::http_client(), conf.media, conf.max + 1024))
         .with_runtime(TokioRuntime)
         .on_event(move |ev, client| on_event(ctx.clone(), ev, client));
     if conf.self_hosted {
@@ -423,10 +485,23 @@ async fn run(
         _ = sealer => {},
     }
     let _ = seal(&mb, &backend).await;
+    if let Ok(s) = status.lock()
+        && s.state != "stopped"
+    {
+        drop(s);
+        set_state(&status, "stopped", Some("the WhatsApp client stopped".into()));
+    }
+}
+
+fn clear_qr(status: &StatusCell) {
+    if let Ok(mut s) = status.lock() {
+        s.qr = None;
+    }
 }
 
 /// What the channel's event handler works with.
 struct Ctx {
+    backend: Arc<SealedBackend>,
     mb: Arc<Mailbox>,
     policy: Policy,
     status: StatusCell,
@@ -500,16 +575,26 @@ async fn on_event(ctx: Arc<Ctx>, ev: Arc<Event>, client: Arc<Client>) {
             ctx.drain_done(false);
             set_state(status, "connecting", Some(format!("disconnected: {:?}; reconnecting", d.reason)));
         }
-        Event::LoggedOut(_) => set_state(
-            status,
-            "stopped",
-            Some("the phone unlinked this device: adf adapters add FILE whatsapp to link it again".into()),
-        ),
-        Event::PairingQrCodesExhausted(_) => set_state(
-            status,
-            "stopped",
-            Some("no one scanned the QR code in time: adf adapters add FILE whatsapp to try again".into()),
-        ),
+        Event::LoggedOut(_) => {
+            // The link is dead: forgotten, so linking again starts afresh.
+            ctx.backend.forget();
+            let m = mb.clone();
+            let _ = tokio::task::spawn_blocking(move || m.with_store(|s| s.secret_rm(SESSION))).await;
+            clear_qr(status);
+            set_state(
+                status,
+                "stopped",
+                Some("the phone unlinked this device: adf adapters add FILE whatsapp to link it again".into()),
+            );
+        }
+        Event::PairingQrCodesExhausted(_) => {
+            clear_qr(status);
+            set_state(
+                status,
+                "stopped",
+                Some("no one scanned the QR code in time: adf adapters add FILE whatsapp to try again".into()),
+            );
+        }
         Event::UndecryptableMessage(u) => {
             // Not silently dropped: the client asks the sender to send it
             // again (a retry receipt); the log says what could not be read.
@@ -527,11 +612,14 @@ async fn on_event(ctx: Arc<Ctx>, ev: Arc<Event>, client: Arc<Client>) {
         }
         Event::OfflineSyncCompleted(_) => ctx.drain_done(true),
         Event::Messages(batch) => {
-            let own = client.pn();
+            let own: Vec<Jid> = client.pn().into_iter().chain(client.lid()).collect();
             let mut rows = Vec::new();
             for m in ev.messages() {
-                let Some(mut inb) = inbound(&m.message, &m.info, own.as_ref()) else { continue };
-                if let Some(a) = attachment(&client, &m.message, &inb.message_id, max).await {
+                let Some(mut inb) = inbound(&m.message, &m.info, &own) else { continue };
+                // Files of messages the policy refuses are never fetched.
+                if policy.admit(&inb).is_ok()
+                    && let Some(a) = attachment(&client, &m.message, &inb.message_id, max).await
+                {
                     inb.attachments.push(a);
                 }
                 // A reply quoting a form: its answers, checked, or why not.
@@ -587,8 +675,8 @@ pub fn qr_text(code: &str) -> Result<String, String> {
 
 /// Link a device here and now (`adf adapters add FILE whatsapp` on a file
 /// no process holds): each QR code goes to `show` as it comes, until the
-/// phone scans one and the device has logged in; the sealed link is
-/// returned. `sealed`: a link kept from before (it is replaced).
+/// phone scans one and the device has logged in; the link to seal and the
+/// account are returned.
 pub async fn pair(
     api_url: Option<&str>,
     show: impl Fn(&str) + Send + Sync + 'static,
@@ -602,7 +690,7 @@ pub async fn pair(
     let mut builder = Bot::builder()
         .with_backend_arc(backend.clone())
         .with_transport_factory(transport)
-        .with_http_client(Http(crate::providers::http_client(), None))
+        .with_http_client(Http(crate::providers::http_client(), None, 16 * 1024 * 1024))
         .with_runtime(TokioRuntime)
         .on_event(move |ev, client| {
             let (tx, show) = (tx.clone(), show.clone());

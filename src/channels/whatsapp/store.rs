@@ -77,6 +77,9 @@ pub struct SealedBackend {
     cache: InMemoryBackend,
     /// Raised by every change to [`State`].
     pub changed: Arc<tokio::sync::Notify>,
+    /// The link was removed (`adapters rm`) or revoked (the phone unlinked
+    /// it): nothing is sealed any more.
+    forgotten: std::sync::atomic::AtomicBool,
 }
 
 /// A poisoned lock is a panic elsewhere; the store says so, it does not panic.
@@ -93,11 +96,24 @@ impl SealedBackend {
             }
             None => State::default(),
         };
-        Ok(SealedBackend { state: Mutex::new(state), cache: InMemoryBackend::new(), changed: Default::default() })
+        Ok(SealedBackend {
+            state: Mutex::new(state),
+            cache: InMemoryBackend::new(),
+            changed: Default::default(),
+            forgotten: Default::default(),
+        })
     }
 
-    /// The sealed copy of what is kept.
+    /// Seal nothing from now on.
+    pub fn forget(&self) {
+        self.forgotten.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The sealed copy of what is kept (none once forgotten).
     pub fn snapshot(&self) -> std::result::Result<Vec<u8>, String> {
+        if self.forgotten.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err("the WhatsApp link was removed".into());
+        }
         let s = self.state.lock().map_err(|_| "the WhatsApp store's lock is poisoned".to_string())?;
         serde_json::to_vec(&*s).map_err(|e| e.to_string())
     }

@@ -15,7 +15,7 @@ pub(super) fn redacted(name: &str, input: &Value) -> Value {
     if name == "adapter_setup"
         && let Some(o) = v.as_object_mut()
     {
-        for k in ["token", "app_token"] {
+        for k in ["token", "app_token", "session"] {
             if o.contains_key(k) {
                 o.insert(k.into(), json!("[secret]"));
             }
@@ -44,11 +44,12 @@ impl Executor {
     /// approved tool share it.
     /// Disconnect a channel (`channels::disconnect`) and stop it.
     pub fn adapter_disconnect(&mut self, kind: &str) -> Result<String, String> {
-        let message = crate::channels::disconnect(&mut self.store, kind)?;
+        // Stopped first, so that nothing it keeps is written back after its
+        // credentials are removed.
         if let Some(mesh) = self.mesh.clone() {
             mesh.channels.stop(self.agent_id(), kind);
         }
-        Ok(message)
+        crate::channels::disconnect(&mut self.store, kind)
     }
 
     pub fn adapter_connect(&mut self, input: &Value) -> Result<String, String> {
