@@ -864,6 +864,13 @@ async fn whatsapp_links_by_qr_code_seals_the_link_and_logs_in_with_it() {
     let url = serve(seen.clone()).await;
     ok(&adf(&d, &["new", "a.adf", "--provider", "anthropic", "--model", "m"], None));
     fails(&adf(&d, &["adapters", "add", "a.adf", "whatsapp", "--api-url", "http://x"], None), &["ws or wss"]);
+    // A server that cannot be reached: said at once, nothing written.
+    let closed = "ws://127.0.0.1:9/ws/chat";
+    let out = fails(
+        &adf(&d, &["adapters", "add", "a.adf", "whatsapp", "--api-url", closed, "--dm", "all"], None),
+        &["cannot reach the WhatsApp server at ws://127.0.0.1:9/ws/chat", "nothing changed"],
+    );
+    assert!(!out.contains("not linked within"), "not after the 3 minutes: {out}");
     // A personal number: who may write to the agent is said, not assumed.
     fails(
         &adf(&d, &["adapters", "add", "a.adf", "whatsapp", "--api-url", &url], None),
@@ -1349,4 +1356,28 @@ async fn through_a_daemon_the_status_draws_the_code_to_scan() {
     ok(&adf(&d, &["adapters", "rm", ".adf-home/data/agents/scout.adf", "whatsapp"], None));
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(links(), 0, "the link is gone");
+}
+
+/// A channel whose server cannot be reached says so in its status, with
+/// the cause, and keeps trying.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_is_a_status_with_its_cause() {
+    let _one = SERIAL.lock().await;
+    let dir = tmp();
+    let d = dir.path().to_path_buf();
+    ok(&adf(&d, &["new", "a.adf", "--provider", "anthropic", "--model", "m"], None));
+    let path = d.join("a.adf");
+    {
+        let mut s = adf::store::Store::open(&path).unwrap();
+        adf::channels::connect(&mut s, &json!({"type": "whatsapp", "api_url": "ws://127.0.0.1:9/ws/chat"})).unwrap();
+        s.close().unwrap();
+    }
+    unsafe { std::env::set_var("ADF_HOME", d.join(".adf-home")) };
+    let mut fleet = Fleet::new(Bus::new(), quiet_model());
+    fleet.load(&path).unwrap();
+    let id = fleet.list()[0].id.clone();
+    let st = || fleet.channel_status(&id).first().map(|s| s.1.clone()).unwrap_or_default();
+    wait("the cause", || st().last_error.is_some_and(|e| e.contains("cannot reach the WhatsApp server"))).await;
+    assert_eq!(st().state, "backing_off");
+    fleet.shutdown().await;
 }

@@ -87,6 +87,39 @@ impl whatsapp_rust::wacore::net::HttpClient for Http {
     }
 }
 
+/// The client's WebSocket, watched: a connection that fails says why, in
+/// the channel's status (and to a pairing waiting on it), where the client
+/// itself would only retry.
+struct Watched {
+    inner: whatsapp_rust::transport::TokioWebSocketTransportFactory,
+    url: String,
+    failed: Arc<dyn Fn(String) + Send + Sync>,
+}
+
+type TransportPair = (
+    Arc<dyn whatsapp_rust::wacore::net::Transport>,
+    async_channel::Receiver<whatsapp_rust::wacore::net::TransportEvent>,
+);
+
+#[async_trait::async_trait]
+impl whatsapp_rust::wacore::net::TransportFactory for Watched {
+    async fn create_transport(&self) -> anyhow::Result<TransportPair> {
+        let made = self.inner.create_transport().await;
+        if let Err(e) = &made {
+            (self.failed)(format!("cannot reach the WhatsApp server at {}: {e:#}", self.url));
+        }
+        made
+    }
+}
+
+fn watched(url: &str, failed: impl Fn(String) + Send + Sync + 'static) -> Watched {
+    Watched {
+        inner: whatsapp_rust::transport::TokioWebSocketTransportFactory::new().with_url(url),
+        url: url.to_string(),
+        failed: Arc::new(failed),
+    }
+}
+
 /// The JID of a chat address's id: a phone number is a person.
 pub fn jid_of(chat: &str) -> Result<Jid, String> {
     let full = if chat.contains('@') { chat.to_string() } else { format!("{chat}@s.whatsapp.net") };
@@ -440,7 +473,8 @@ async fn run(
     status: StatusCell,
     client_tx: tokio::sync::oneshot::Sender<Arc<Client>>,
 ) {
-    let transport = whatsapp_rust::transport::TokioWebSocketTransportFactory::new().with_url(conf.url);
+    let down = status.clone();
+    let transport = watched(&conf.url, move |why| set_state(&down, "backing_off", Some(why)));
     let ctx = Arc::new(Ctx {
         backend: backend.clone(),
         mb: mb.clone(),
@@ -684,8 +718,12 @@ pub async fn pair(
 ) -> Result<(Vec<u8>, String), String> {
     let backend = Arc::new(SealedBackend::open(None)?);
     let url = api_url.unwrap_or(DEFAULT_API).to_string();
-    let transport = whatsapp_rust::transport::TokioWebSocketTransportFactory::new().with_url(url);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Result<String, String>>();
+    // A server that cannot be reached ends the pairing at once, with why.
+    let down = tx.clone();
+    let transport = watched(&url, move |why| {
+        let _ = down.send(Err(format!("{why} (nothing changed)")));
+    });
     let show = Arc::new(show);
     let mut builder = Bot::builder()
         .with_backend_arc(backend.clone())
