@@ -536,6 +536,13 @@ pub async fn deliver_one(
     }
 }
 
+/// Log a line in the agent's file, off the async workers (a failure to log
+/// is not a channel's failure).
+pub async fn log(mb: &Arc<Mailbox>, level: &'static str, event: &'static str, msg: String) {
+    let mb = mb.clone();
+    let _ = tokio::task::spawn_blocking(move || mb.with_store(|s| s.log(level, "adapter", event, &msg))).await;
+}
+
 /// A channel is down: say why in its status, log it once per change (as
 /// `event`), wait (`retry_after` when the platform said, else `backoff`),
 /// and give the next back-off (doubling to 60 s).
@@ -551,8 +558,7 @@ pub async fn fail(
     let changed = status.lock().map(|s| s.last_error.as_deref() != Some(why)).unwrap_or(true);
     set_state(status, "backing_off", Some(why.to_string()));
     if changed {
-        let (mb, msg) = (mb.clone(), why.to_string());
-        let _ = tokio::task::spawn_blocking(move || mb.with_store(|s| s.log("warn", "adapter", event, &msg))).await;
+        log(mb, "warn", event, why.to_string()).await;
     }
     tokio::time::sleep(retry_after.unwrap_or(backoff).min(max)).await;
     (backoff * 2).min(max)

@@ -325,9 +325,7 @@ pub fn run(out: &Out, url: Option<&str>, cmd: &AdaptersCmd) -> anyhow::Result<()
             for a in v["adapters"].as_array().into_iter().flatten() {
                 if let Some(code) = a["qr"].as_str() {
                     let drawn = crate::channels::whatsapp::qr_text(code).unwrap_or_else(|e| e);
-                    out.line(format!(
-                        "\n{drawn}\nScan this with your phone: WhatsApp → Settings → Linked devices → Link a device."
-                    ))?;
+                    out.line(format!("\n{drawn}\n{}", crate::channels::whatsapp::SCAN))?;
                 }
             }
             Ok(())
@@ -348,7 +346,7 @@ fn whatsapp_pair(out: &Out, api_url: Option<&str>) -> anyhow::Result<(Vec<u8>, S
             let _ = o.flush();
         }
         let drawn = crate::channels::whatsapp::qr_text(code).unwrap_or_else(|e| e);
-        eprintln!("{drawn}\nScan this with your phone: WhatsApp → Settings → Linked devices → Link a device.\n");
+        eprintln!("{drawn}\n{}\n", crate::channels::whatsapp::SCAN);
     };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(crate::channels::whatsapp::pair(api_url, show, std::time::Duration::from_secs(180)))

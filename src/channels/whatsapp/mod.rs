@@ -339,14 +339,19 @@ async fn attachment(client: &Client, m: &wa::Message, id: &str, max: u64) -> Opt
     }
 }
 
-/// Write the sealed copy of the link now.
-async fn seal(mb: &Arc<Mailbox>, backend: &SealedBackend) -> Result<(), String> {
-    let bytes = backend.snapshot()?;
-    let mb = mb.clone();
-    tokio::task::spawn_blocking(move || mb.with_store(|s| s.secret_set(SESSION, &bytes, false)))
-        .await
-        .map_err(|e| e.to_string())??
-        .map_err(|e| format!("the WhatsApp session could not be sealed ({e})"))
+/// Write the sealed copy of the link now (blocking). The copy is taken
+/// under the agent's store lock, so the last write carries the newest link.
+fn seal_now(mb: &Mailbox, backend: &SealedBackend) -> Result<(), String> {
+    mb.with_store(|s| -> Result<(), String> {
+        let bytes = backend.snapshot()?;
+        s.secret_set(SESSION, &bytes, false).map_err(|e| format!("the WhatsApp session could not be sealed ({e})"))
+    })?
+}
+
+/// [`seal_now`] off the async workers.
+async fn seal(mb: &Arc<Mailbox>, backend: &Arc<SealedBackend>) -> Result<(), String> {
+    let (mb, backend) = (mb.clone(), backend.clone());
+    tokio::task::spawn_blocking(move || seal_now(&mb, &backend)).await.map_err(|e| e.to_string())?
 }
 
 /// Start the channel: the client with the sealed link (or none yet: then
@@ -426,10 +431,7 @@ impl Outbound for Lazy {
     /// Seal the link now, while the agent's file is open (what stops the
     /// channel closes it next; the task's own guard may run after that).
     fn stopping(&self) {
-        let (mb, backend) = &self.3;
-        if let Ok(bytes) = backend.snapshot() {
-            let _ = mb.with_store(|s| s.secret_set(SESSION, &bytes, false));
-        }
+        let _ = seal_now(&self.3.0, &self.3.1);
     }
 }
 
@@ -445,9 +447,7 @@ struct Guard {
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        if let Ok(bytes) = self.backend.snapshot() {
-            let _ = self.mb.with_store(|s| s.secret_set(SESSION, &bytes, false));
-        }
+        let _ = seal_now(&self.mb, &self.backend);
         let client = self.client.clone();
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move { client.disconnect().await });
@@ -518,7 +518,7 @@ async fn run(
         _ = handle => {},
         _ = sealer => {},
     }
-    let _ = seal(&mb, &backend).await;
+    // The guard seals the link as this returns.
     if let Ok(s) = status.lock()
         && s.state != "stopped"
     {
@@ -590,12 +590,7 @@ async fn on_event(ctx: Arc<Ctx>, ev: Arc<Event>, client: Arc<Client>) {
                 s.qr = None;
                 s.account = Some(format!("+{}", p.id.user));
             }
-            let note = format!("linked to +{}", p.id.user);
-            let m = mb.clone();
-            let _ = tokio::task::spawn_blocking(move || {
-                m.with_store(|s| s.log("info", "adapter", "whatsapp_linked", &note))
-            })
-            .await;
+            super::log(mb, "info", "whatsapp_linked", format!("linked to +{}", p.id.user)).await;
         }
         Event::Connected(_) => {
             set_state(status, "connected", None);
@@ -638,11 +633,7 @@ async fn on_event(ctx: Arc<Ctx>, ev: Arc<Event>, client: Arc<Client>) {
                 u.info.id,
                 u.info.source.sender.user
             );
-            let m = mb.clone();
-            let _ = tokio::task::spawn_blocking(move || {
-                m.with_store(|s| s.log("warn", "adapter", "message_undecryptable", &note))
-            })
-            .await;
+            super::log(mb, "warn", "message_undecryptable", note).await;
         }
         Event::OfflineSyncCompleted(_) => ctx.drain_done(true),
         Event::Messages(batch) => {
@@ -674,15 +665,7 @@ async fn on_event(ctx: Arc<Ctx>, ev: Arc<Event>, client: Arc<Client>) {
                 }
                 match deliver_one(mb, policy, status, inb).await {
                     Ok(mut r) => rows.append(&mut r),
-                    Err(e) => {
-                        let m2 = mb.clone();
-                        let _ = tokio::task::spawn_blocking(move || {
-                            m2.with_store(|s| {
-                                s.log("error", "adapter", "message_not_delivered", &format!("whatsapp: {e}"))
-                            })
-                        })
-                        .await;
-                    }
+                    Err(e) => super::log(mb, "error", "message_not_delivered", format!("whatsapp: {e}")).await,
                 }
             }
             if batch.origin == BatchOrigin::OfflineDrain {
@@ -694,6 +677,9 @@ async fn on_event(ctx: Arc<Ctx>, ev: Arc<Event>, client: Arc<Client>) {
         _ => {}
     }
 }
+
+/// What to do with the code, wherever it is drawn.
+pub const SCAN: &str = "Scan this with your phone: WhatsApp → Settings → Linked devices → Link a device.";
 
 /// A QR code drawn in text, two rows a line (half blocks), with its quiet
 /// zone: what a phone's camera reads from a terminal.
@@ -756,7 +742,6 @@ pub async fn pair(
     }
     let bot = builder.build().await.map_err(|e| format!("the WhatsApp client did not start: {e}"))?;
     let handle = bot.spawn();
-    let client = handle.client();
     let said = tokio::time::timeout(deadline, rx.recv()).await;
     let account = match said {
         Ok(Some(Ok(account))) => account,
@@ -773,7 +758,6 @@ pub async fn pair(
             return Err(format!("not linked within {} s (nothing changed)", deadline.as_secs()));
         }
     };
-    drop(client);
     handle.shutdown().await;
     Ok((backend.snapshot()?, account))
 }
