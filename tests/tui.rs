@@ -1426,15 +1426,22 @@ async fn snapshot_of_the_channels_view_with_a_qr_code_to_scan() {
     let dir = tmp();
     let mut a = loaded(dir.path()).await;
     a.run("channels");
-    let code = "2@fake-ref-1,bm9pc2U=,aWRlbnRpdHk=,c2VjcmV0,1";
+    // A code of a real pairing's length: the ref, then three keys.
+    let key = "q83vEjRWeJq8FBqFJBAGsLe6pRsZ5i3HGuQmy8sxW0k=";
+    let code = format!("2@{},{key},{key},{key}", "Gk7s2Yx9Qz".repeat(12));
+    assert!(code.len() > 240, "{}", code.len());
     a.channels = vec![json!({"kind": "whatsapp", "state": "pairing", "received": 0, "sent": 0, "refused": 0,
         "account": null, "last_error": null, "qr": code})];
     let frame = render(&a, 120, 40);
     assert!(frame.contains("whatsapp") && frame.contains("pairing") && frame.contains("Linked devices"), "{frame}");
-    let qr = adf::channels::whatsapp::qr_text(code).unwrap();
-    for line in qr.lines().take(20) {
-        assert!(frame.contains(line), "the code's row {line:?} is drawn whole:\n{frame}");
+    let qr = adf::channels::whatsapp::qr_text(&code).unwrap();
+    for line in qr.lines() {
+        assert!(frame.contains(line), "the code's row {line:?} is drawn whole (the events pane gives way):\n{frame}");
     }
+    // Where the whole code cannot fit, none of it: a cut code scans as nothing.
+    let small = render(&a, 80, 24);
+    assert!(small.contains("The code needs 61x31"), "{small}");
+    assert!(!small.contains(qr.lines().nth(5).unwrap()), "{small}");
     both("channels_qr", &a);
     // Linked: no code.
     a.channels[0]["qr"] = serde_json::Value::Null;

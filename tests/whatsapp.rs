@@ -79,6 +79,17 @@ struct Seen {
     received: Vec<(String, wa::Message)>,
     /// The stanza id of each of those.
     received_ids: Vec<String>,
+    /// Messages delivered that the device has not acknowledged: delivered
+    /// again, as they were, at its next login (as the server does).
+    unacked: Vec<(String, Node)>,
+    /// The ids the device acknowledged.
+    acked: Vec<String>,
+}
+
+/// Deliver a message to the device, kept until it is acknowledged.
+async fn deliver(c: &mut Conn, seen: &Shared, m: Node) {
+    seen.lock().unwrap().unacked.push((attr(&m, "id"), m.clone()));
+    c.send(m).await;
 }
 
 type Shared = Arc<Mutex<Seen>>;
@@ -387,17 +398,23 @@ fn ib(child: Node) -> Node {
 /// What waited for a device while it was off, once it says it is active:
 /// the offline queue between its preview and its end marker.
 async fn drain(c: &mut Conn, seen: &Shared, peers: &Peers) {
-    let queued = std::mem::take(&mut seen.lock().unwrap().offline);
-    let count = queued.len().to_string();
-    if !queued.is_empty() {
+    let (queued, again) = {
+        let mut s = seen.lock().unwrap();
+        (std::mem::take(&mut s.offline), std::mem::take(&mut s.unacked))
+    };
+    let count = (queued.len() + again.len()).to_string();
+    if count != "0" {
         c.send(ib(NodeBuilder::new("offline_preview")
             .attr("count", count.clone())
             .attr("message", count.clone())
             .build()))
             .await;
+        for (_, m) in again {
+            deliver(c, seen, m).await;
+        }
         for out in queued {
             let m = stanza(seen, peers, out, true).await;
-            c.send(m).await;
+            deliver(c, seen, m).await;
         }
     }
     c.send(ib(NodeBuilder::new("offline").attr("count", count).build())).await;
@@ -421,13 +438,26 @@ async fn login(c: &mut Conn, seen: &Shared, peers: &Peers) {
         };
         if let Some(out) = next {
             let m = stanza(seen, peers, out, false).await;
-            c.send(m).await;
+            deliver(c, seen, m).await;
             continue;
         }
         let n = tokio::select! {
             n = c.recv() => match n { Some(n) => n, None => return },
             _ = tokio::time::sleep(Duration::from_millis(50)) => continue,
         };
+        // A message is taken off the server's queue by its delivery
+        // receipt (several ids in one, after an offline drain) or a bare
+        // ack; a retry receipt asks for it again instead.
+        let taken =
+            (n.tag == "receipt" && attr(&n, "type") != "retry") || (n.tag == "ack" && attr(&n, "class") == "message");
+        if taken {
+            let items = n.get_optional_child("list").into_iter().flat_map(|l| l.get_children_by_tag("item"));
+            let ids: Vec<String> = std::iter::once(attr(&n, "id")).chain(items.map(|i| attr(i, "id"))).collect();
+            let mut s = seen.lock().unwrap();
+            s.unacked.retain(|(i, _)| !ids.contains(i));
+            s.acked.extend(ids);
+            continue;
+        }
         if n.tag == "message" {
             // Decrypt what is for a person the fake plays; acknowledge. In
             // a group, the sender key comes pairwise and the message under it.
@@ -1264,6 +1294,45 @@ async fn an_unlinked_channel_shows_its_code_and_links_where_it_runs() {
     assert_eq!(att[0]["skipped"], true, "{att}");
     assert!(att[0]["reason"].as_str().unwrap().contains("52428800 bytes, over the 20971520 byte limit"), "{att}");
     assert!(!seen.lock().unwrap().iqs.iter().any(|x| x == "w:m"), "no download was even started");
+
+    // The disk fills as a message comes in: the inbox cannot take it, so
+    // the server is not told it arrived, and the decrypted message is in
+    // the sealed link already (its ratchet moved on: it could not be
+    // decrypted twice). The runtime goes down; the disk is freed; at the
+    // next start the server delivers it again, the client replays it from
+    // the sealed copy, and it is in the inbox once.
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    raw.execute_batch(
+        "CREATE TRIGGER full_disk BEFORE INSERT ON adf_inbox BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END",
+    )
+    .unwrap();
+    let body = "kept through a full disk";
+    seen.lock().unwrap().outbox.push(("3EB0F4".into(), "15551234567".into(), "Ann".into(), text(body)));
+    let not_written = || -> i64 {
+        raw.query_row("SELECT count(*) FROM adf_logs WHERE event = 'message_not_delivered'", [], |r| r.get(0)).unwrap()
+    };
+    wait("the failed write logged", || not_written() >= 1).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!seen.lock().unwrap().acked.iter().any(|i| i == "3EB0F4"), "not acknowledged");
+    let mut sib = adf::store::Store::sibling(&path).unwrap();
+    sib.unlock(&adf::identity::install::current().unwrap()).unwrap();
+    let link: Value = serde_json::from_slice(&sib.secret_get("adapter:whatsapp:SESSION").unwrap().unwrap()).unwrap();
+    assert!(
+        link["pending"].as_object().unwrap().keys().any(|k| k.ends_with(" 3EB0F4")),
+        "sealed while the channel runs: {}",
+        link["pending"]
+    );
+    drop(sib);
+    fleet.shutdown().await;
+    raw.execute_batch("DROP TRIGGER full_disk").unwrap();
+    let count = || inbox_rows(&path).iter().filter(|r| r["content"] == body).count();
+    assert_eq!(count(), 0);
+    let mut fleet = Fleet::new(Bus::new(), quiet_model());
+    fleet.load(&path).unwrap();
+    wait_or_tell("the message delivered again", &path, &seen, || count() == 1).await;
+    wait("acknowledged now", || seen.lock().unwrap().acked.iter().any(|i| i == "3EB0F4")).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(count(), 1, "once");
     fleet.shutdown().await;
 }
 

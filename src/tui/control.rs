@@ -319,9 +319,12 @@ pub fn draw_channels(f: &mut Frame, app: &App, area: Rect) {
     }
     let w = inner.width as usize;
     let mut lines = vec![Line::styled(
-        format!(
-            "{:<10} {:<12} {:<16} {:>6} {:>6} {:>8}  {}",
-            "CHANNEL", "STATE", "ACCOUNT", "IN", "OUT", "REFUSED", "LAST ERROR"
+        fit(
+            &format!(
+                "{:<10} {:<12} {:<16} {:>6} {:>6} {:>8}  {}",
+                "CHANNEL", "STATE", "ACCOUNT", "IN", "OUT", "REFUSED", "LAST ERROR"
+            ),
+            w,
         ),
         app.theme.get("dim"),
     )];
@@ -350,16 +353,34 @@ pub fn draw_channels(f: &mut Frame, app: &App, area: Rect) {
             app.theme.get("waiting"),
         ));
         match crate::channels::whatsapp::qr_text(code) {
-            Ok(qr) => lines.extend(qr.lines().map(|l| {
-                Line::styled(
-                    l.to_string(),
-                    ratatui::style::Style::default().fg(ratatui::style::Color::White).bg(ratatui::style::Color::Black),
-                )
-            })),
+            Ok(qr) => {
+                // A code cut short cannot be scanned: whole, or why not.
+                let (rows, cols) = (qr.lines().count(), qr.lines().map(|l| l.chars().count()).max().unwrap_or(0));
+                let room = (inner.height as usize).saturating_sub(lines.len());
+                if rows <= room && cols <= w {
+                    lines.extend(qr.lines().map(|l| {
+                        Line::styled(
+                            l.to_string(),
+                            ratatui::style::Style::default()
+                                .fg(ratatui::style::Color::White)
+                                .bg(ratatui::style::Color::Black),
+                        )
+                    }));
+                } else {
+                    lines.push(Line::styled(
+                        format!(
+                            "The code needs {cols}x{rows} cells and this pane has {w}x{room}: enlarge the terminal \
+                             (or run `adf adapters status {name}` in a larger one)."
+                        ),
+                        app.theme.get("error"),
+                    ));
+                }
+            }
             Err(e) => lines.push(Line::styled(e, app.theme.get("error"))),
         }
     }
-    f.render_widget(Paragraph::new(lines), inner);
+    // The code's rows fit (checked); what says why may wrap.
+    f.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), inner);
 }
 
 pub fn draw_logs(f: &mut Frame, app: &App, area: Rect) {

@@ -48,7 +48,11 @@ const ASCII_BORDER: ratatui::symbols::border::Set = ratatui::symbols::border::Se
 
 pub fn draw(f: &mut Frame, app: &App) {
     let area = f.area();
-    let events_h = if app.show_events && (area.height >= 30 || app.focus == Focus::Events) { 8 } else { 0 };
+    // A WhatsApp code to scan takes the events pane's rows: a real code
+    // needs about 31 of them, and the phone needs all of it.
+    let scanning = app.main == MainView::Channels && app.channels.iter().any(|c| c["qr"].is_string());
+    let events_h =
+        if app.show_events && !scanning && (area.height >= 30 || app.focus == Focus::Events) { 8 } else { 0 };
     let [header, body, events, footer] = Layout::vertical([
         Constraint::Length(1),
         Constraint::Min(5),

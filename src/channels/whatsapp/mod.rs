@@ -12,6 +12,13 @@
 //! server's offline queue when it connects, one wake for the batch; a
 //! redelivered message is de-duplicated by its id. The client reconnects
 //! by itself; the channel's status says when it is down and why.
+//!
+//! Nothing received is lost to a crash: the client keeps each decrypted
+//! message in the sealed link until the agent's inbox has it ([`Durable`],
+//! the client's inbound durability hook), and only then tells the server
+//! it arrived. A message the inbox could not take (a full disk) stays
+//! unacknowledged; the server delivers it again, and the client replays
+//! it from the sealed copy.
 
 pub mod store;
 
@@ -21,6 +28,7 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 use whatsapp_rust::prelude::*;
+use whatsapp_rust::wacore::types::events::InboundMessage;
 use whatsapp_rust::waproto::whatsapp as wa;
 
 use super::{Inbound, Outbound, Outgoing, Policy, StatusCell, deliver_one, notify, set_state};
@@ -397,8 +405,13 @@ impl Lazy {
     async fn get(&self) -> Result<&Sender, String> {
         self.0
             .get_or_try_init(|| async {
-                let rx = self.1.lock().await.take().ok_or("the WhatsApp client did not start")?;
-                rx.await
+                // The receiver stays in its slot until it answers: a send
+                // given up while the client is being built loses nothing.
+                let mut slot = self.1.lock().await;
+                let rx = slot.as_mut().ok_or("the WhatsApp client did not start")?;
+                let client = rx.await;
+                *slot = None;
+                client
                     .map(|client| Sender { client, forms: self.2.clone() })
                     .map_err(|_| "the WhatsApp client did not start".to_string())
             })
@@ -475,6 +488,11 @@ async fn run(
 ) {
     let down = status.clone();
     let transport = watched(&conf.url, move |why| set_state(&down, "backing_off", Some(why)));
+    let (seal_mb, seal_backend, seal_status) = (mb.clone(), Arc::downgrade(&backend), status.clone());
+    backend.seal_with(Arc::new(move || {
+        let Some(backend) = seal_backend.upgrade() else { return Ok(()) };
+        seal_now(&seal_mb, &backend).inspect_err(|e| set_state(&seal_status, "backing_off", Some(e.clone())))
+    }));
     let ctx = Arc::new(Ctx {
         backend: backend.clone(),
         mb: mb.clone(),
@@ -489,6 +507,7 @@ async fn run(
         .with_transport_factory(transport)
         .with_http_client(Http(crate::providers::http_client(), conf.media, conf.max + 1024))
         .with_runtime(TokioRuntime)
+        .with_inbound_durability_hook(Durable(ctx.clone()))
         .on_event(move |ev, client| on_event(ctx.clone(), ev, client));
     if conf.self_hosted {
         builder = builder.with_version(PINNED_VERSION);
@@ -507,7 +526,7 @@ async fn run(
     let sealer = async {
         loop {
             backend.changed.notified().await;
-            // Changes come in bursts (a pairing, a message's ratchet): one write.
+            // What may be sealed later: after a burst, one write.
             tokio::time::sleep(Duration::from_millis(300)).await;
             if let Err(e) = seal(&mb, &backend).await {
                 set_state(&status, "backing_off", Some(e));
@@ -518,7 +537,7 @@ async fn run(
         _ = handle => {},
         _ = sealer => {},
     }
-    // The guard seals the link as this returns.
+    // The guard seals the link as this returns (what was left for later).
     if let Ok(s) = status.lock()
         && s.state != "stopped"
     {
@@ -577,7 +596,7 @@ impl Ctx {
 }
 
 async fn on_event(ctx: Arc<Ctx>, ev: Arc<Event>, client: Arc<Client>) {
-    let (mb, policy, status, max) = (&ctx.mb, &ctx.policy, &ctx.status, ctx.max);
+    let (mb, status) = (&ctx.mb, &ctx.status);
     match &*ev {
         Event::PairingQrCode(q) => {
             set_state(status, "pairing", None);
@@ -636,61 +655,94 @@ async fn on_event(ctx: Arc<Ctx>, ev: Arc<Event>, client: Arc<Client>) {
             super::log(mb, "warn", "message_undecryptable", note).await;
         }
         Event::OfflineSyncCompleted(_) => ctx.drain_done(true),
-        Event::Messages(batch) => {
-            let own: Vec<Jid> = client.pn().into_iter().chain(client.lid()).collect();
-            let mut rows = Vec::new();
-            for m in ev.messages() {
-                let Some(mut inb) = inbound(&m.message, &m.info, &own) else { continue };
-                // Files of messages the policy refuses are never fetched.
-                if policy.admit(&inb).is_ok()
-                    && let Some(a) = attachment(&client, &m.message, &inb.message_id, max).await
-                {
-                    inb.attachments.push(a);
-                }
-                // A reply quoting a form: its answers, checked, or why not.
-                if let Some(form) =
-                    inb.reply_to_message_id.as_deref().and_then(|r| form_for(&ctx.forms, &inb.chat_id, r))
-                {
-                    match super::forms::read_reply(&form, &inb.text) {
-                        Ok((fields, text)) => {
-                            inb.context.extend(fields);
-                            inb.text = text;
-                        }
-                        Err(why) => {
-                            let id = form["id"].as_str().unwrap_or("form");
-                            inb.context.insert("form_error".into(), why.clone().into());
-                            inb.text = format!("{}\n\n[not an answer to form {id}: {why}]", inb.text);
-                        }
-                    }
-                }
-                match deliver_one(mb, policy, status, inb).await {
-                    Ok(mut r) => rows.append(&mut r),
-                    Err(e) => super::log(mb, "error", "message_not_delivered", format!("whatsapp: {e}")).await,
-                }
-            }
-            if batch.origin == BatchOrigin::OfflineDrain {
-                ctx.drained_rows(rows);
-            } else {
-                notify(mb, rows);
-            }
+        // What the hook committed is in the inbox already; only what it
+        // never sees (recovered placeholders) is taken in here.
+        Event::Messages(batch) if !batch.hook_committed => {
+            let _ = commit(&ctx, &client, &batch.messages).await;
         }
         _ => {}
     }
 }
 
+/// The client's inbound durability hook: a batch of decrypted messages
+/// goes into the agent's inbox before the server is told it arrived. An
+/// error leaves the batch unacknowledged, to be delivered again (and the
+/// inbox refuses what it already has, by id).
+struct Durable(Arc<Ctx>);
+
+#[async_trait::async_trait]
+impl whatsapp_rust::InboundDurabilityHook for Durable {
+    async fn on_messages(&self, client: Arc<Client>, batch: &[InboundMessage]) -> anyhow::Result<()> {
+        commit(&self.0, &client, batch).await.map_err(anyhow::Error::msg)
+    }
+}
+
+/// Messages into the agent's inbox (policy, files, forms), then the
+/// agent told: at once, or once the offline queue is drained. The first
+/// message that could not be written ends it with why (logged).
+async fn commit(ctx: &Ctx, client: &Client, batch: &[InboundMessage]) -> Result<(), String> {
+    let (mb, policy, status) = (&ctx.mb, &ctx.policy, &ctx.status);
+    let own: Vec<Jid> = client.pn().into_iter().chain(client.lid()).collect();
+    let (mut live, mut queued) = (Vec::new(), Vec::new());
+    for m in batch {
+        let Some(mut inb) = inbound(&m.message, &m.info, &own) else { continue };
+        // Files of messages the policy refuses are never fetched.
+        if policy.admit(&inb).is_ok()
+            && let Some(a) = attachment(client, &m.message, &inb.message_id, ctx.max).await
+        {
+            inb.attachments.push(a);
+        }
+        // A reply quoting a form: its answers, checked, or why not.
+        if let Some(form) = inb.reply_to_message_id.as_deref().and_then(|r| form_for(&ctx.forms, &inb.chat_id, r)) {
+            match super::forms::read_reply(&form, &inb.text) {
+                Ok((fields, text)) => {
+                    inb.context.extend(fields);
+                    inb.text = text;
+                }
+                Err(why) => {
+                    let id = form["id"].as_str().unwrap_or("form");
+                    inb.context.insert("form_error".into(), why.clone().into());
+                    inb.text = format!("{}\n\n[not an answer to form {id}: {why}]", inb.text);
+                }
+            }
+        }
+        let id = inb.message_id.clone();
+        match deliver_one(mb, policy, status, inb).await {
+            Ok(mut r) if m.info.is_offline => queued.append(&mut r),
+            Ok(mut r) => live.append(&mut r),
+            Err(e) => {
+                let why = format!("whatsapp: message {id} not written ({e}); the server will deliver it again");
+                super::log(mb, "error", "message_not_delivered", why.clone()).await;
+                ctx.drained_rows(queued);
+                notify(mb, live);
+                return Err(why);
+            }
+        }
+    }
+    ctx.drained_rows(queued);
+    notify(mb, live);
+    Ok(())
+}
+
 /// What to do with the code, wherever it is drawn.
 pub const SCAN: &str = "Scan this with your phone: WhatsApp → Settings → Linked devices → Link a device.";
 
-/// A QR code drawn in text, two rows a line (half blocks), with its quiet
-/// zone: what a phone's camera reads from a terminal.
+/// A QR code drawn in text, two rows a line (half blocks), with a quiet
+/// zone of two modules: what a phone's camera reads from a terminal. Low
+/// error correction (a screen is not a torn label) keeps a real pairing
+/// code (about 240 characters) at 61 columns by 31 rows.
 pub fn qr_text(code: &str) -> Result<String, String> {
-    let qr = qrcode::QrCode::new(code.as_bytes()).map_err(|e| format!("no QR code for this pairing: {e}"))?;
-    Ok(qr
-        .render::<qrcode::render::unicode::Dense1x2>()
-        .dark_color(qrcode::render::unicode::Dense1x2::Light)
-        .light_color(qrcode::render::unicode::Dense1x2::Dark)
-        .quiet_zone(true)
-        .build())
+    use qrcode::render::unicode::Dense1x2;
+    let qr = qrcode::QrCode::with_error_correction_level(code.as_bytes(), qrcode::EcLevel::L)
+        .map_err(|e| format!("no QR code for this pairing: {e}"))?;
+    // Drawn with the standard four-module zone, then cut to two: the first
+    // line (two rows) and two columns a side. A code has an odd number of
+    // rows, so its last line is half zone; one more line closes the zone.
+    let full = qr.render::<Dense1x2>().dark_color(Dense1x2::Light).light_color(Dense1x2::Dark).quiet_zone(true).build();
+    let n = qr.width();
+    let lines: Vec<String> =
+        full.lines().skip(1).take(n.div_ceil(2) + 2).map(|l| l.chars().skip(2).take(n + 4).collect()).collect();
+    Ok(lines.join("\n"))
 }
 
 /// Link a device here and now (`adf adapters add FILE whatsapp` on a file
@@ -773,5 +825,48 @@ mod tests {
         assert_eq!(chat_id(&p), "15551234567");
         let g = jid_of("120363000000000001@g.us").unwrap();
         assert_eq!(chat_id(&g), "120363000000000001@g.us");
+    }
+
+    /// The code as drawn, read back by a QR decoder from the picture the
+    /// terminal shows (light and dark cells, each half a module high).
+    fn scan(drawn: &str) -> String {
+        let rows: Vec<Vec<char>> = drawn.lines().map(|l| l.chars().collect()).collect();
+        let w = rows[0].len();
+        assert!(rows.iter().all(|r| r.len() == w), "every row as wide");
+        // Each cell: (upper, lower) light? Light modules are drawn filled.
+        let light = |c: char| match c {
+            '█' => (true, true),
+            '▀' => (true, false),
+            '▄' => (false, true),
+            ' ' => (false, false),
+            other => panic!("{other:?} is not a half block"),
+        };
+        // A white margin around it, as a screen behind the terminal's.
+        let (scale, pad) = (4, 16);
+        let (iw, ih) = (w * scale + 2 * pad, rows.len() * 2 * scale + 2 * pad);
+        let mut img = rqrr::PreparedImage::prepare_from_greyscale(iw, ih, |x, y| {
+            if x < pad || y < pad || x >= iw - pad || y >= ih - pad {
+                return 255;
+            }
+            let (cx, my) = ((x - pad) / scale, (y - pad) / scale);
+            let (up, down) = light(rows[my / 2][cx]);
+            let lit = if my % 2 == 0 { up } else { down };
+            if lit { 255 } else { 0 }
+        });
+        let grids = img.detect_grids();
+        assert_eq!(grids.len(), 1, "one code found");
+        grids[0].decode().expect("the code reads").1
+    }
+
+    #[test]
+    fn a_pairing_code_of_real_length_reads_back_and_fits_61_by_31() {
+        let key = "q83vEjRWeJq8FBqFJBAGsLe6pRsZ5i3HGuQmy8sxW0k=";
+        let code = format!("2@{},{key},{key},{key}", "Gk7s2Yx9Qz".repeat(12));
+        let drawn = qr_text(&code).unwrap();
+        assert_eq!(scan(&drawn), code);
+        let (cols, rows) = (drawn.lines().next().unwrap().chars().count(), drawn.lines().count());
+        assert!(cols <= 61 && rows <= 31, "{cols}x{rows}");
+        // A short one too (an odd number of modules, its last row half light).
+        assert_eq!(scan(&qr_text("2@short,a,b,c").unwrap()), "2@short,a,b,c");
     }
 }

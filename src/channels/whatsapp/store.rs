@@ -8,13 +8,23 @@
 //! What is worth keeping lives in [`State`], serialised whole as JSON; what
 //! is only a cache of the platform (receipts to retry, trusted-contact
 //! tokens, message secrets, which group members hold a sender key) lives in
-//! the client's in-memory backend and is rebuilt after a restart. Every
-//! change raises a flag; the channel writes the sealed copy shortly after
-//! (`changed`), and once more when it stops.
+//! the client's in-memory backend and is rebuilt after a restart.
+//!
+//! A change the client relies on (a ratchet step, a prekey used, a message
+//! buffered until the agent's inbox has it) is sealed before the call
+//! returns: the client acknowledges messages and answers the server on the
+//! strength of it. Writes racing one another share one seal ([`persist`]).
+//! Only what a crash may lose without harm (the removal of a buffered
+//! message already in the inbox: replayed, it is a duplicate the inbox
+//! refuses) is sealed shortly after (`changed`), and once more when the
+//! channel stops.
+//!
+//! [`persist`]: SealedBackend::persist
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use base64::Engine;
 use serde::{Deserialize, Serialize};
@@ -68,18 +78,38 @@ pub struct State {
     mutation_macs: BTreeMap<String, B>,
     lid_mappings: BTreeMap<String, LidPnMappingEntry>,
     device_lists: BTreeMap<String, DeviceListRecord>,
+    /// Decrypted messages not yet in the agent's inbox, by `chat sender id`:
+    /// (when buffered, unix seconds; the message). The client replays them
+    /// when the server delivers them again.
+    #[serde(default)]
+    pending: BTreeMap<String, (i64, B)>,
 }
+
+fn pending_key(chat: &str, sender: &str, id: &str) -> String {
+    format!("{chat} {sender} {id}")
+}
+
+/// Writes the sealed copy (blocking): the channel's, set once it runs.
+pub type Sealer = Arc<dyn Fn() -> std::result::Result<(), String> + Send + Sync>;
 
 /// The client's store: [`State`] for what is kept, the in-memory backend
 /// for the caches.
 pub struct SealedBackend {
     state: Mutex<State>,
     cache: InMemoryBackend,
-    /// Raised by every change to [`State`].
+    /// Raised by a change sealed later (or by any change before a sealer is
+    /// set: a pairing in the CLI seals once, at the end).
     pub changed: Arc<tokio::sync::Notify>,
     /// The link was removed (`adapters rm`) or revoked (the phone unlinked
     /// it): nothing is sealed any more.
-    forgotten: std::sync::atomic::AtomicBool,
+    forgotten: AtomicBool,
+    sealer: std::sync::OnceLock<Sealer>,
+    /// Changes made (counted under the state's lock), and changes a seal
+    /// has covered: a write is durable once `sealed` reaches its count.
+    made: AtomicU64,
+    sealed: AtomicU64,
+    /// One seal at a time; the writers waiting share the next.
+    sealing: tokio::sync::Mutex<()>,
 }
 
 /// A poisoned lock is a panic elsewhere; the store says so, it does not panic.
@@ -101,17 +131,26 @@ impl SealedBackend {
             cache: InMemoryBackend::new(),
             changed: Default::default(),
             forgotten: Default::default(),
+            sealer: Default::default(),
+            made: Default::default(),
+            sealed: Default::default(),
+            sealing: Default::default(),
         })
+    }
+
+    /// Seal every change from now on before it is reported done.
+    pub fn seal_with(&self, sealer: Sealer) {
+        let _ = self.sealer.set(sealer);
     }
 
     /// Seal nothing from now on.
     pub fn forget(&self) {
-        self.forgotten.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.forgotten.store(true, Ordering::SeqCst);
     }
 
     /// The sealed copy of what is kept (none once forgotten).
     pub fn snapshot(&self) -> std::result::Result<Vec<u8>, String> {
-        if self.forgotten.load(std::sync::atomic::Ordering::SeqCst) {
+        if self.forgotten.load(Ordering::SeqCst) {
             return Err("the WhatsApp link was removed".into());
         }
         let s = self.state.lock().map_err(|_| "the WhatsApp store's lock is poisoned".to_string())?;
@@ -127,10 +166,40 @@ impl SealedBackend {
         Ok(f(&*self.state.lock().map_err(|_| poisoned())?))
     }
 
-    fn write<T>(&self, f: impl FnOnce(&mut State) -> T) -> Result<T> {
-        let out = f(&mut *self.state.lock().map_err(|_| poisoned())?);
+    /// A change sealed later (see the module's note).
+    fn write_later<T>(&self, f: impl FnOnce(&mut State) -> T) -> Result<T> {
+        let out = {
+            let mut s = self.state.lock().map_err(|_| poisoned())?;
+            self.made.fetch_add(1, Ordering::AcqRel);
+            f(&mut s)
+        };
         self.changed.notify_one();
         Ok(out)
+    }
+
+    /// A change, sealed before it returns.
+    async fn write<T>(&self, f: impl FnOnce(&mut State) -> T) -> Result<T> {
+        let out = self.write_later(f)?;
+        self.persist().await?;
+        Ok(out)
+    }
+
+    /// Seal every change made so far, if a seal since has not: writers
+    /// that come while one seal runs wait for it, and the first of them
+    /// seals for all.
+    pub async fn persist(&self) -> Result<()> {
+        let Some(sealer) = self.sealer.get().cloned() else { return Ok(()) };
+        let want = self.made.load(Ordering::Acquire);
+        let _one = self.sealing.lock().await;
+        if self.sealed.load(Ordering::Acquire) >= want || self.forgotten.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        // The copy is taken after this count, so it holds at least these.
+        let covers = self.made.load(Ordering::Acquire);
+        let io = |e: String| whatsapp_rust::wacore::store::error::StoreError::Io(std::io::Error::other(e));
+        tokio::task::spawn_blocking(move || sealer()).await.map_err(|e| io(e.to_string()))?.map_err(io)?;
+        self.sealed.fetch_max(covers, Ordering::AcqRel);
+        Ok(())
     }
 }
 
@@ -139,25 +208,25 @@ use async_trait::async_trait;
 #[async_trait]
 impl SignalStore for SealedBackend {
     async fn put_identity(&self, address: &str, key: [u8; 32]) -> Result<()> {
-        self.write(|s| s.identities.insert(address.into(), B(key.to_vec()))).map(drop)
+        self.write(|s| s.identities.insert(address.into(), B(key.to_vec()))).await.map(drop)
     }
     async fn load_identity(&self, address: &str) -> Result<Option<[u8; 32]>> {
         self.read(|s| s.identities.get(address).and_then(|k| k.0.as_slice().try_into().ok()))
     }
     async fn delete_identity(&self, address: &str) -> Result<()> {
-        self.write(|s| s.identities.remove(address)).map(drop)
+        self.write(|s| s.identities.remove(address)).await.map(drop)
     }
     async fn get_session(&self, address: &str) -> Result<Option<Bytes>> {
         self.read(|s| s.sessions.get(address).map(|b| Bytes::copy_from_slice(&b.0)))
     }
     async fn put_session(&self, address: &str, session: &[u8]) -> Result<()> {
-        self.write(|s| s.sessions.insert(address.into(), B(session.to_vec()))).map(drop)
+        self.write(|s| s.sessions.insert(address.into(), B(session.to_vec()))).await.map(drop)
     }
     async fn delete_session(&self, address: &str) -> Result<()> {
-        self.write(|s| s.sessions.remove(address)).map(drop)
+        self.write(|s| s.sessions.remove(address)).await.map(drop)
     }
     async fn store_prekey(&self, id: u32, record: &[u8], _uploaded: bool) -> Result<()> {
-        self.write(|s| s.prekeys.insert(id, B(record.to_vec()))).map(drop)
+        self.write(|s| s.prekeys.insert(id, B(record.to_vec()))).await.map(drop)
     }
     async fn load_prekey(&self, id: u32) -> Result<Option<Bytes>> {
         self.read(|s| s.prekeys.get(&id).map(|b| Bytes::copy_from_slice(&b.0)))
@@ -166,13 +235,13 @@ impl SignalStore for SealedBackend {
         Ok(())
     }
     async fn remove_prekey(&self, id: u32) -> Result<()> {
-        self.write(|s| s.prekeys.remove(&id)).map(drop)
+        self.write(|s| s.prekeys.remove(&id)).await.map(drop)
     }
     async fn get_max_prekey_id(&self) -> Result<u32> {
         self.read(|s| s.prekeys.keys().next_back().copied().unwrap_or(0))
     }
     async fn store_signed_prekey(&self, id: u32, record: &[u8]) -> Result<()> {
-        self.write(|s| s.signed_prekeys.insert(id, B(record.to_vec()))).map(drop)
+        self.write(|s| s.signed_prekeys.insert(id, B(record.to_vec()))).await.map(drop)
     }
     async fn load_signed_prekey(&self, id: u32) -> Result<Option<Vec<u8>>> {
         self.read(|s| s.signed_prekeys.get(&id).map(|b| b.0.clone()))
@@ -181,16 +250,48 @@ impl SignalStore for SealedBackend {
         self.read(|s| s.signed_prekeys.iter().map(|(k, v)| (*k, v.0.clone())).collect())
     }
     async fn remove_signed_prekey(&self, id: u32) -> Result<()> {
-        self.write(|s| s.signed_prekeys.remove(&id)).map(drop)
+        self.write(|s| s.signed_prekeys.remove(&id)).await.map(drop)
     }
     async fn put_sender_key(&self, address: &str, record: &[u8]) -> Result<()> {
-        self.write(|s| s.sender_keys.insert(address.into(), B(record.to_vec()))).map(drop)
+        self.write(|s| s.sender_keys.insert(address.into(), B(record.to_vec()))).await.map(drop)
+    }
+    async fn put_identities_batch(&self, identities: &[(Arc<str>, [u8; 32])]) -> Result<()> {
+        self.write(|s| {
+            for (a, k) in identities {
+                s.identities.insert(a.to_string(), B(k.to_vec()));
+            }
+        })
+        .await
+    }
+    async fn put_sessions_batch(&self, sessions: &[(Arc<str>, Bytes)]) -> Result<()> {
+        self.write(|s| {
+            for (a, r) in sessions {
+                s.sessions.insert(a.to_string(), B(r.to_vec()));
+            }
+        })
+        .await
+    }
+    async fn store_prekeys_batch(&self, keys: &[(u32, Bytes)], _uploaded: bool) -> Result<()> {
+        self.write(|s| {
+            for (id, r) in keys {
+                s.prekeys.insert(*id, B(r.to_vec()));
+            }
+        })
+        .await
+    }
+    async fn put_sender_keys_batch(&self, sender_keys: &[(Arc<str>, Bytes)]) -> Result<()> {
+        self.write(|s| {
+            for (a, r) in sender_keys {
+                s.sender_keys.insert(a.to_string(), B(r.to_vec()));
+            }
+        })
+        .await
     }
     async fn get_sender_key(&self, address: &str) -> Result<Option<Vec<u8>>> {
         self.read(|s| s.sender_keys.get(address).map(|b| b.0.clone()))
     }
     async fn delete_sender_key(&self, address: &str) -> Result<()> {
-        self.write(|s| s.sender_keys.remove(address)).map(drop)
+        self.write(|s| s.sender_keys.remove(address)).await.map(drop)
     }
 }
 
@@ -204,12 +305,13 @@ impl AppSyncStore for SealedBackend {
             s.sync_keys.insert(hex(key_id), key);
             s.latest_sync_key_id = Some(B(key_id.to_vec()));
         })
+        .await
     }
     async fn get_version(&self, name: &str) -> Result<HashState> {
         self.read(|s| s.versions.get(name).cloned().unwrap_or_default())
     }
     async fn set_version(&self, name: &str, state: HashState) -> Result<()> {
-        self.write(|s| s.versions.insert(name.into(), state)).map(drop)
+        self.write(|s| s.versions.insert(name.into(), state)).await.map(drop)
     }
     async fn put_mutation_macs(&self, name: &str, _version: u64, mutations: &[Mac]) -> Result<()> {
         self.write(|s| {
@@ -217,6 +319,7 @@ impl AppSyncStore for SealedBackend {
                 s.mutation_macs.insert(format!("{name}/{}", hex(&m.index_mac)), B(m.value_mac.clone()));
             }
         })
+        .await
     }
     async fn get_mutation_mac(&self, name: &str, index_mac: &[u8]) -> Result<Option<Vec<u8>>> {
         self.read(|s| s.mutation_macs.get(&format!("{name}/{}", hex(index_mac))).map(|b| b.0.clone()))
@@ -227,10 +330,11 @@ impl AppSyncStore for SealedBackend {
                 s.mutation_macs.remove(&format!("{name}/{}", hex(m)));
             }
         })
+        .await
     }
     async fn clear_mutation_macs(&self, name: &str) -> Result<()> {
         let prefix = format!("{name}/");
-        self.write(|s| s.mutation_macs.retain(|k, _| !k.starts_with(&prefix)))
+        self.write(|s| s.mutation_macs.retain(|k, _| !k.starts_with(&prefix))).await
     }
     async fn get_latest_sync_key_id(&self) -> Result<Option<Vec<u8>>> {
         self.read(|s| s.latest_sync_key_id.as_ref().map(|b| b.0.clone()))
@@ -261,7 +365,15 @@ impl ProtocolStore for SealedBackend {
         self.read(|s| s.lid_mappings.values().find(|e| e.phone_number == phone).cloned())
     }
     async fn put_lid_mapping(&self, entry: &LidPnMappingEntry) -> Result<()> {
-        self.write(|s| s.lid_mappings.insert(entry.lid.clone(), entry.clone())).map(drop)
+        self.write(|s| s.lid_mappings.insert(entry.lid.clone(), entry.clone())).await.map(drop)
+    }
+    async fn put_lid_mappings(&self, entries: &[LidPnMappingEntry]) -> Result<()> {
+        self.write(|s| {
+            for e in entries {
+                s.lid_mappings.insert(e.lid.clone(), e.clone());
+            }
+        })
+        .await
     }
     async fn get_all_lid_mappings(&self) -> Result<Vec<LidPnMappingEntry>> {
         self.read(|s| s.lid_mappings.values().cloned().collect())
@@ -276,13 +388,21 @@ impl ProtocolStore for SealedBackend {
         self.cache.delete_base_key(address, message_id).await
     }
     async fn update_device_list(&self, record: DeviceListRecord) -> Result<()> {
-        self.write(|s| s.device_lists.insert(record.user.clone(), record)).map(drop)
+        self.write(|s| s.device_lists.insert(record.user.clone(), record)).await.map(drop)
+    }
+    async fn update_device_lists(&self, records: Vec<DeviceListRecord>) -> Result<()> {
+        self.write(|s| {
+            for r in records {
+                s.device_lists.insert(r.user.clone(), r);
+            }
+        })
+        .await
     }
     async fn get_devices(&self, user: &str) -> Result<Option<DeviceListRecord>> {
         self.read(|s| s.device_lists.get(user).cloned())
     }
     async fn delete_devices(&self, user: &str) -> Result<()> {
-        self.write(|s| s.device_lists.remove(user)).map(drop)
+        self.write(|s| s.device_lists.remove(user)).await.map(drop)
     }
     async fn get_tc_token(&self, jid: &str) -> Result<Option<TcTokenEntry>> {
         self.cache.get_tc_token(jid).await
@@ -308,6 +428,43 @@ impl ProtocolStore for SealedBackend {
     async fn delete_expired_sent_messages(&self, cutoff_timestamp: i64) -> Result<u32> {
         self.cache.delete_expired_sent_messages(cutoff_timestamp).await
     }
+    async fn store_pending_inbound(&self, chat: &str, sender: &str, id: &str, message: &[u8]) -> Result<()> {
+        let row = PendingInboundRow { chat, sender, id, message };
+        self.store_pending_inbound_batch(std::slice::from_ref(&row)).await
+    }
+    async fn store_pending_inbound_batch(&self, rows: &[PendingInboundRow<'_>]) -> Result<()> {
+        let now = chrono::Utc::now().timestamp();
+        self.write(|s| {
+            for r in rows {
+                s.pending.insert(pending_key(r.chat, r.sender, r.id), (now, B(r.message.to_vec())));
+            }
+        })
+        .await
+    }
+    async fn get_pending_inbound(&self, chat: &str, sender: &str, id: &str) -> Result<Option<Vec<u8>>> {
+        self.read(|s| s.pending.get(&pending_key(chat, sender, id)).map(|(_, b)| b.0.clone()))
+    }
+    async fn delete_pending_inbound(&self, chat: &str, sender: &str, id: &str) -> Result<()> {
+        self.write_later(|s| s.pending.remove(&pending_key(chat, sender, id))).map(drop)
+    }
+    async fn delete_pending_inbound_batch(&self, keys: &[PendingInboundKey<'_>]) -> Result<()> {
+        self.write_later(|s| {
+            for k in keys {
+                s.pending.remove(&pending_key(k.chat, k.sender, k.id));
+            }
+        })
+    }
+    async fn delete_expired_pending_inbound(&self, cutoff_timestamp: i64) -> Result<u32> {
+        // Swept at every keepalive: a change only when one expired.
+        if !self.read(|s| s.pending.values().any(|(t, _)| *t < cutoff_timestamp))? {
+            return Ok(0);
+        }
+        self.write_later(|s| {
+            let before = s.pending.len();
+            s.pending.retain(|_, (t, _)| *t >= cutoff_timestamp);
+            (before - s.pending.len()) as u32
+        })
+    }
 }
 
 #[async_trait]
@@ -326,7 +483,7 @@ impl MsgSecretStore for SealedBackend {
 #[async_trait]
 impl DeviceStore for SealedBackend {
     async fn save(&self, device: &Device) -> Result<()> {
-        self.write(|s| s.device = Some(device.clone()))
+        self.write(|s| s.device = Some(device.clone())).await
     }
     async fn load(&self) -> Result<Option<Device>> {
         self.read(|s| s.device.clone())
@@ -339,7 +496,8 @@ impl DeviceStore for SealedBackend {
             if s.device.is_none() {
                 s.device = Some(Device::new());
             }
-        })?;
+        })
+        .await?;
         Ok(1)
     }
 }
@@ -376,5 +534,62 @@ mod tests {
         assert_eq!(r.get_latest_sync_key_id().await.unwrap(), Some(vec![0, 0, 0, 1]));
         assert_eq!(r.take_sent_message("chat", "id").await.unwrap(), None, "a cache, not kept");
         assert!(SealedBackend::open(Some(b"{not json")).err().unwrap().contains("unreadable"));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_change_is_sealed_before_it_returns_and_writers_together_share_a_seal() {
+        let b = Arc::new(SealedBackend::open(None).unwrap());
+        let seals = Arc::new(Mutex::new(Vec::<Vec<u8>>::new()));
+        let full = Arc::new(AtomicBool::new(false));
+        let (weak, log, disk) = (Arc::downgrade(&b), seals.clone(), full.clone());
+        b.seal_with(Arc::new(move || {
+            if disk.load(Ordering::SeqCst) {
+                return Err("database or disk is full".into());
+            }
+            let copy = weak.upgrade().unwrap().snapshot()?;
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            log.lock().unwrap().push(copy);
+            Ok(())
+        }));
+        let last = || SealedBackend::open(Some(seals.lock().unwrap().last().unwrap())).unwrap();
+
+        b.put_session("15551234567.0", b"one").await.unwrap();
+        assert_eq!(last().get_session("15551234567.0").await.unwrap().as_deref(), Some(&b"one"[..]));
+        let row = PendingInboundRow { chat: "c@s.whatsapp.net", sender: "c@s.whatsapp.net", id: "3EB0", message: b"m" };
+        b.store_pending_inbound_batch(&[row]).await.unwrap();
+        assert_eq!(
+            last().get_pending_inbound("c@s.whatsapp.net", "c@s.whatsapp.net", "3EB0").await.unwrap(),
+            Some(b"m".to_vec())
+        );
+
+        // Twenty writers at once: fewer seals than writes, and every write
+        // in the seal taken last.
+        let before = seals.lock().unwrap().len();
+        let writes = (0..20).map(|i| {
+            let b = b.clone();
+            tokio::spawn(async move { b.put_session(&format!("1555000{i:04}.0"), b"x").await })
+        });
+        for w in futures_util::future::join_all(writes).await {
+            w.unwrap().unwrap();
+        }
+        let n = seals.lock().unwrap().len() - before;
+        assert!((1..20).contains(&n), "{n} seals for 20 writes");
+        for i in 0..20 {
+            assert!(last().get_session(&format!("1555000{i:04}.0")).await.unwrap().is_some(), "{i}");
+        }
+
+        // A seal that fails fails the write: the client does not go on.
+        full.store(true, Ordering::SeqCst);
+        assert!(b.put_session("15551234567.0", b"two").await.is_err());
+        full.store(false, Ordering::SeqCst);
+        // What may wait (a buffered message the inbox has) waits.
+        let n = seals.lock().unwrap().len();
+        let key = PendingInboundKey { chat: "c@s.whatsapp.net", sender: "c@s.whatsapp.net", id: "3EB0" };
+        b.delete_pending_inbound_batch(&[key]).await.unwrap();
+        assert_eq!(seals.lock().unwrap().len(), n, "not sealed at once");
+        // Once forgotten, nothing is sealed and writes go on.
+        b.forget();
+        b.put_session("15551234567.0", b"three").await.unwrap();
+        assert_eq!(seals.lock().unwrap().len(), n);
     }
 }

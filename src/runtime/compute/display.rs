@@ -415,6 +415,27 @@ pub async fn act(d: &Display, input: &Value) -> Result<Value, String> {
         "right" => "3",
         other => return Err(format!("button {other:?} is not left, middle or right")),
     };
+    let out = input_action(d, input, action, button, xy).await?;
+    // What was typed or clicked reaches the program behind the window a
+    // moment after xdotool returns (the X server, then the program's own
+    // event loop): wait that moment, so the next look (a screenshot, a
+    // browser read) sees its effect.
+    if matches!(action, "click" | "double_click" | "scroll" | "type" | "key") {
+        tokio::time::sleep(SETTLE).await;
+    }
+    Ok(out)
+}
+
+/// How long input is given to land before the action returns.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(200);
+
+async fn input_action(
+    d: &Display,
+    input: &Value,
+    action: &str,
+    button: &str,
+    xy: impl Fn() -> Result<(String, String), String>,
+) -> Result<Value, String> {
     match action {
         "click" | "double_click" => {
             let (x, y) = xy()?;
