@@ -84,6 +84,9 @@ struct Seen {
     unacked: Vec<(String, Node)>,
     /// The ids the device acknowledged.
     acked: Vec<String>,
+    /// The phone numbers of the people who write from a LID (`…@lid`),
+    /// sent beside it as the server does.
+    pn_of_lid: std::collections::HashMap<String, String>,
 }
 
 /// Deliver a message to the device, kept until it is acknowledged.
@@ -363,11 +366,13 @@ type Peers = Arc<tokio::sync::Mutex<std::collections::HashMap<String, Peer>>>;
 /// device: pairwise, or in the current group under the sender's key.
 async fn stanza(seen: &Shared, peers: &Peers, out: Out, offline: bool) -> Node {
     let (id, from, name, msg) = out;
-    let (bundle, group, t) = {
+    let (bundle, group, t, pn) = {
         let mut s = seen.lock().unwrap();
         s.t += 1;
-        (s.bundle.clone().unwrap(), s.group.clone(), 1_764_547_300 + s.t)
+        (s.bundle.clone().unwrap(), s.group.clone(), 1_764_547_300 + s.t, s.pn_of_lid.get(&from).cloned())
     };
+    // A person by number, or by LID with the number beside it.
+    let jid = if from.contains('@') { from.clone() } else { format!("{from}@s.whatsapp.net") };
     let mut all = peers.lock().await;
     let peer = all.entry(from.clone()).or_insert_with(Peer::new);
     let kind = if msg.audio_message.is_set() { "media" } else { "text" };
@@ -378,12 +383,18 @@ async fn stanza(seen: &Shared, peers: &Peers, out: Out, offline: bool) -> Node {
         let (ty, ct) = peer.encrypt(&bundle, &skdm).await;
         encs.push(NodeBuilder::new("enc").attr("v", "2").attr("type", ty).bytes(ct).build());
         encs.push(NodeBuilder::new("enc").attr("v", "2").attr("type", "skmsg").bytes(skmsg).build());
-        m = m.attr("from", g.clone()).attr("participant", format!("{from}@s.whatsapp.net"));
+        m = m.attr("from", g.clone()).attr("participant", jid);
+        if let Some(pn) = &pn {
+            m = m.attr("addressing_mode", "lid").attr("participant_pn", format!("{pn}@s.whatsapp.net"));
+        }
     } else {
         let (ty, ct) = peer.encrypt(&bundle, &msg).await;
         seen.lock().unwrap().kinds.push(ty);
         encs.push(NodeBuilder::new("enc").attr("v", "2").attr("type", ty).bytes(ct).build());
-        m = m.attr("from", format!("{from}@s.whatsapp.net"));
+        m = m.attr("from", jid);
+        if let Some(pn) = &pn {
+            m = m.attr("sender_pn", format!("{pn}@s.whatsapp.net"));
+        }
     }
     if offline {
         m = m.attr("offline", "1");
@@ -1294,6 +1305,40 @@ async fn an_unlinked_channel_shows_its_code_and_links_where_it_runs() {
     assert_eq!(att[0]["skipped"], true, "{att}");
     assert!(att[0]["reason"].as_str().unwrap().contains("52428800 bytes, over the 20971520 byte limit"), "{att}");
     assert!(!seen.lock().unwrap().iqs.iter().any(|x| x == "w:m"), "no download was even started");
+
+    // WhatsApp addresses people by LID now: Ann writes from hers, with her
+    // number beside it. In a DM she is her number (the allowlist has it,
+    // her chat's address is it); in a group, a mention of the agent's own
+    // LID counts.
+    let ann_lid = "200000000000009@lid";
+    seen.lock().unwrap().pn_of_lid.insert(ann_lid.into(), "15551234567".into());
+    seen.lock().unwrap().outbox.push(("3EB0L1".into(), ann_lid.into(), "Ann".into(), text("from my LID")));
+    wait_or_tell("the LID DM", &path, &seen, || inbox_rows(&path).iter().any(|r| r["content"] == "from my LID")).await;
+    let row = inbox_rows(&path).into_iter().find(|r| r["content"] == "from my LID").unwrap();
+    assert_eq!(row["from"], "whatsapp:15551234567", "{row}");
+    let group = "120363000000000002@g.us";
+    let at_lid = |body: &str, who: &str| wa::Message {
+        extended_text_message: MessageField::some(wa::message::ExtendedTextMessage {
+            text: Some(body.into()),
+            context_info: MessageField::some(wa::ContextInfo { mentioned_jid: vec![who.into()], ..Default::default() }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    {
+        let mut s = seen.lock().unwrap();
+        s.group = Some(group.into());
+        s.outbox.push(("3EB0L2".into(), ann_lid.into(), "Ann".into(), at_lid("@bob lunch?", "300000000000003@lid")));
+        s.outbox.push(("3EB0L3".into(), ann_lid.into(), "Ann".into(), at_lid("@agent ping", "100000000000001@lid")));
+    }
+    wait_or_tell("the LID mention", &path, &seen, || inbox_rows(&path).iter().any(|r| r["content"] == "@agent ping"))
+        .await;
+    seen.lock().unwrap().group = None;
+    let row = inbox_rows(&path).into_iter().find(|r| r["content"] == "@agent ping").unwrap();
+    assert_eq!(row["from"], format!("whatsapp:{group}"));
+    let ctx: Value = serde_json::from_str(row["context"].as_str().unwrap()).unwrap();
+    assert_eq!(ctx["sender_id"], "15551234567", "the number beside the LID: {ctx}");
+    assert!(!inbox_rows(&path).iter().any(|r| r["content"] == "@bob lunch?"), "a mention of someone else");
 
     // The disk fills as a message comes in: the inbox cannot take it, so
     // the server is not told it arrived, and the decrypted message is in

@@ -248,9 +248,15 @@ fn inbound(m: &wa::Message, info: &MessageInfo, own: &[Jid]) -> Option<Inbound> 
     context.insert("sender_jid".into(), info.source.sender.to_non_ad().to_string().into());
     // What a reply quotes.
     context.insert("text".into(), text.chars().take(1000).collect::<String>().into());
+    // A person writing from a LID is their number where it is known: one
+    // address (and allowlist entry) a person.
+    let chat_id = match chat.server {
+        Server::Lid if !info.source.is_group && sender.server == Server::Pn => sender.user.to_string(),
+        _ => chat_id(chat),
+    };
     Some(Inbound {
         kind: "whatsapp",
-        chat_id: chat_id(&info.source.chat),
+        chat_id,
         chat_type: if info.source.is_group { "group" } else { "private" }.into(),
         group: info.source.is_group,
         mentioned,
