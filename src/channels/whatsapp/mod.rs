@@ -409,20 +409,19 @@ struct Lazy(
 
 impl Lazy {
     async fn get(&self) -> Result<&Sender, String> {
-        self.0
-            .get_or_try_init(|| async {
-                // The receiver stays in its slot until it answers: a send
-                // given up while the client is being built loses nothing.
-                let mut slot = self.1.lock().await;
-                let rx = slot.as_mut().ok_or("the WhatsApp client did not start")?;
-                let client = rx.await;
-                *slot = None;
-                client
-                    .map(|client| Sender { client, forms: self.2.clone() })
-                    .map_err(|_| "the WhatsApp client did not start".to_string())
-            })
-            .await
+        self.0.get_or_try_init(|| async { Ok(Sender { client: answer(&self.1).await?, forms: self.2.clone() }) }).await
     }
+}
+
+/// What a one-shot receiver kept in a slot answers. The receiver stays in
+/// its slot until it has answered: a wait given up (a send cancelled while
+/// the client is being built) loses nothing for the next one.
+async fn answer<T>(slot: &tokio::sync::Mutex<Option<tokio::sync::oneshot::Receiver<T>>>) -> Result<T, String> {
+    let mut slot = slot.lock().await;
+    let rx = slot.as_mut().ok_or("the WhatsApp client did not start")?;
+    let got = rx.await;
+    *slot = None;
+    got.map_err(|_| "the WhatsApp client did not start".to_string())
 }
 
 impl Outbound for Lazy {
@@ -831,6 +830,20 @@ mod tests {
         assert_eq!(chat_id(&p), "15551234567");
         let g = jid_of("120363000000000001@g.us").unwrap();
         assert_eq!(chat_id(&g), "120363000000000001@g.us");
+    }
+
+    #[tokio::test]
+    async fn a_wait_given_up_keeps_the_answer_for_the_next() {
+        let (tx, rx) = tokio::sync::oneshot::channel::<u32>();
+        let slot = tokio::sync::Mutex::new(Some(rx));
+        let gave_up = tokio::time::timeout(Duration::from_millis(20), answer(&slot)).await;
+        assert!(gave_up.is_err(), "nothing yet");
+        tx.send(7).unwrap();
+        assert_eq!(answer(&slot).await, Ok(7));
+        assert!(answer(&slot).await.unwrap_err().contains("did not start"), "answered once");
+        let (tx, rx) = tokio::sync::oneshot::channel::<u32>();
+        drop(tx);
+        assert!(answer(&tokio::sync::Mutex::new(Some(rx))).await.is_err(), "a client that never came");
     }
 
     /// The code as drawn, read back by a QR decoder from the picture the
