@@ -1472,6 +1472,103 @@ async fn through_a_daemon_the_status_draws_the_code_to_scan() {
     assert_eq!(links(), 0, "the link is gone");
 }
 
+/// The QR code drawn on a terminal's screen, read as a phone's camera
+/// reads it: the block of half-block rows, decoded.
+fn scan_screen(screen: &str) -> Option<String> {
+    let rows: Vec<Vec<char>> = screen.lines().map(|l| l.chars().collect()).collect();
+    let half = |c: char| matches!(c, '█' | '▀' | '▄' | ' ');
+    // The code's first row: the longest run of full blocks on the screen.
+    let (top, left, width) = rows
+        .iter()
+        .enumerate()
+        .filter_map(|(r, row)| {
+            let start = row.iter().position(|&c| c == '█')?;
+            let n = row[start..].iter().take_while(|&&c| c == '█').count();
+            Some((r, start, n))
+        })
+        // (The first such: the last row is as long.)
+        .max_by_key(|x| (x.2, std::cmp::Reverse(x.0)))?;
+    let code: Vec<&[char]> = rows[top..]
+        .iter()
+        // Every row of the code opens with its light margin.
+        .take_while(|row| {
+            row.len() >= left + width && row[left] == '█' && row[left..left + width].iter().all(|&c| half(c))
+        })
+        .map(|row| &row[left..left + width])
+        .collect();
+    let light = |c: char| match c {
+        '█' => (true, true),
+        '▀' => (true, false),
+        '▄' => (false, true),
+        _ => (false, false),
+    };
+    let (scale, pad) = (4, 16);
+    let (iw, ih) = (width * scale + 2 * pad, code.len() * 2 * scale + 2 * pad);
+    let mut img = rqrr::PreparedImage::prepare_from_greyscale(iw, ih, |x, y| {
+        if x < pad || y < pad || x >= iw - pad || y >= ih - pad {
+            return 255;
+        }
+        let (cx, my) = ((x - pad) / scale, (y - pad) / scale);
+        let (up, down) = light(code[my / 2][cx]);
+        if (my % 2 == 0 && up) || (my % 2 == 1 && down) { 255 } else { 0 }
+    });
+    img.detect_grids().first()?.decode().ok().map(|d| d.1)
+}
+
+/// From the real app in a real terminal: `:channel_add whatsapp NUMBER`
+/// switches the channel on, the channels view draws the code, and the
+/// phone scans it off the screen; the app shows the number linked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_app_links_whatsapp_by_the_code_on_its_screen() {
+    let _one = SERIAL.lock().await;
+    let dir = tmp();
+    let seen: Shared = Default::default();
+    let url = serve(seen.clone()).await;
+    let home = dir.path().join("home");
+    let agents = home.join("data/agents");
+    std::fs::create_dir_all(&agents).unwrap();
+    ok(&adf_home(&home, &agents, &["new", "a.adf", "--provider", "anthropic", "--model", "m"]));
+    ok(&adf_home(&home, &agents, &["identity", "show", "--phrase", "--yes", "--json"]));
+    let conf = json!({"enabled": false, "config": {"api_url": url}}).to_string();
+    ok(&adf_home(&home, &agents, &["config", "set", "a.adf", "adapters.whatsapp", &conf]));
+    let (h, s2) = (home.clone(), seen.clone());
+    tokio::task::spawn_blocking(move || {
+        let mut t = common::pty::Tui::start_with(&h, &[], &[], 120, 40);
+        t.wait_for("adf › a › main");
+        t.send(":channel_add whatsapp\r");
+        t.wait_for("usage: channel_add whatsapp NUMBER");
+        t.send(":channel_add whatsapp 15551234567\r");
+        let screen = t.wait_for("Linked devices");
+        let mut code = scan_screen(&screen);
+        for _ in 0..40 {
+            if code.is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            code = scan_screen(&t.screen());
+        }
+        let code = code.unwrap_or_else(|| panic!("no code read off the screen:\n{}", t.screen()));
+        assert!(code.starts_with("2@fake-ref-1,"), "{code}");
+        s2.lock().unwrap().qr = Some(code);
+        let s = t.wait_for("whatsapp   connected    +15550000001");
+        assert!(!s.contains("Linked devices"), "no code once linked: {s}");
+        t.quit();
+    })
+    .await
+    .unwrap();
+    let file = agents.join("a.adf");
+    let c = rusqlite::Connection::open_with_flags(&file, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    let (dm, allow): (String, String) = c
+        .query_row(
+            "SELECT json_extract(config_json, '$.adapters.whatsapp.policy.dm'), \
+             json_extract(config_json, '$.adapters.whatsapp.policy.allow_from') FROM adf_config",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!((dm.as_str(), allow.as_str()), ("allowlist", r#"["15551234567"]"#));
+}
+
 /// A channel whose server cannot be reached says so in its status, with
 /// the cause, and keeps trying.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

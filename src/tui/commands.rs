@@ -128,7 +128,7 @@ pub const ALL: &[CommandDef] = &[
     c(
         "channel_add",
         &["connect_channel"],
-        "Connect a channel for the selected agent: :channel_add telegram|slack (then its token(s)) or :channel_add email ADDRESS [IMAP_URL [SMTP_URL]] (then its password), typed masked",
+        "Connect a channel for the selected agent: :channel_add telegram|slack|discord (then its token(s)) or :channel_add email ADDRESS [IMAP_URL [SMTP_URL]] (then its password), typed masked; :channel_add whatsapp NUMBER…|all shows the QR code to scan",
     ),
     c(
         "compute",

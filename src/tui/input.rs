@@ -131,6 +131,39 @@ impl App {
                         Some(format!("no \"{kind}\" channel (channels: {})", crate::channels::KINDS.join(", ")));
                     return Vec::new();
                 }
+                // WhatsApp: no token; who may write is given (it is the
+                // owner's own number), and the view shows the code to scan.
+                if kind == "whatsapp" {
+                    let who: Vec<&str> = words.collect();
+                    if who.is_empty() {
+                        self.status = Some(
+                            "usage: channel_add whatsapp NUMBER… (who may write to the agent), or channel_add whatsapp all"
+                                .into(),
+                        );
+                        return Vec::new();
+                    }
+                    let body = if who == ["all"] {
+                        serde_json::json!({"type": "whatsapp", "token": "", "dm": "all"})
+                    } else {
+                        serde_json::json!({"type": "whatsapp", "token": "", "dm": "allowlist", "allow_from": who})
+                    };
+                    return match self.selected_id() {
+                        Some(agent) => {
+                            self.main = super::app::MainView::Channels;
+                            vec![Action::Mcp(super::mcp::McpRequest {
+                                agent,
+                                method: "POST",
+                                segments: vec!["adapters".into()],
+                                body: Some(body),
+                                label: "connecting whatsapp".into(),
+                            })]
+                        }
+                        None => {
+                            self.status = Some("no agent selected".into());
+                            Vec::new()
+                        }
+                    };
+                }
                 // Email: `:channel_add email ADDRESS [IMAP_URL [SMTP_URL]]`.
                 let mut extra = serde_json::json!({});
                 if kind == "email" {
