@@ -357,6 +357,10 @@ async fn attachment(client: &Client, m: &wa::Message, id: &str, max: u64) -> Opt
 /// under the agent's store lock, so the last write carries the newest link.
 fn seal_now(mb: &Mailbox, backend: &SealedBackend) -> Result<(), String> {
     mb.with_store(|s| -> Result<(), String> {
+        // A removed link stays removed: nothing to seal (and no failure).
+        if backend.forgotten() {
+            return Ok(());
+        }
         let bytes = backend.snapshot()?;
         s.secret_set(SESSION, &bytes, false).map_err(|e| format!("the WhatsApp session could not be sealed ({e})"))
     })?
@@ -442,8 +446,14 @@ impl Outbound for Lazy {
         Box::pin(async move { self.get().await?.send_message(chat, m).await })
     }
 
+    /// Under the agent's store lock, which every seal holds while it
+    /// writes: a seal under way has landed when this returns (the removal
+    /// that follows takes it away), and any later one sees the flag.
     fn forget(&self) {
-        self.3.1.forget();
+        let (mb, backend) = (&self.3.0, &self.3.1);
+        if mb.with_store(|_| backend.forget()).is_err() {
+            backend.forget();
+        }
     }
 
     /// Seal the link now, while the agent's file is open (what stops the

@@ -148,6 +148,11 @@ impl SealedBackend {
         self.forgotten.store(true, Ordering::SeqCst);
     }
 
+    /// Whether the link was removed (nothing is sealed any more).
+    pub fn forgotten(&self) -> bool {
+        self.forgotten.load(Ordering::SeqCst)
+    }
+
     /// The sealed copy of what is kept (none once forgotten).
     pub fn snapshot(&self) -> std::result::Result<Vec<u8>, String> {
         if self.forgotten.load(Ordering::SeqCst) {
