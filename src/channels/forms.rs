@@ -112,6 +112,23 @@ pub fn control_answer(
     Some((ctx, shown))
 }
 
+/// A reply to `form` read into the message: its answers (in the context)
+/// and their summary replace the text, or why they are not answers is
+/// said beside it (`form_error`).
+pub fn apply_reply(form: &Value, m: &mut super::Inbound) {
+    match read_reply(form, &m.text) {
+        Ok((ctx, text)) => {
+            m.context.extend(ctx);
+            m.text = text;
+        }
+        Err(why) => {
+            let id = form["id"].as_str().unwrap_or("form");
+            m.context.insert("form_error".into(), why.clone().into());
+            m.text = format!("{}\n\n[not an answer to form {id}: {why}]", m.text);
+        }
+    }
+}
+
 /// Read a reply against the form it answers: the `source_context` fields
 /// (`form_id`, `answers`) and the text the agent reads, or what is wrong.
 pub fn read_reply(form: &Value, reply: &str) -> Result<(Map<String, Value>, String), String> {

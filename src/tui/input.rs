@@ -148,16 +148,7 @@ impl App {
                         serde_json::json!({"type": "whatsapp", "token": "", "dm": "allowlist", "allow_from": who})
                     };
                     return match self.selected_id() {
-                        Some(agent) => {
-                            self.main = super::app::MainView::Channels;
-                            vec![Action::Mcp(super::mcp::McpRequest {
-                                agent,
-                                method: "POST",
-                                segments: vec!["adapters".into()],
-                                body: Some(body),
-                                label: "connecting whatsapp".into(),
-                            })]
-                        }
+                        Some(agent) => self.connect_channel(agent, &kind, body),
                         None => {
                             self.status = Some("no agent selected".into());
                             Vec::new()
@@ -211,6 +202,19 @@ impl App {
                 Vec::new()
             }
         }
+    }
+
+    /// Connect a channel through the agent's API (its config and sealed
+    /// credentials), and show the channels view, where it comes up.
+    pub(super) fn connect_channel(&mut self, agent: String, kind: &str, body: serde_json::Value) -> Vec<Action> {
+        self.main = super::app::MainView::Channels;
+        vec![Action::Mcp(super::mcp::McpRequest {
+            agent,
+            method: "POST",
+            segments: vec!["adapters".into()],
+            body: Some(body),
+            label: format!("connecting {kind}"),
+        })]
     }
 
     fn first_pending(&self) -> Option<Pending> {

@@ -170,16 +170,9 @@ impl App {
                     if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
                         b.extend(e.clone());
                     }
-                    let req = super::mcp::McpRequest {
-                        agent: agent.clone(),
-                        method: "POST",
-                        segments: vec!["adapters".into()],
-                        body: Some(body),
-                        label: format!("connecting {kind}"),
-                    };
+                    let (agent, kind) = (agent.clone(), kind.clone());
                     self.overlay = Overlay::None;
-                    self.main = super::app::MainView::Channels;
-                    vec![Action::Mcp(req)]
+                    self.connect_channel(agent, &kind, body)
                 }
                 KeyCode::Char(c) if !ctrl => {
                     token.push(c);

@@ -170,17 +170,8 @@ fn answer_form(m: &mut Inbound, shared: &Shared) {
             .flatten()
             .filter_map(|v| v.as_str().map(str::to_string)),
     );
-    let Some(form) = shared.form_for(&m.sender_id, &replied) else { return };
-    match forms::read_reply(&form, &m.text) {
-        Ok((ctx, text)) => {
-            m.context.extend(ctx);
-            m.text = text;
-        }
-        Err(why) => {
-            let id = form["id"].as_str().unwrap_or("form");
-            m.context.insert("form_error".into(), why.clone().into());
-            m.text = format!("{}\n\n[not an answer to form {id}: {why}]", m.text);
-        }
+    if let Some(form) = shared.form_for(&m.sender_id, &replied) {
+        forms::apply_reply(&form, m);
     }
 }
 

@@ -366,12 +366,6 @@ fn seal_now(mb: &Mailbox, backend: &SealedBackend) -> Result<(), String> {
     })?
 }
 
-/// [`seal_now`] off the async workers.
-async fn seal(mb: &Arc<Mailbox>, backend: &Arc<SealedBackend>) -> Result<(), String> {
-    let (mb, backend) = (mb.clone(), backend.clone());
-    tokio::task::spawn_blocking(move || seal_now(&mb, &backend)).await.map_err(|e| e.to_string())?
-}
-
 /// Start the channel: the client with the sealed link (or none yet: then
 /// it asks to be paired, and the status carries the QR code).
 pub fn start(
@@ -541,11 +535,10 @@ async fn run(
     let sealer = async {
         loop {
             backend.changed.notified().await;
-            // What may be sealed later: after a burst, one write.
+            // What may be sealed later: after a burst, one write, unless
+            // a seal since has covered it (the sealer reports a failure).
             tokio::time::sleep(Duration::from_millis(300)).await;
-            if let Err(e) = seal(&mb, &backend).await {
-                set_state(&status, "backing_off", Some(e));
-            }
+            let _ = backend.persist().await;
         }
     };
     tokio::select! {
@@ -709,17 +702,7 @@ async fn commit(ctx: &Ctx, client: &Client, batch: &[InboundMessage]) -> Result<
         }
         // A reply quoting a form: its answers, checked, or why not.
         if let Some(form) = inb.reply_to_message_id.as_deref().and_then(|r| form_for(&ctx.forms, &inb.chat_id, r)) {
-            match super::forms::read_reply(&form, &inb.text) {
-                Ok((fields, text)) => {
-                    inb.context.extend(fields);
-                    inb.text = text;
-                }
-                Err(why) => {
-                    let id = form["id"].as_str().unwrap_or("form");
-                    inb.context.insert("form_error".into(), why.clone().into());
-                    inb.text = format!("{}\n\n[not an answer to form {id}: {why}]", inb.text);
-                }
-            }
+            super::forms::apply_reply(&form, &mut inb);
         }
         let id = inb.message_id.clone();
         match deliver_one(mb, policy, status, inb).await {

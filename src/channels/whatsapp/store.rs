@@ -97,8 +97,8 @@ pub type Sealer = Arc<dyn Fn() -> std::result::Result<(), String> + Send + Sync>
 pub struct SealedBackend {
     state: Mutex<State>,
     cache: InMemoryBackend,
-    /// Raised by a change sealed later (or by any change before a sealer is
-    /// set: a pairing in the CLI seals once, at the end).
+    /// Raised by every change: the channel then seals, shortly after, what
+    /// no seal has covered yet (the changes left for later).
     pub changed: Arc<tokio::sync::Notify>,
     /// The link was removed (`adapters rm`) or revoked (the phone unlinked
     /// it): nothing is sealed any more.
