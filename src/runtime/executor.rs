@@ -13,30 +13,35 @@ use serde_json::{Value, json};
 
 mod adapters;
 mod budget;
+mod compaction;
 mod compute;
 mod computer;
+mod gate;
 mod mcp;
 pub(crate) mod media;
 mod owner;
 mod park;
+mod request;
 pub mod side;
 mod skills;
 pub mod snapshot;
 mod streams;
 mod ws;
 
+use gate::{Gate, limit, read_guard, strip_reserved};
+pub(crate) use request::advertised_tools;
+use request::{CachedConfig, PromptCache};
+
 use super::bus::Bus;
 use super::inject::{self, InjectError, InjectQueue, Injection};
 use super::prompt;
 use crate::protocol::{Envelope, kind};
-use crate::providers::{ErrorKind, ModelEvent, ModelRequest, Provider, ProviderError, Response, ToolSpec, Usage};
-use crate::store::config::AgentConfig;
+use crate::providers::{ErrorKind, ModelEvent, ModelRequest, Provider, ProviderError, Response, Usage};
 use crate::store::loop_rows::{LoopRow, NewLoopRow};
 use crate::store::meta::MetaProtection;
-use crate::store::tasks::NewTask;
 use crate::store::template::Snapshot;
-use crate::store::{Caller, Denial, Store, StoreError};
-use crate::tools::{self, Ctx, ToolOutput};
+use crate::store::{Denial, Store, StoreError};
+use crate::tools;
 
 const CHECKPOINT: &str = "adf_runtime_turn_checkpoint";
 const SEQ_KEY: &str = "runtime_umbilical_next_seq";
@@ -858,6 +863,7 @@ impl Executor {
         }
         self.set_state("active");
         let end = self.run_loop(&turn_id, resume_calls).await;
+        self.store.hold_view(false);
         self.current = None;
         let end = match end {
             Ok(e) => e,
@@ -980,6 +986,7 @@ impl Executor {
     pub fn interrupted(&mut self, reason: &str, state: &str) {
         // What the model had written when the turn was cut stays in the
         // loop, marked, so the owner and the model both see it.
+        self.store.hold_view(false);
         let partial = std::mem::take(&mut self.partial);
         if !partial.trim().is_empty() {
             let text = format!("{partial}{INTERRUPTED_MARK}");
@@ -1051,6 +1058,10 @@ impl Executor {
             // instant turn wait for the scheduler to come round, often on
             // another thread.
             tokio::task::consume_budget().await;
+            // The reads up to the model call share one answer to "did
+            // another connection commit?" (`Store::hold_view`); a
+            // compaction lets go of it before it waits on its model.
+            self.store.hold_view(true);
             let cached = self.config()?;
             let (cfg, typed) = (&cached.value, &cached.typed);
             let max_turns = typed.limits.as_ref().and_then(|l| l.max_active_turns).flatten();
@@ -1062,7 +1073,9 @@ impl Executor {
             }
             active_turns += 1;
             self.compaction_check(cfg, &source).await?;
-            let request = self.request(&cached)?;
+            let request = self.request(&cached);
+            self.store.hold_view(false);
+            let request = request?;
             if let Some(over) = self.over_budget(&cached, &request)? {
                 return self.budget_stop(&over, &source);
             }
@@ -1235,126 +1248,6 @@ impl Executor {
         Ok(s.last_tokens.unwrap_or(s.chars / 4))
     }
 
-    /// Compaction at the top of an iteration (runtime.md §4): the first
-    /// crossing gives a memory-flush grace turn, the next one compacts; the
-    /// pre-flight guard compacts before sending when the session grew past
-    /// the bound since the last call.
-    async fn compaction_check(&mut self, cfg: &Value, source: &str) -> Result<(), StoreError> {
-        let threshold = compact_threshold(cfg);
-        let count = self.token_count()?;
-        if count >= threshold {
-            if !self.flush_done {
-                self.flush_done = true;
-                self.user_text(MEMORY_FLUSH)?;
-                self.emit(kind::CONTEXT_INJECTED, source, json!({"category": "memory_flush", "origin": "executor"}));
-                return Ok(());
-            }
-            return self.compact(cfg, None, 0, format!("auto: {count} >= {threshold}"), source).await;
-        }
-        let est = count.max(self.session()?.chars / 4);
-        let bound = if self.flush_done { (threshold + 30_000).min(threshold * 13 / 10) } else { threshold };
-        if est >= bound {
-            return self.compact(cfg, None, 0, format!("preflight: {est} >= {bound}"), source).await;
-        }
-        Ok(())
-    }
-
-    /// Summarise the session into one `[Loop Compacted]` row, keeping the
-    /// last `preserve` rows after it (their seqs unchanged).
-    async fn compact(
-        &mut self,
-        cfg: &Value,
-        instructions: Option<&str>,
-        preserve: usize,
-        reason: String,
-        source: &str,
-    ) -> Result<(), StoreError> {
-        let rows = self.loop_rows()?;
-        let keep_from = rows.len().saturating_sub(preserve);
-        let (summarise, kept) = rows.split_at(keep_from);
-        if summarise.is_empty() {
-            return Ok(());
-        }
-        let transcript = transcript_text(summarise);
-        let mut ask = format!(
-            "Here is a conversation transcript with {} entries. Produce a concise briefing that lets the agent continue: \
-             goals, decisions, facts learned, work done, open questions and next steps. Keep [S<seq>] citations.",
-            summarise.len()
-        );
-        if let Some(i) = instructions.filter(|i| !i.trim().is_empty()) {
-            ask.push_str(&format!("\n\n<compaction_instructions>\n{i}\n</compaction_instructions>"));
-        }
-        ask.push_str(&format!("\n\n<transcript>\n{transcript}\n</transcript>"));
-        let model = cfg.pointer("/model/model_id").and_then(Value::as_str).unwrap_or("").to_string();
-        let req = ModelRequest {
-            model: model.clone(),
-            system: COMPACTION_PROMPT.into(),
-            messages: Arc::new(vec![crate::providers::Message {
-                role: crate::providers::Role::User,
-                content: vec![json!({"type": "text", "text": ask})],
-            }]),
-            tools: Default::default(),
-            max_tokens: 2048,
-            temperature: Some(0.3),
-            effort: None,
-            reasoning_tokens: None,
-            trailing: None,
-        };
-        let started = Instant::now();
-        let provider = self.provider.clone();
-        let result = match provider.stream(req).await {
-            Ok(st) => crate::providers::collect(st, provider.id(), |_| {}).await,
-            Err(e) => Err(e),
-        };
-        let (summary, tokens) = match &result {
-            Ok(r) if r.text().trim().is_empty() => {
-                ("(Summary generation produced empty output.)".to_string(), Some(usage_json(&r.usage)))
-            }
-            Ok(r) => (r.text(), Some(usage_json(&r.usage))),
-            Err(_) => ("(Summary generation failed.)".to_string(), None),
-        };
-        if let Ok(r) = &result {
-            self.settle_spend(cfg, &model, &r.usage, "compaction")?;
-        }
-        let ev = if result.is_ok() { kind::LLM_COMPLETED } else { kind::LLM_FAILED };
-        self.emit(
-            ev,
-            source,
-            json!({"provider": provider.id(), "model": model, "duration_ms": started.elapsed().as_millis() as u64,
-            "call_source": "compaction"}),
-        );
-        let audited = crate::store::config::audit_enabled(cfg, "loop");
-        let head = if audited { "[Loop Compacted, audited]" } else { "[Loop Compacted]" };
-        let text = format!("{head} {summary}\n\n---\n{COMPACTION_FOOTER}");
-        let ord = kept.iter().map(|r| r.ord.unwrap_or(r.seq)).min().map(|k| k - 1);
-        let content = json!([{"type": "text", "text": text}]);
-        self.replace_rows(
-            summarise,
-            audited,
-            Some(&NewLoopRow { role: "user", content: &content, model: Some(&model), tokens: tokens.as_ref(), ord }),
-        )?;
-        self.reset_session();
-        let new_count = self.session()?.chars / 4;
-        self.emit(kind::LOOP_COMPACTED, source, json!({"reason": reason, "new_token_count": new_count}));
-        Ok(())
-    }
-
-    /// `loop_clear`: a Python-style slice of the rows in display order
-    /// (`end` exclusive, negative indices count from the end), or all rows.
-    /// Returns true when the loop is now empty.
-    fn clear(&mut self, cfg: &Value, start: Option<i64>, end: Option<i64>, source: &str) -> Result<bool, StoreError> {
-        let rows = self.loop_rows()?;
-        let n = rows.len() as i64;
-        let norm = |i: i64| if i < 0 { (n + i).max(0) } else { i.min(n) };
-        let (a, b) = (norm(start.unwrap_or(0)), norm(end.unwrap_or(n)));
-        let remove = if a < b { &rows[a as usize..b as usize] } else { &rows[..0] };
-        let audited = crate::store::config::audit_enabled(cfg, "loop");
-        self.replace_rows(remove, audited, None)?;
-        self.reset_session();
-        self.emit(kind::LOOP_CLEARED, source, json!({"method": "clear"}));
-        Ok(self.session()?.rows == 0)
-    }
-
     /// `loop_inject` from code (runtime.md §7.3): write the context row now
     /// and queue it for the next model boundary. `origin` is the runtime's
     /// name for the caller (`lambda:<file>`, `code`, …), never the caller's.
@@ -1403,170 +1296,6 @@ impl Executor {
         self.snapshot.reset();
         self.prompt = None;
         self.flush_done = false;
-    }
-
-    /// Dynamic instructions for the next call (runtime.md §3.2): unread
-    /// inbox hint, one-shot context warnings before compaction, the idle
-    /// reminder of autonomous agents. Each part can be switched off in
-    /// `context.dynamic_instructions`.
-    fn dynamic_instructions(&mut self, cfg: &Value) -> Result<Option<String>, StoreError> {
-        let on = |k: &str| cfg["context"]["dynamic_instructions"][k].as_bool() != Some(false);
-        let mut parts = Vec::new();
-        if on("inbox_hints") && cfg["messaging"]["inbox_mode"].as_bool() != Some(false) {
-            // Counted again only when the inbox changed.
-            let rev = self.store.rev(crate::store::revs::Table::Inbox);
-            let unread = match self.unread {
-                Some((r, n)) if r == rev => n,
-                _ => {
-                    let n = self.store.inbox_unread().unwrap_or(0);
-                    self.unread = Some((rev, n));
-                    n
-                }
-            };
-            if unread > 0 {
-                parts.push(format!(
-                    "You have {unread} unread message(s) in your inbox. Use msg_list and msg_read to read them."
-                ));
-            }
-        }
-        if on("context_warning") {
-            let threshold = compact_threshold(cfg);
-            let left = threshold.saturating_sub(self.token_count()?);
-            if left > 0 && left <= 5_000 && self.warned < 2 {
-                self.warned = 2;
-                parts.push(format!("Context almost full: about {left} tokens left before your loop is compacted. Save what matters to your mind files now."));
-            } else if left > 5_000 && left <= 15_000 && self.warned < 1 {
-                self.warned = 1;
-                parts.push(format!("Context filling up: about {left} tokens left before your loop is compacted. Consider saving what matters to your mind files."));
-            }
-        }
-        if on("idle_reminder") && prompt::is_autonomous(cfg) {
-            parts.push("When you have nothing left to do, call sys_set_state(\"idle\") to rest.".to_string());
-        }
-        Ok((!parts.is_empty()).then(|| parts.join("\n\n")))
-    }
-
-    /// `[Context: …]` rows (audit only, never replayed): the system prompt
-    /// and the dynamic instructions, written when they change.
-    fn record_context(&mut self, system: &str, hash: u64, dynamic: Option<&str>) -> Result<(), StoreError> {
-        if self.context_hash != Some(hash) {
-            self.context_hash = Some(hash);
-            self.user_text(&format!("[Context: system_prompt]\n{system}"))?;
-            self.emit(
-                kind::CONTEXT_INJECTED,
-                "system:executor",
-                json!({"category": "system_prompt", "bytes": system.len()}),
-            );
-        }
-        if let Some(d) = dynamic
-            && self.last_dynamic.as_deref() != Some(d)
-        {
-            self.last_dynamic = Some(d.to_string());
-            self.user_text(&format!("[Context: dynamic_instructions]\n{d}"))?;
-            self.emit(
-                kind::CONTEXT_INJECTED,
-                "system:executor",
-                json!({"category": "dynamic_instructions", "bytes": d.len()}),
-            );
-        }
-        Ok(())
-    }
-
-    /// The parsed config, the typed view and the advertised tools.
-    fn config(&mut self) -> Result<Arc<CachedConfig>, StoreError> {
-        let main = self.main_config()?;
-        Ok(if self.loops.side.is_some() { self.side_config(main) } else { main })
-    }
-
-    /// The main loop's config: the parsed file config and the tools it
-    /// advertises (with `loop_send` and `loop_list` once the agent has side
-    /// loops or may make them, unless the config declares them itself).
-    fn main_config(&mut self) -> Result<Arc<CachedConfig>, StoreError> {
-        let rev = self.store.config_rev() ^ self.store.rev(crate::store::revs::Table::Loops).rotate_left(17);
-        if let Some(c) = &self.cfg
-            && c.rev == rev
-        {
-            return Ok(c.clone());
-        }
-        let mut value = self.store.config_value()?;
-        if side::manages_loops(&value) || !self.store.loops_list()?.is_empty() {
-            side::declare_loop_tools(&mut value);
-        }
-        let typed = AgentConfig::from_value(&value).unwrap_or_default();
-        let tools = advertised_tools(&value, &typed);
-        let changed = self.cfg.is_some();
-        let c = Arc::new(CachedConfig::new(rev, value, typed, tools));
-        self.cfg = Some(c.clone());
-        // A config change may change what the runtime applies.
-        if changed && let Err(e) = self.record_runtime_snapshot() {
-            self.log("warn", "executor", "runtime_snapshot", &e.to_string())?;
-        }
-        Ok(c)
-    }
-
-    /// The system prompt for this request: rebuilt only when the config
-    /// revision changed or (checked once a turn) the agent's files or the
-    /// fleet's skills folder did. With it, its hash for `record_context`.
-    fn system_prompt(&mut self, c: &CachedConfig) -> (Arc<str>, u64) {
-        use crate::knowledge::skills;
-        let key = match &self.prompt {
-            Some(p) if self.knowledge_checked => p.knowledge_key,
-            _ => {
-                self.knowledge_checked = true;
-                (self.store.rev(crate::store::revs::Table::Files), skills::fleet_signature(&skills::fleet_root()))
-            }
-        };
-        if let Some(p) = &self.prompt
-            && p.cfg_rev == c.rev
-            && p.knowledge_key == key
-        {
-            return (p.system.clone(), p.hash);
-        }
-        let knowledge = prompt::knowledge_sections(&self.store, &c.value);
-        let mut system = prompt::system_prompt(&self.store, &c.value, &mut self.snapshot, knowledge.as_deref());
-        if let Some(section) = self.side_prompt() {
-            system.push_str("\n\n");
-            system.push_str(&section);
-        }
-        let system: Arc<str> = system.into();
-        let hash = {
-            use std::hash::{Hash, Hasher};
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            system.hash(&mut h);
-            h.finish()
-        };
-        self.prompt = Some(PromptCache { cfg_rev: c.rev, knowledge_key: key, system: system.clone(), hash });
-        (system, hash)
-    }
-
-    /// The provider request for the current loop.
-    fn request(&mut self, c: &CachedConfig) -> Result<ModelRequest, StoreError> {
-        let (cfg, typed) = (&c.value, &c.typed);
-        let (system, hash) = self.system_prompt(c);
-        self.session()?;
-        self.drain_loop_mail()?;
-        for inj in self.inject.drain() {
-            self.transcript.push_injection(&inj.text);
-        }
-        let messages = self.transcript.view();
-        let model = typed.model.clone().unwrap_or_default();
-        let effort = cfg["model"]["reasoning"]["effort"].as_str().and_then(crate::providers::Effort::parse);
-        let reasoning_tokens = (cfg["model"]["reasoning"]["enabled"] == true)
-            .then(|| cfg["model"]["reasoning"]["max_tokens"].as_u64())
-            .flatten();
-        let trailing = self.dynamic_instructions(cfg)?;
-        self.record_context(&system, hash, trailing.as_deref())?;
-        Ok(ModelRequest {
-            model: model.model_id.unwrap_or_default(),
-            trailing,
-            system,
-            messages,
-            tools: c.tools.clone(),
-            max_tokens: model.max_tokens.flatten().unwrap_or(4096),
-            temperature: model.temperature.flatten(),
-            effort,
-            reasoning_tokens,
-        })
     }
 
     /// One model call, with backoff retries for transient failures
@@ -1663,368 +1392,6 @@ impl Executor {
             }
         }
     }
-
-    /// Gating of one call from the loop (runtime.md §2.1, §8).
-    async fn gate_and_run(
-        &mut self,
-        cfg: &Value,
-        typed: &AgentConfig,
-        id: &str,
-        name: &str,
-        input: &Value,
-        source: &str,
-    ) -> Result<Gate, StoreError> {
-        let receive = cfg["messaging"]["receive"].as_bool().unwrap_or(true);
-        let decl = typed.tool(name).filter(|d| d.is_enabled() && (receive || !MSG_GATED.contains(&name)));
-        let Some(decl) = decl else {
-            return Ok(Gate::Done(ToolOutput::err(format!(
-                "Tool \"{name}\" is not enabled. Check your agent configuration to enable it."
-            ))));
-        };
-        let mut input = input.clone();
-        if let Some(obj) = input.as_object_mut() {
-            for k in ["_full", "_authorized", "_protection_override"] {
-                obj.remove(k);
-            }
-        }
-        let justification = input.get("_reason").and_then(Value::as_str).map(str::to_string);
-        // Installing, restarting or removing the agent's own tool servers is
-        // always the owner's call, whatever the declaration says.
-        let restricted = decl.is_restricted() || crate::tools::always_asks(name);
-        if super::background::async_capable(name) && super::background::wants_async(&input) {
-            return Ok(Gate::Done(self.start_async(name, &input, restricted, source)?));
-        }
-        if name == "ask" {
-            return self.ask(&input, id, source).await;
-        }
-        if restricted {
-            let (task_id, decision) =
-                self.request_approval(name, id, &input, "restricted", None, justification, source).await?;
-            match decision {
-                Decision::Defer => return Ok(Gate::Paused(task_id)),
-                Decision::Deny { feedback } => {
-                    let mut msg = format!("Tool call \"{name}\" was rejected by authorizer.");
-                    if let Some(f) = feedback.filter(|f| !f.is_empty()) {
-                        msg.push_str(&format!(" Feedback: {f}"));
-                    }
-                    return Ok(Gate::Done(ToolOutput::err(msg)));
-                }
-                Decision::Approve { always } => {
-                    if always && !decl.is_locked() {
-                        self.approve_always(cfg, name)?;
-                    }
-                    let out = if name == "sys_lambda" {
-                        self.sys_lambda_tool(&input).await
-                    } else {
-                        self.run_any(name, &input).await
-                    };
-                    let (status, res, err) = out.task_outcome();
-                    self.store.task_set(&task_id, status, res, err)?;
-                    return self.after_protection(name, &input, out, id, source).await;
-                }
-            }
-        }
-        // `sys_lambda` on an authorized file is approved like a restricted
-        // tool (runtime.md §8.2 point 5); approved, it runs authorized.
-        if name == "sys_lambda" {
-            let target = input["source"].as_str().unwrap_or("");
-            let (path, _) = crate::sandbox::prepare::split_target(target);
-            if self.file_authorized(path) {
-                let (task_id, decision) =
-                    self.request_approval(name, id, &input, "restricted", None, justification, source).await?;
-                return Ok(Gate::Done(match decision {
-                    Decision::Defer => return Ok(Gate::Paused(task_id)),
-                    Decision::Deny { feedback } => {
-                        let mut msg = format!("Tool call \"{name}\" was rejected by authorizer.");
-                        if let Some(f) = feedback.filter(|f| !f.is_empty()) {
-                            msg.push_str(&format!(" Feedback: {f}"));
-                        }
-                        ToolOutput::err(msg)
-                    }
-                    Decision::Approve { .. } => {
-                        let out = self.sys_lambda_tool(&input).await;
-                        let (status, res, err) = out.task_outcome();
-                        self.store.task_set(&task_id, status, res, err)?;
-                        out
-                    }
-                }));
-            }
-        }
-        let out = self.run_any(name, &input).await;
-        self.after_protection(name, &input, out, id, source).await
-    }
-
-    /// A tool from the loop: code tools run here, the rest on the file.
-    async fn run_any(&mut self, name: &str, input: &Value) -> ToolOutput {
-        if super::code::CODE_TOOLS.contains(&name)
-            && let Some(bad) = super::code::invalid_input(name, input)
-        {
-            return bad;
-        }
-        match name {
-            "sys_code" => self.sys_code(input).await,
-            "sys_lambda" => {
-                // From the loop only unauthorized files get here.
-                let (path, _) = crate::sandbox::prepare::split_target(input["source"].as_str().unwrap_or(""));
-                if self.file_authorized(path) {
-                    return ToolOutput::err(format!("\"{path}\" is authorized code and needs approval"));
-                }
-                self.sys_lambda_tool(input).await
-            }
-            "sys_fetch" => self.sys_fetch(input, None).await,
-            "msg_send" => self.msg_send(input).await,
-            "chat_info" => self.chat_info(input).await,
-            "adapter_setup" => self.adapter_setup(input).await,
-            "agent_discover" => self.agent_discover(input).await,
-            "adf_shell" => self.adf_shell(input, &crate::store::create::nanoid(10), true, false).await,
-            "sys_create_adf" => self.sys_create_adf(input).await,
-            "fs_read" => match self.fleet_skill_read(input) {
-                Some(out) => out,
-                None => self.run_tool(name, input, Caller::AGENT),
-            },
-            "mcp_install" => self.mcp_install_tool(input).await,
-            "mcp_restart" => self.mcp_restart_tool(input).await,
-            "mcp_uninstall" => self.mcp_uninstall_tool(input),
-            "loop_send" | "loop_list" | "loop_manage" => self.loop_tool(name, input),
-            "ws_connect" | "ws_disconnect" | "ws_connections" | "ws_send" => self.ws_tool(name, input).await,
-            "stream_bind" | "stream_unbind" | "stream_bindings" => self.stream_tool(name, input).await,
-            "compute_exec" | "fs_transfer" => self.compute_tool(name, input).await,
-            "browser" | "desktop" => self.computer_tool(name, input).await,
-            n if n.starts_with("mcp_") => self.mcp_call(n, input).await,
-            _ => self.run_tool(name, input, Caller::AGENT),
-        }
-    }
-
-    /// Open an approval: a `pending_approval` task (executor-managed,
-    /// origin `hil:<tool>:<call id>`), `hil.requested`, the owner's answer,
-    /// `hil.resolved`, and a denial recorded on the task.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn request_approval(
-        &mut self,
-        name: &str,
-        id: &str,
-        input: &Value,
-        reason: &'static str,
-        denial: Option<Denial>,
-        justification: Option<String>,
-        source: &str,
-    ) -> Result<(String, Decision), StoreError> {
-        let origin = format!("hil:{name}:{id}");
-        if let Some((o, task_id, decision)) = self.preset.take() {
-            if o == origin {
-                self.record_decision(&task_id, &decision, source)?;
-                return Ok((task_id, decision));
-            }
-            self.preset = Some((o, task_id, decision));
-        }
-        // A live grant the owner made ahead of time answers for them (a
-        // restricted tool or a gated command; never a protection override).
-        if matches!(reason, "restricted" | "shell_gate")
-            && let Some(g) = self.store.grant_use(name, input)?
-        {
-            self.emit(
-                kind::HIL_RESOLVED,
-                source,
-                json!({"request_id": format!("grant:{}", g.id), "tool": name, "approved": true, "grant": g.id}),
-            );
-            return Ok((format!("grant:{}", g.id), Decision::Approve { always: false }));
-        }
-        let mut meta = json!({"reason": reason});
-        if let Some(d) = &denial {
-            meta["protection"] = json!(d);
-        }
-        let shown = adapters::redacted(name, input);
-        let task_id = self.store.task_create(&NewTask {
-            tool: name,
-            args: &shown,
-            status: "pending_approval",
-            origin: &format!("hil:{name}:{id}"),
-            requires_authorization: true,
-            executor_managed: true,
-            approval_meta: Some(&meta),
-        })?;
-        self.task_event("task_create", &task_id, source);
-        self.emit(
-            kind::HIL_REQUESTED,
-            source,
-            json!({"request_id": task_id, "task_id": task_id, "tool": name, "reason": reason, "input": strip_reserved(&shown)}),
-        );
-        let req = ApprovalRequest {
-            task_id: task_id.clone(),
-            tool: name.into(),
-            input: input.clone(),
-            reason,
-            denial,
-            justification,
-        };
-        let decision = self.owner.approve(&req).await;
-        self.record_decision(&task_id, &decision, source)?;
-        Ok((task_id, decision))
-    }
-
-    fn record_decision(&mut self, task_id: &str, decision: &Decision, source: &str) -> Result<(), StoreError> {
-        match decision {
-            Decision::Defer => {}
-            Decision::Deny { feedback } => {
-                self.store.task_set(task_id, "denied", None, Some(feedback.as_deref().unwrap_or("Rejected")))?;
-                self.emit(
-                    kind::HIL_RESOLVED,
-                    source,
-                    json!({"request_id": task_id, "task_id": task_id, "approved": false, "feedback": feedback}),
-                );
-            }
-            Decision::Approve { .. } => {
-                self.emit(
-                    kind::HIL_RESOLVED,
-                    source,
-                    json!({"request_id": task_id, "task_id": task_id, "approved": true}),
-                );
-            }
-        }
-        Ok(())
-    }
-
-    /// Answer the approval a paused turn waits on (an `adf chat` that exited
-    /// with status 3, a restart): the turn goes on from the call it stopped
-    /// at, as if the owner had answered at the time.
-    pub async fn resume_paused(&mut self, task_id: &str, decision: Decision) -> Result<TurnEnd, StoreError> {
-        let task = self.store.task_get(task_id)?.ok_or_else(|| StoreError::Missing(format!("no task {task_id}")))?;
-        let origin = task.origin.clone().unwrap_or_default();
-        let waiting = self.session()?.pending.iter().any(|(id, name)| origin == format!("hil:{name}:{id}"));
-        if task.status != "pending_approval" || !waiting {
-            return Err(StoreError::Invalid(format!("task {task_id} is not waiting on a paused turn of this agent")));
-        }
-        let pending: Vec<String> = self.session()?.pending.iter().map(|(id, _)| id.clone()).collect();
-        let rows = self.store.loop_rows(None)?;
-        let calls: Vec<Value> = rows
-            .iter()
-            .rev()
-            .find(|r| r.role == "assistant")
-            .and_then(|r| r.content.as_array().cloned())
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|b| b["type"] == "tool_use" && b["id"].as_str().is_some_and(|id| pending.iter().any(|p| p == id)))
-            .collect();
-        self.preset = Some((origin, task_id.to_string(), decision));
-        let end = self.turn_with(None, "approval", &calls).await;
-        self.preset = None;
-        end
-    }
-
-    /// A protection denial opens an override approval; approved, the call
-    /// runs once more with the override (runtime.md §8.3).
-    async fn after_protection(
-        &mut self,
-        name: &str,
-        input: &Value,
-        out: ToolOutput,
-        id: &str,
-        source: &str,
-    ) -> Result<Gate, StoreError> {
-        let Some(denial) = out.denial.clone() else { return Ok(Gate::Done(out)) };
-        let (task_id, decision) =
-            self.request_approval(name, id, input, "protection", Some(denial.clone()), None, source).await?;
-        match decision {
-            Decision::Defer => Ok(Gate::Paused(task_id)),
-            Decision::Deny { feedback } => {
-                let kind = denial.kind;
-                let mut msg = format!(
-                    "Tool call \"{name}\" was blocked ({kind}: \"{}\" is {}) and the authorizer rejected the override.",
-                    denial.target, denial.level
-                );
-                if let Some(f) = feedback.filter(|f| !f.is_empty()) {
-                    msg.push_str(&format!(" Feedback: {f}"));
-                }
-                msg.push_str(" Do not retry.");
-                Ok(Gate::Done(ToolOutput::err(msg)))
-            }
-            Decision::Approve { .. } => {
-                let out = self.run_tool(name, input, Caller::Agent { authorized: false, override_approved: true });
-                let (status, res, err) = if out.is_error {
-                    ("failed", None, Some(out.content.clone()))
-                } else {
-                    ("completed", Some("approved".to_string()), None)
-                };
-                self.store.task_set(&task_id, status, res.as_deref(), err.as_deref())?;
-                Ok(Gate::Done(out))
-            }
-        }
-    }
-
-    async fn ask(&mut self, input: &Value, id: &str, source: &str) -> Result<Gate, StoreError> {
-        let question = input["question"].as_str().unwrap_or("").to_string();
-        if question.is_empty() {
-            return Ok(Gate::Done(ToolOutput::err("Invalid input for tool \"ask\": \"question\" is required")));
-        }
-        let task_id = self.store.task_create(&NewTask {
-            tool: "ask",
-            args: &json!({"question": question}),
-            status: "pending",
-            origin: &format!("ask:{id}"),
-            requires_authorization: false,
-            executor_managed: true,
-            approval_meta: None,
-        })?;
-        self.emit(kind::ASK_REQUESTED, source, json!({"request_id": task_id, "question": question}));
-        match self.owner.answer(&task_id, &question).await {
-            None => Ok(Gate::Paused(task_id)),
-            Some(answer) => {
-                self.store.task_set(&task_id, "completed", Some(&answer), None)?;
-                let preview: String = answer.chars().take(200).collect();
-                self.emit(
-                    kind::ASK_RESOLVED,
-                    source,
-                    json!({"request_id": task_id, "has_response": !answer.is_empty(),
-                    "response_length": answer.chars().count(), "preview": preview}),
-                );
-                Ok(Gate::Done(ToolOutput::ok(format!("Human answered: {answer}"))))
-            }
-        }
-    }
-
-    /// "Always approve": the declaration becomes `{enabled, restricted:false}`.
-    fn approve_always(&mut self, cfg: &Value, name: &str) -> Result<(), StoreError> {
-        let mut next = cfg.clone();
-        if let Some(Value::Array(tools)) = next.get_mut("tools") {
-            for t in tools.iter_mut().filter(|t| t["name"] == name) {
-                t["enabled"] = json!(true);
-                t["restricted"] = json!(false);
-            }
-        }
-        self.store.config_replace(next)
-    }
-
-    pub(crate) fn run_tool(&mut self, name: &str, input: &Value, caller: Caller) -> ToolOutput {
-        let source = self.current.as_ref().map(|c| format!("agent:{}", c.0)).unwrap_or_else(|| "system:tools".into());
-        let mut events: Vec<(&'static str, Value)> = Vec::new();
-        let out = {
-            let mut emit = |k: &'static str, v: Value| events.push((k, v));
-            let mut ctx = Ctx { store: &mut self.store, caller, from_code: false, full: false, emit: &mut emit };
-            tools::execute_guarded(&mut ctx, name, input)
-        };
-        for (k, v) in events {
-            self.emit(k, &source, v);
-        }
-        out
-    }
-}
-
-/// Tools withheld from the loop while `messaging.receive` is false.
-const MSG_GATED: [&str; 5] = ["msg_send", "agent_discover", "msg_list", "msg_read", "msg_update"];
-
-enum Gate {
-    Done(ToolOutput),
-    Paused(String),
-}
-
-fn strip_reserved(v: &Value) -> Value {
-    let mut v = v.clone();
-    if let Some(o) = v.as_object_mut() {
-        for k in tools::RESERVED {
-            o.remove(*k);
-        }
-    }
-    v
 }
 
 /// The `tokens` JSON of a loop row.
@@ -2042,132 +1409,10 @@ pub fn usage_json(u: &Usage) -> Value {
     t
 }
 
-/// Tool-result limits for the model's context (runtime.md §9.1).
-/// `fs_read` for the model (runtime.md §9.1): text over
-/// `max_file_read_tokens` is cut at whole lines with a footer saying how to
-/// read on; a whole file over 300 lines shows its first 50 and how to read
-/// the rest; binary content is named. The JSON stays; only `content` moves.
-fn read_guard(cfg: &AgentConfig, name: &str, input: &Value, mut out: ToolOutput) -> ToolOutput {
-    if name != "fs_read" || out.is_error {
-        return out;
-    }
-    let Ok(mut v) = serde_json::from_str::<Value>(&out.content) else { return out };
-    let max = cfg.limits.as_ref().and_then(|l| l.max_file_read_tokens).unwrap_or(30_000) as usize;
-    let size = |n: u64| match n {
-        n if n >= 1 << 20 => format!("{:.1} MB", n as f64 / (1 << 20) as f64),
-        n if n >= 1 << 10 => format!("{:.1} KB", n as f64 / 1024.0),
-        n => format!("{n} bytes"),
-    };
-    let bytes = v["size"].as_u64().unwrap_or(0);
-    let path = v["path"].as_str().unwrap_or("").to_string();
-    let ranged = input.get("start_line").is_some() || input.get("end_line").is_some();
-    let new = match &v["content"] {
-        Value::String(text) => {
-            let lines = text.lines().count();
-            let tokens = text.chars().count() / 4;
-            if tokens > max {
-                let budget = max * 4;
-                let mut kept = String::new();
-                let mut n = 0;
-                for l in text.split_inclusive('\n') {
-                    if kept.len() + l.len() > budget {
-                        break;
-                    }
-                    kept.push_str(l);
-                    n += 1;
-                }
-                let from = input.get("start_line").and_then(Value::as_u64).unwrap_or(1) as usize;
-                Some(format!(
-                    "{kept}\n--- TRUNCATED at ~{max} tokens (file has {lines} lines, {}) ---\n\
-                     Read on with fs_read start_line: {} (and end_line), or search with grep in adf_shell.",
-                    size(bytes),
-                    from + n
-                ))
-            } else if lines > 300 && !ranged {
-                let first: String = text.split_inclusive('\n').take(50).collect();
-                Some(format!(
-                    "[Large file: {lines} lines, {}, ~{tokens} tokens]\nUse start_line/end_line to read the part you \
-                     need. The first 50 lines:\n{first}",
-                    size(bytes)
-                ))
-            } else {
-                None
-            }
-        }
-        Value::Null if !path.is_empty() => {
-            let mime = v["mime_type"].as_str().unwrap_or("application/octet-stream").to_string();
-            let kind = ["image", "audio", "video"].into_iter().find(|k| mime.starts_with(&format!("{k}/")));
-            Some(match kind {
-                Some(k) => format!("[{k}: {path} ({mime})]"),
-                None => format!("[binary content: {path} ({mime}, {})]", size(bytes)),
-            })
-        }
-        _ => None,
-    };
-    if let Some(c) = new {
-        v["content"] = Value::String(c);
-        out.content = serde_json::to_string_pretty(&v).unwrap_or(out.content);
-    }
-    out
-}
-
-fn limit(cfg: &AgentConfig, name: &str, mut out: ToolOutput) -> ToolOutput {
-    let lim = cfg.limits.as_ref();
-    let max_tokens = lim.and_then(|l| l.max_tool_result_tokens).unwrap_or(16_000) as usize;
-    let preview =
-        lim.and_then(|l| l.extra.get("max_tool_result_preview_chars")).and_then(Value::as_u64).unwrap_or(5_000)
-            as usize;
-    let chars = out.content.chars().count();
-    if chars <= max_tokens * 3 {
-        return out;
-    }
-    let approx = chars / 4;
-    if approx <= max_tokens {
-        return out;
-    }
-    let head: String = out.content.chars().take(preview / 2).collect();
-    let tail: String = out.content.chars().skip(chars - preview / 2).collect();
-    out.content = format!(
-        "[TRUNCATED] Tool \"{name}\" returned ~{approx} tokens (limit: {max_tokens}). The full result was discarded; \
-         narrow the request. Preview:\n{head}\n[… {} characters omitted …]\n{tail}",
-        chars - 2 * (preview / 2)
-    );
-    out
-}
+pub use compaction::compact_threshold;
 
 /// The default compaction threshold in tokens.
 pub const DEFAULT_COMPACT_THRESHOLD: u64 = 100_000;
-
-/// `context.compact_threshold`, then legacy `model.compact_threshold`.
-/// The tools a config advertises to the model: enabled and visible,
-/// runnable in this build, the messaging ones only when it receives.
-pub(crate) fn advertised_tools(value: &Value, typed: &AgentConfig) -> Vec<ToolSpec> {
-    let (decls, _) = typed.effective_tools();
-    let receive = value["messaging"]["receive"].as_bool().unwrap_or(true);
-    decls
-        .iter()
-        .filter(|d| d.is_enabled() && d.is_visible())
-        .filter(|d| receive || !MSG_GATED.contains(&d.name.as_str()))
-        .filter_map(|d| {
-            if d.name.starts_with("mcp_") {
-                return mcp::advertised(value, &d.name);
-            }
-            let def = tools::def(&d.name)?;
-            Some(ToolSpec {
-                name: d.name.clone(),
-                description: def.description.into(),
-                input_schema: tools::advertised_schema(&d.name)?,
-            })
-        })
-        .collect()
-}
-
-pub fn compact_threshold(cfg: &Value) -> u64 {
-    cfg["context"]["compact_threshold"]
-        .as_u64()
-        .or_else(|| cfg["model"]["compact_threshold"].as_u64())
-        .unwrap_or(DEFAULT_COMPACT_THRESHOLD)
-}
 
 /// What the executor tracks of the loop instead of holding its rows.
 #[derive(Debug, Default)]
@@ -2215,52 +1460,8 @@ pub const INTERRUPTED_MARK: &str = "\n\n[interrupted]";
 const INTERRUPTED_BY_STOP: &str =
     "[Tool execution interrupted — the runtime stopped before this call returned; its outcome is unknown]";
 
-/// A plain user message (not a `[Context: …]` row): the model must see it.
-const MEMORY_FLUSH: &str = "Context is about to be compacted: your context is nearly full. \
-Before that happens, write anything you need to keep to mind.md (one line each) or to pages under mind/ \
-with an entry in mind/log.md, citing the messages it came from as [S<seq>]. Then continue.";
-
-const COMPACTION_PROMPT: &str = "You compress an agent's working conversation into a briefing it will continue \
-from. Be concrete and complete about state, decisions and open questions; drop chatter.";
-
-const COMPACTION_FOOTER: &str = "Your loop was compacted: the briefing above is what survived of the earlier \
-conversation, open questions included. Continue from it.";
-
 fn clip(s: &str, n: usize) -> String {
     if s.chars().count() <= n { s.to_string() } else { format!("{}…", s.chars().take(n).collect::<String>()) }
-}
-
-/// The transcript the summariser reads (last 100 000 characters).
-fn transcript_text(rows: &[LoopRow]) -> String {
-    let mut out = String::new();
-    for r in rows {
-        out.push_str(&format!("[{} S{}] ", r.role.to_uppercase(), r.seq));
-        for b in r.content.as_array().into_iter().flatten() {
-            match b["type"].as_str() {
-                Some("text") => out.push_str(b["text"].as_str().unwrap_or("")),
-                Some("tool_use") => out.push_str(&format!(
-                    "[Called {}({})]",
-                    b["name"].as_str().unwrap_or(""),
-                    clip(&b["input"].to_string(), 200)
-                )),
-                Some("tool_result") => {
-                    let c = match &b["content"] {
-                        Value::String(s) => s.clone(),
-                        v => v.to_string(),
-                    };
-                    out.push_str(&format!("[Result: {}]", clip(&c, 300)));
-                }
-                Some("thinking") => {
-                    out.push_str(&format!("[Thinking: {}]", clip(b["thinking"].as_str().unwrap_or(""), 200)))
-                }
-                _ => {}
-            }
-            out.push(' ');
-        }
-        out.push('\n');
-    }
-    let n = out.chars().count();
-    if n > 100_000 { out.chars().skip(n - 100_000).collect() } else { out }
 }
 
 /// A turn's closing checkpoint.
@@ -2272,35 +1473,6 @@ fn closing(id: &str, started: i64, event_type: &str, status: &str, reason: Optio
         cp["reason"] = json!(r);
     }
     cp
-}
-
-/// The config as the executor uses it, for one config revision.
-struct CachedConfig {
-    rev: u64,
-    value: Value,
-    typed: AgentConfig,
-    tools: Arc<Vec<ToolSpec>>,
-    /// Characters of the advertised tools (name, description, schema),
-    /// for a budget's estimate of a request without serialising it.
-    tool_chars: usize,
-}
-
-impl CachedConfig {
-    fn new(rev: u64, value: Value, typed: AgentConfig, tools: Vec<ToolSpec>) -> Self {
-        let tool_chars =
-            tools.iter().map(|t| t.name.len() + t.description.len() + t.input_schema.to_string().len()).sum();
-        CachedConfig { rev, value, typed, tools: Arc::new(tools), tool_chars }
-    }
-}
-
-/// The system prompt of the current session, kept while the config
-/// revision and the knowledge sections' sources stay the same (the
-/// template snapshot is fixed for a session, and a reset drops this).
-struct PromptCache {
-    cfg_rev: u64,
-    knowledge_key: (u64, u64),
-    system: Arc<str>,
-    hash: u64,
 }
 
 /// Run large synchronous work (archiving a whole loop) without stalling

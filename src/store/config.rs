@@ -881,11 +881,7 @@ impl Store {
     /// Forget the cached config when another connection (a sibling)
     /// committed since it was read.
     fn drop_stale_config(&self) {
-        let v = self
-            .conn()
-            .prepare_cached("PRAGMA data_version")
-            .and_then(|mut st| st.query_row([], |r| r.get::<_, i64>(0)));
-        let Ok(v) = v else { return };
+        let Ok(v) = self.view.data_version(self.conn()) else { return };
         if v != self.data_version.get() {
             self.data_version.set(v);
             self.config_cache.borrow_mut().take();

@@ -103,6 +103,8 @@ pub struct Store {
     data_version: std::cell::Cell<i64>,
     /// Change counters of the files and inbox tables.
     revs: revs::Revs,
+    /// One data-version answer for the reads of a turn step.
+    view: revs::View,
     /// Frames in the WAL after the last commit, when checkpoints are left
     /// to `checkpoint_if_due` (`defer_checkpoints`).
     wal_frames: Option<std::sync::Arc<std::sync::atomic::AtomicU32>>,
@@ -387,6 +389,7 @@ impl Store {
             config_rev: Default::default(),
             data_version: Default::default(),
             revs: Default::default(),
+            view: Default::default(),
             wal_frames: None,
             parked_sig: None,
             pending_spend: Vec::new(),
@@ -488,6 +491,7 @@ impl Store {
             config_rev: Default::default(),
             data_version: Default::default(),
             revs: Default::default(),
+            view: Default::default(),
             wal_frames: None,
             parked_sig: None,
             pending_spend: Vec::new(),
@@ -523,6 +527,7 @@ impl Store {
             config_rev: Default::default(),
             data_version: Default::default(),
             revs: Default::default(),
+            view: Default::default(),
             wal_frames: None,
             parked_sig: None,
             pending_spend: Vec::new(),
@@ -626,11 +631,19 @@ impl Store {
     /// The revision of a table the executor derives text from: equal
     /// numbers mean no row of it changed in between.
     pub fn rev(&mut self, table: revs::Table) -> u64 {
-        self.conn();
+        let dv = self.view.data_version(self.conn());
         match self.conn.get_mut() {
-            Some(c) => self.revs.rev(c, table),
+            Some(c) => self.revs.rev(c, dv, table),
             None => u64::MAX,
         }
+    }
+
+    /// Hold one view of what other connections committed for a run of
+    /// reads (`true`), or let every read ask again (`false`): see
+    /// `revs::View`. A hold is for a short stretch of reads with no wait
+    /// in it, such as a turn step's up to its model call.
+    pub fn hold_view(&self, on: bool) {
+        self.view.hold(on);
     }
 
     /// Close the connection of an idle agent and keep the file (its writer
@@ -662,6 +675,7 @@ impl Store {
         self.config_rev.set(self.config_rev.get() + 1);
         self.data_version.set(0);
         self.revs.park();
+        self.view.hold(false);
         Ok(true)
     }
 
