@@ -23,7 +23,9 @@ fn request() -> ModelRequest {
         tools: std::sync::Arc::new(vec![ToolSpec {
             name: "fs_read".into(),
             description: "Read a file".into(),
-            input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}),
+            input_schema: std::sync::Arc::new(
+                json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}),
+            ),
         }]),
         max_tokens: 256,
         temperature: Some(0.5),

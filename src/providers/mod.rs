@@ -45,7 +45,29 @@ pub fn is_media(b: &Value) -> bool {
 pub struct ToolSpec {
     pub name: String,
     pub description: String,
-    pub input_schema: Value,
+    /// Shared: a built-in tool's schema is built once per process and
+    /// every agent's tool list points at it.
+    pub input_schema: std::sync::Arc<Value>,
+}
+
+impl ToolSpec {
+    /// Bytes of the name, description and schema as JSON (a budget's or
+    /// the context gauge's estimate), counted without building the text.
+    pub fn chars(&self) -> usize {
+        struct Count(usize);
+        impl std::io::Write for Count {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0 += b.len();
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut n = Count(0);
+        let _ = serde_json::to_writer(&mut n, &*self.input_schema);
+        self.name.len() + self.description.len() + n.0
+    }
 }
 
 /// One reasoning-effort setting, mapped per provider.
@@ -402,6 +424,34 @@ impl Provider for Unconfigured {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tool_schema_is_built_once_and_counted_as_sent() {
+        // Every built-in tool: one shared schema per process, with the
+        // runtime's `_reason` (and `_async` where calls may run in the
+        // background), and a count equal to the text's length.
+        for d in crate::tools::catalog().iter() {
+            let a = crate::tools::advertised_schema(d.name).unwrap();
+            let b = crate::tools::advertised_schema(d.name).unwrap();
+            assert!(std::sync::Arc::ptr_eq(&a, &b), "{} built twice", d.name);
+            assert!(a["properties"]["_reason"].is_object(), "{}", d.name);
+            assert_eq!(
+                a["properties"]["_async"].is_object(),
+                (["adf_shell", "sys_code", "sys_lambda", "sys_fetch"].contains(&d.name) || d.name.starts_with("mcp_")),
+                "{}",
+                d.name
+            );
+            let t = ToolSpec { name: d.name.into(), description: d.description.into(), input_schema: a.clone() };
+            assert_eq!(t.chars(), d.name.len() + d.description.len() + a.to_string().len(), "{}", d.name);
+        }
+        assert!(crate::tools::advertised_schema("no_such_tool").is_none());
+        let odd = ToolSpec {
+            name: "é".into(),
+            description: "ü".into(),
+            input_schema: std::sync::Arc::new(serde_json::json!({"d": "ß\n\"x\""})),
+        };
+        assert_eq!(odd.chars(), "é".len() + "ü".len() + odd.input_schema.to_string().len());
+    }
 
     #[test]
     fn classification() {

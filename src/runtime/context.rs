@@ -96,7 +96,7 @@ pub fn measure(
     parts.push(Part { kind: "system", name: "system prompt text".into(), tokens: tokens(own) });
     let typed = AgentConfig::from_value(&cfg).unwrap_or_default();
     for t in super::executor::advertised_tools(&cfg, &typed) {
-        let chars = t.name.len() + t.description.len() + t.input_schema.to_string().len();
+        let chars = t.chars();
         parts.push(Part { kind: "tool", name: t.name, tokens: tokens(chars) });
     }
     let history = store.history_size(def.as_ref().map(|d| d.name.as_str()))?;

@@ -218,18 +218,29 @@ pub fn execute_guarded(ctx: &mut Ctx<'_>, name: &str, input: &Value) -> ToolOutp
 }
 
 /// The schema advertised to the model: the tool's own plus `_reason` (and
-/// `_async` for the async-capable tools).
-pub fn advertised_schema(name: &str) -> Option<Value> {
+/// `_async` for the async-capable tools). Built once per process and
+/// shared: an agent's first turn and every config change rebuild their
+/// tool list, and building some eighty schemas each time was a tenth of
+/// a first turn.
+pub fn advertised_schema(name: &str) -> Option<std::sync::Arc<Value>> {
+    use std::collections::HashMap;
+    use std::sync::{Arc, LazyLock, Mutex};
+    static BUILT: LazyLock<Mutex<HashMap<&'static str, Arc<Value>>>> = LazyLock::new(Default::default);
     let d = def(name)?;
+    let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
+    Some(built.entry(d.name).or_insert_with(|| Arc::new(build_schema(d))).clone())
+}
+
+fn build_schema(d: &ToolDef) -> Value {
     let mut s = (d.schema)();
     if let Some(props) = s.get_mut("properties").and_then(Value::as_object_mut) {
         props.insert(
             "_reason".into(),
             json!({"type": "string", "description": "Why you are calling this tool, in about ten words."}),
         );
-        if ["adf_shell", "sys_code", "sys_lambda", "sys_fetch"].contains(&name) || name.starts_with("mcp_") {
+        if ["adf_shell", "sys_code", "sys_lambda", "sys_fetch"].contains(&d.name) || d.name.starts_with("mcp_") {
             props.insert("_async".into(), json!({"type": "boolean", "default": false}));
         }
     }
-    Some(s)
+    s
 }

@@ -60,7 +60,7 @@ pub(super) fn advertised(cfg: &Value, declared: &str) -> Option<ToolSpec> {
         .as_str()
         .map(str::to_string)
         .unwrap_or_else(|| format!("MCP tool: {tool} (via {})", server["name"].as_str().unwrap_or("")));
-    Some(ToolSpec { name: declared.to_string(), description, input_schema: schema })
+    Some(ToolSpec { name: declared.to_string(), description, input_schema: std::sync::Arc::new(schema) })
 }
 
 impl Executor {

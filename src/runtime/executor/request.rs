@@ -219,8 +219,7 @@ pub(super) struct CachedConfig {
 
 impl CachedConfig {
     pub(super) fn new(rev: u64, value: Value, typed: AgentConfig, tools: Vec<ToolSpec>) -> Self {
-        let tool_chars =
-            tools.iter().map(|t| t.name.len() + t.description.len() + t.input_schema.to_string().len()).sum();
+        let tool_chars = tools.iter().map(ToolSpec::chars).sum();
         CachedConfig { rev, value, typed, tools: Arc::new(tools), tool_chars }
     }
 }
