@@ -1411,9 +1411,6 @@ pub fn usage_json(u: &Usage) -> Value {
 
 pub use compaction::compact_threshold;
 
-/// The default compaction threshold in tokens.
-pub const DEFAULT_COMPACT_THRESHOLD: u64 = 100_000;
-
 /// What the executor tracks of the loop instead of holding its rows.
 #[derive(Debug, Default)]
 struct Session {

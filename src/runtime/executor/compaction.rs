@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
-use super::{DEFAULT_COMPACT_THRESHOLD, Executor, clip, usage_json};
+use super::{Executor, clip, usage_json};
 use crate::protocol::kind;
 use crate::providers::ModelRequest;
 use crate::store::StoreError;
@@ -143,6 +143,9 @@ impl Executor {
         Ok(self.session()?.rows == 0)
     }
 }
+
+/// The default compaction threshold in tokens.
+const DEFAULT_COMPACT_THRESHOLD: u64 = 100_000;
 
 /// The token count past which a loop is compacted: `context.compact_threshold`,
 /// else the older `model.compact_threshold`, else 100 000.

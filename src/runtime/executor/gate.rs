@@ -382,7 +382,6 @@ pub(super) fn strip_reserved(v: &Value) -> Value {
     v
 }
 
-/// Tool-result limits for the model's context (runtime.md §9.1).
 /// `fs_read` for the model (runtime.md §9.1): text over
 /// `max_file_read_tokens` is cut at whole lines with a footer saying how to
 /// read on; a whole file over 300 lines shows its first 50 and how to read
@@ -451,6 +450,9 @@ pub(super) fn read_guard(cfg: &AgentConfig, name: &str, input: &Value, mut out: 
     out
 }
 
+/// Tool-result limits for the model's context (runtime.md §9.1): a result
+/// past `max_tool_result_tokens` is replaced by a head and tail preview
+/// (`max_tool_result_preview_chars`) and a note to narrow the request.
 pub(super) fn limit(cfg: &AgentConfig, name: &str, mut out: ToolOutput) -> ToolOutput {
     let lim = cfg.limits.as_ref();
     let max_tokens = lim.and_then(|l| l.max_tool_result_tokens).unwrap_or(16_000) as usize;
