@@ -154,3 +154,78 @@ async fn connection_refused_is_transient() {
     let p = OpenAi::new("openai", &format!("http://127.0.0.1:{port}/v1"), None);
     assert_eq!(run(&p).await.0.unwrap_err().kind, ErrorKind::Transient);
 }
+
+/// An OpenAI-wire server that counts the TCP connections it accepts and
+/// answers every request of a connection (HTTP/1.1 keep-alive) with the
+/// text "ok".
+async fn counting_server() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}/v1", listener.local_addr().unwrap());
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 8192];
+                loop {
+                    // One request: its head, then the body its length names.
+                    let head = loop {
+                        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break i + 4;
+                        }
+                        match tcp.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    };
+                    let text = String::from_utf8_lossy(&buf[..head]).to_ascii_lowercase();
+                    let len: usize = text
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .map_or(0, |v| v.trim().parse().unwrap());
+                    while buf.len() < head + len {
+                        match tcp.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    buf.drain(..head + len);
+                    let body = openai_text(&["ok"], 1, 1).concat();
+                    let reply = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if tcp.write_all(reply.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (base, accepted)
+}
+
+#[tokio::test]
+async fn a_fleets_providers_share_one_client_and_its_connections() {
+    // The providers one factory (one fleet) makes share a client: a second
+    // agent's call reuses the first one's connection, and an idle agent
+    // holds no client (and no TLS roots) of its own.
+    let (base, accepted) = counting_server().await;
+    let cfg = json!({"model": {"provider": "wire"},
+                     "providers": [{"id": "wire", "type": "openai-compatible", "baseUrl": base}]});
+    let factory = adf::runtime::fleet::accounts_factory();
+    let (a, b) = (factory(&cfg).unwrap(), factory(&cfg).unwrap());
+    for p in [&a, &b, &a, &b] {
+        let (r, _) = run(p.as_ref()).await;
+        assert_eq!(r.unwrap().text(), "ok");
+    }
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 1, "four calls of two agents, one connection");
+    // Another fleet's factory has a client of its own.
+    let other = adf::runtime::fleet::accounts_factory()(&cfg).unwrap();
+    let (r, _) = run(other.as_ref()).await;
+    assert_eq!(r.unwrap().text(), "ok");
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
+}

@@ -4,7 +4,6 @@
 //! second (delivered, dropped, delivery latency).
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -12,8 +11,6 @@ use serde_json::json;
 
 use super::{Options, Ready, serve_with};
 use crate::protocol::Envelope;
-use crate::providers::scripted::Scripted;
-use crate::runtime::fleet::ProviderFactory;
 use crate::store::NewAgent;
 use crate::store::create::create_file;
 
@@ -113,14 +110,12 @@ pub(crate) fn agents(dir: &Path, n: usize, from: usize) -> anyhow::Result<Vec<Pa
     (from..from + n)
         .map(|i| {
             let p = dir.join(format!("agent-{i:03}.adf"));
-            create_file(&p, &NewAgent { provider: Some("scripted"), model: Some("mock"), ..Default::default() })?;
+            // A real provider kind (Ollama needs no key, and a load calls no
+            // model), so a loaded agent costs what a user's does.
+            create_file(&p, &NewAgent { provider: Some("ollama"), model: Some("bench"), ..Default::default() })?;
             Ok(p)
         })
         .collect()
-}
-
-fn factory() -> ProviderFactory {
-    Arc::new(|_| Ok(Arc::new(Scripted::new([])) as Arc<dyn crate::providers::Provider>))
 }
 
 /// Start a daemon on an ephemeral port over `paths`; stop it with the sender.
@@ -144,7 +139,7 @@ async fn start(
         let stop = async move {
             let _ = stop_rx.await;
         };
-        if let Err(e) = serve_with(opts, factory(), stop, Some(ready_tx)).await {
+        if let Err(e) = serve_with(opts, crate::runtime::fleet::accounts_factory(), stop, Some(ready_tx)).await {
             eprintln!("adf bench: daemon: {e}");
         }
     });

@@ -232,8 +232,7 @@ pub async fn connect(spec: &ServerSpec, scratch: &Path) -> Result<Connection, Co
                     .map_err(|e| fail(format!("header {k:?}: {e}"), &stderr))?;
                 map.insert(name, value);
             }
-            crate::providers::install_crypto();
-            let client = reqwest::Client::builder()
+            let client = crate::providers::client_builder()
                 .default_headers(map)
                 .build()
                 .map_err(|e| fail(format!("http client: {e}"), &stderr))?;

@@ -120,8 +120,7 @@ pub enum Approver<'a> {
 
 /// Sign in to `url`: the tokens to seal.
 pub async fn sign_in(url: &str, approver: Approver<'_>) -> Result<StoredCredentials, String> {
-    crate::providers::install_crypto();
-    let http = reqwest::Client::builder()
+    let http = crate::providers::client_builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .map_err(|e| format!("OAuth: {e}"))?;

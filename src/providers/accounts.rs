@@ -124,6 +124,34 @@ fn resolve_keyed(
     settings: &Settings,
     agent_key: Option<&str>,
 ) -> Result<(Arc<dyn Provider>, Resolved), String> {
+    let (resolved, key) = locate_keyed(id, settings, agent_key)?;
+    Ok((build(&resolved, key.as_deref(), None), resolved))
+}
+
+/// The provider of a resolved endpoint: on `client` when given (a fleet's
+/// agents share one, and its connections), else on a client of its own.
+fn build(r: &Resolved, key: Option<&str>, client: Option<&reqwest::Client>) -> Arc<dyn Provider> {
+    match r.kind {
+        Kind::Anthropic => {
+            let p = Anthropic::new(&r.id, &r.base_url, key.unwrap_or(""));
+            Arc::new(match client {
+                Some(c) => p.with_client(c.clone()),
+                None => p,
+            })
+        }
+        _ => {
+            let p = OpenAi::new(&r.id, &r.base_url, key);
+            Arc::new(match client {
+                Some(c) => p.with_client(c.clone()),
+                None => p,
+            })
+        }
+    }
+}
+
+/// Where a provider id leads and with which key, without building the
+/// provider (what the runtime snapshot and the context probe need).
+fn locate_keyed(id: &str, settings: &Settings, agent_key: Option<&str>) -> Result<(Resolved, Option<String>), String> {
     if id.is_empty() {
         return Err(format!(
             "no model provider is set: run `adf config set FILE model.provider anthropic` (or openai, openrouter, ollama) \
@@ -193,12 +221,8 @@ fn resolve_keyed(
             settings_path().display()
         ));
     }
-    let resolved = Resolved { id: id.to_string(), kind, base_url: base.clone(), key_source: key.as_ref().and(source) };
-    let provider: Arc<dyn Provider> = match kind {
-        Kind::Anthropic => Arc::new(Anthropic::new(id, &base, key.as_deref().unwrap_or(""))),
-        _ => Arc::new(OpenAi::new(id, &base, key.as_deref())),
-    };
-    Ok((provider, resolved))
+    let key_source = key.as_ref().and(source);
+    Ok((Resolved { id: id.to_string(), kind, base_url: base, key_source }, key))
 }
 
 /// Resolve the provider an agent's config names. Entries of the agent's
@@ -206,6 +230,26 @@ fn resolve_keyed(
 /// endpoint; the key still comes from the owner's account of the same id
 /// (or the environment), never from the file.
 pub fn resolve_for(cfg: &serde_json::Value, settings: &Settings) -> Result<(Arc<dyn Provider>, Resolved), String> {
+    resolve_for_on(cfg, settings, None)
+}
+
+/// [`resolve_for`], the provider on `client` when given.
+pub fn resolve_for_on(
+    cfg: &serde_json::Value,
+    settings: &Settings,
+    client: Option<&reqwest::Client>,
+) -> Result<(Arc<dyn Provider>, Resolved), String> {
+    let (resolved, key) = locate_for_keyed(cfg, settings)?;
+    Ok((build(&resolved, key.as_deref(), client), resolved))
+}
+
+/// Where the provider an agent's config names leads ([`resolve_for`]
+/// without building the provider).
+pub fn locate_for(cfg: &serde_json::Value, settings: &Settings) -> Result<Resolved, String> {
+    locate_for_keyed(cfg, settings).map(|(r, _)| r)
+}
+
+fn locate_for_keyed(cfg: &serde_json::Value, settings: &Settings) -> Result<(Resolved, Option<String>), String> {
     let id = cfg.pointer("/model/provider").and_then(|v| v.as_str()).unwrap_or("");
     // Put there in memory by the fleet from the agent's sealed credentials.
     let agent_key = cfg.pointer(AGENT_KEY_POINTER).and_then(|v| v.as_str());
@@ -213,7 +257,7 @@ pub fn resolve_for(cfg: &serde_json::Value, settings: &Settings) -> Result<(Arc<
         .get("providers")
         .and_then(|p| p.as_array())
         .and_then(|list| list.iter().find(|p| p.get("id").and_then(|v| v.as_str()) == Some(id)));
-    let Some(entry) = entry else { return resolve_keyed(id, settings, agent_key) };
+    let Some(entry) = entry else { return locate_keyed(id, settings, agent_key) };
     let kind = match entry.get("type").and_then(|v| v.as_str()).unwrap_or("openai-compatible") {
         "anthropic" => Kind::Anthropic,
         "openai" => Kind::Openai,
@@ -235,7 +279,7 @@ pub fn resolve_for(cfg: &serde_json::Value, settings: &Settings) -> Result<(Arc<
         api_key_env: key_from.and_then(|a| a.api_key_env),
         default_model: entry.get("defaultModel").and_then(|v| v.as_str()).map(str::to_string),
     });
-    resolve_keyed(id, &merged, agent_key)
+    locate_keyed(id, &merged, agent_key)
 }
 
 /// Why the provider an agent's config names is not one this install

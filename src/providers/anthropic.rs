@@ -28,6 +28,12 @@ impl Anthropic {
             client: super::http_client(),
         }
     }
+
+    /// The same provider on `client` (one a fleet's agents share).
+    pub fn with_client(mut self, client: reqwest::Client) -> Self {
+        self.client = client;
+        self
+    }
 }
 
 /// The thinking budget for an effort level.

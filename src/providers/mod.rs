@@ -376,14 +376,50 @@ pub async fn collect(
     })
 }
 
-/// The HTTP client shared by providers (rustls with the ring provider).
+/// The HTTP client of a provider, channel or daemon client: rustls with the
+/// ring provider and the platform's roots ([`client_builder`]).
 pub fn http_client() -> reqwest::Client {
-    install_crypto();
-    reqwest::Client::builder()
+    client_builder()
         .connect_timeout(Duration::from_secs(15))
         .read_timeout(Duration::from_secs(300))
         .build()
         .unwrap_or_else(|_| reqwest::Client::new())
+}
+
+/// A reqwest builder on the process's one TLS configuration. reqwest reads
+/// the platform's CA roots afresh for every client it builds (some 150
+/// certificates parsed from PEM: 3 ms, most of loading an agent); they are
+/// read once here and shared, so an agent's provider, a fetch's client and
+/// an MCP connection cost what their own state costs. A machine without a
+/// readable root store gets reqwest's own attempt, and its error.
+pub fn client_builder() -> reqwest::ClientBuilder {
+    let b = reqwest::Client::builder();
+    match tls_config() {
+        Some(c) => b.tls_backend_preconfigured(c),
+        None => b,
+    }
+}
+
+/// The process's rustls client configuration, as reqwest makes its own:
+/// every protocol version, the platform verifier, SNI, and ALPN offering
+/// HTTP/2 then HTTP/1.1.
+fn tls_config() -> Option<rustls::ClientConfig> {
+    static CONFIG: std::sync::OnceLock<Option<rustls::ClientConfig>> = std::sync::OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            install_crypto();
+            let provider = rustls::crypto::CryptoProvider::get_default()?.clone();
+            let verifier = rustls_platform_verifier::Verifier::new(provider.clone()).ok()?;
+            let mut c = rustls::ClientConfig::builder_with_provider(provider)
+                .with_protocol_versions(rustls::ALL_VERSIONS)
+                .ok()?
+                .dangerous()
+                .with_custom_certificate_verifier(std::sync::Arc::new(verifier))
+                .with_no_client_auth();
+            c.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+            Some(c)
+        })
+        .clone()
 }
 
 /// Install the TLS crypto provider (ring) once per process, before any
@@ -527,5 +563,71 @@ mod tests {
         assert_eq!(types, ["thinking", "text", "tool_use"]);
         assert_eq!(r.text(), "Hello");
         assert_eq!((r.usage.input, r.usage.output), (10, 5));
+    }
+
+    /// A self-signed certificate for `localhost` (no platform trusts it).
+    const SELF_SIGNED: &str = "-----BEGIN CERTIFICATE-----
+MIIBlDCCATugAwIBAgIUYNiSQrwhwUOgoOcDmSjgaEmqvMIwCgYIKoZIzj0EAwIw
+FDESMBAGA1UEAwwJbG9jYWxob3N0MCAXDTI2MTIwNjE3MTkxOVoYDzIxMjYxMTEy
+MTcxOTE5WjAUMRIwEAYDVQQDDAlsb2NhbGhvc3QwWTATBgcqhkjOPQIBBggqhkjO
+PQMBBwNCAASlmZwi3iFkZmAwTlZYXtPPAuWHUSnMk2/KjI1sXnfrGztgduJDArZI
+hkug3GXzCmsb46JNHgA32a09O+BHrSD+o2kwZzAdBgNVHQ4EFgQUQTQ/4r4P7n+w
+ZaK0e3ulnfXI2aMwHwYDVR0jBBgwFoAUQTQ/4r4P7n+wZaK0e3ulnfXI2aMwDwYD
+VR0TAQH/BAUwAwEB/zAUBgNVHREEDTALgglsb2NhbGhvc3QwCgYIKoZIzj0EAwID
+RwAwRAIgMs1nUu+TbQrnp0uwgamdoOe4bn3pQskS4MUB3Yk/qVwCIGRIES2UGXOD
+QOParlZAk3UHeZ4decCBrAgj7HKoS7Ix
+-----END CERTIFICATE-----
+";
+    const SELF_SIGNED_KEY: &str = "-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgWm11F2XvWu/PLlLV
+godB6wZz7po8fXLTyA0S7agu542hRANCAASlmZwi3iFkZmAwTlZYXtPPAuWHUSnM
+k2/KjI1sXnfrGztgduJDArZIhkug3GXzCmsb46JNHgA32a09O+BHrSD+
+-----END PRIVATE KEY-----
+";
+
+    #[tokio::test]
+    async fn the_shared_tls_config_checks_certificates_and_offers_h2_then_http1() {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        // A TLS server on loopback with a certificate no platform trusts:
+        // it notes what the client's hello offers, then tries to finish.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        install_crypto();
+        let server = std::sync::Arc::new(
+            rustls::ServerConfig::builder()
+                .with_no_client_auth()
+                .with_single_cert(
+                    vec![CertificateDer::from_pem_slice(SELF_SIGNED.as_bytes()).unwrap()],
+                    PrivateKeyDer::from_pem_slice(SELF_SIGNED_KEY.as_bytes()).unwrap(),
+                )
+                .unwrap(),
+        );
+        let hello = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let start = tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), tcp).await.unwrap();
+            let h = start.client_hello();
+            let sni = h.server_name().map(str::to_string);
+            let alpn: Vec<Vec<u8>> = h.alpn().map(|a| a.map(<[u8]>::to_vec).collect()).unwrap_or_default();
+            let finished = start.into_stream(server).await.is_ok();
+            (sni, alpn, finished)
+        });
+        // Two clients on the one configuration: the second is built the same.
+        let _first = http_client();
+        let err = http_client().get(format!("https://localhost:{port}/")).send().await.unwrap_err();
+        let mut chain = String::new();
+        let mut e: Option<&dyn std::error::Error> = Some(&err);
+        while let Some(x) = e {
+            chain.push_str(&format!("{x} / "));
+            e = x.source();
+        }
+        assert!(
+            chain.contains("UnknownIssuer") || chain.contains("certificate"),
+            "refused for its certificate: {chain}"
+        );
+        let (sni, alpn, finished) = hello.await.unwrap();
+        assert_eq!(sni.as_deref(), Some("localhost"), "SNI sent");
+        assert_eq!(alpn, [b"h2".to_vec(), b"http/1.1".to_vec()], "ALPN as reqwest offers it");
+        assert!(!finished, "the client must not complete a handshake with an untrusted certificate");
     }
 }

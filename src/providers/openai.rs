@@ -27,6 +27,12 @@ impl OpenAi {
             client: super::http_client(),
         }
     }
+
+    /// The same provider on `client` (one a fleet's agents share).
+    pub fn with_client(mut self, client: reqwest::Client) -> Self {
+        self.client = client;
+        self
+    }
 }
 
 fn text_of(content: &Value) -> String {

@@ -96,14 +96,13 @@ fn hosted(base: &str) -> bool {
 /// two seconds.
 pub async fn probe(cfg: &Value) -> Option<u64> {
     let settings = crate::providers::accounts::load().ok()?;
-    let (_, r) = crate::providers::accounts::resolve_for(cfg, &settings).ok()?;
+    let r = crate::providers::accounts::locate_for(cfg, &settings).ok()?;
     if matches!(r.kind, crate::providers::accounts::Kind::Anthropic) || hosted(&r.base_url) {
         return None;
     }
     let base = r.base_url.trim_end_matches('/');
     let root = base.strip_suffix("/v1").unwrap_or(base);
-    crate::providers::install_crypto();
-    let client = reqwest::Client::builder().timeout(Duration::from_secs(2)).build().ok()?;
+    let client = crate::providers::client_builder().timeout(Duration::from_secs(2)).build().ok()?;
     let v: Value = client.get(format!("{root}/props")).send().await.ok()?.json().await.ok()?;
     v.pointer("/default_generation_settings/n_ctx").or_else(|| v.get("n_ctx")).and_then(Value::as_u64)
 }

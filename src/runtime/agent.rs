@@ -198,7 +198,25 @@ pub fn spawn_with(
     let handle =
         AgentHandle { agent_id: ex.agent_id().to_string(), tx, lanes: dispatcher.as_ref().map(Arc::downgrade) };
     let task = tokio::spawn(async move {
-        ex.on_start();
+        // The start's write (the first of the session: a new WAL and its
+        // syncs) runs on a blocking thread, so the async workers answering
+        // the load that spawned this actor are not held up by it.
+        if ex.has_start_work() {
+            ex = match tokio::task::spawn_blocking(move || {
+                ex.on_start();
+                ex
+            })
+            .await
+            {
+                Ok(ex) => ex,
+                Err(e) => match e.try_into_panic() {
+                    Ok(p) => std::panic::resume_unwind(p),
+                    // Cancelled: only at the runtime's shutdown, which drops
+                    // this task too.
+                    Err(_) => return std::future::pending().await,
+                },
+            };
+        }
         let mut announced = false;
         let mut next: Option<String> = None;
         // The id chosen for the turn of `next`, if its sender chose one.

@@ -429,6 +429,11 @@ impl Executor {
         self.publish(e);
     }
 
+    /// Whether `on_start` has anything to do (a write).
+    pub(crate) fn has_start_work(&self) -> bool {
+        self.seq_later || self.snapshot_on_start
+    }
+
     /// What the actor does first (`snapshot_on_start`).
     pub(crate) fn on_start(&mut self) {
         if std::mem::take(&mut self.seq_later)

@@ -70,8 +70,7 @@ pub async fn fetch(req: &Request, allow_local: bool, resolver: &dyn Resolve) -> 
     let work = async {
         for hop in 0..=MAX_REDIRECTS {
             let target = egress::check(&url, allow_local, resolver).await.map_err(|e| e.to_string())?;
-            crate::providers::install_crypto();
-            let mut b = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).no_proxy();
+            let mut b = crate::providers::client_builder().redirect(reqwest::redirect::Policy::none()).no_proxy();
             if let Some((name, addr)) = &target.pin {
                 b = b.resolve(name, *addr);
             }

@@ -137,10 +137,17 @@ impl Activity {
 pub type ProviderFactory = Arc<dyn Fn(&serde_json::Value) -> Result<Arc<dyn Provider>, String> + Send + Sync>;
 
 /// The default factory: `model.provider` through the accounts.
+///
+/// The providers it makes share one HTTP client (made on first use): its
+/// connections are reused across agents of one account, and an agent adds
+/// no client of its own to what an idle fleet holds. One factory serves one
+/// fleet, so the client's connections live on that fleet's runtime.
 pub fn accounts_factory() -> ProviderFactory {
-    Arc::new(|cfg| {
+    let client = Arc::new(std::sync::OnceLock::new());
+    Arc::new(move |cfg| {
         let settings = accounts::load()?;
-        accounts::resolve_for(cfg, &settings).map(|(p, _)| p)
+        let client = client.get_or_init(crate::providers::http_client);
+        accounts::resolve_for_on(cfg, &settings, Some(client)).map(|(p, _)| p)
     })
 }
 

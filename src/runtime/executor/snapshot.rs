@@ -17,10 +17,8 @@ pub const KEY: &str = "adfrs_runtime_snapshot";
 
 /// The snapshot of `cfg` run with the provider `provider_id`.
 pub fn effective(cfg: &Value, provider_id: &str) -> Value {
-    let resolved = crate::providers::accounts::load()
-        .ok()
-        .and_then(|s| crate::providers::accounts::resolve_for(cfg, &s).ok())
-        .map(|(_, r)| r);
+    let resolved =
+        crate::providers::accounts::load().ok().and_then(|s| crate::providers::accounts::locate_for(cfg, &s).ok());
     let instructions = cfg["instructions"].as_str().unwrap_or("");
     let digest: String = {
         use sha2::{Digest, Sha256};

@@ -209,8 +209,7 @@ impl Mesh {
         for url in sweep::manual_peers(server::DEFAULT_PORT).0 {
             table.upsert(&url, "manual", Default::default());
         }
-        crate::providers::install_crypto();
-        let http = reqwest::Client::builder()
+        let http = crate::providers::client_builder()
             .timeout(std::time::Duration::from_secs(15))
             .redirect(reqwest::redirect::Policy::none())
             .build()
