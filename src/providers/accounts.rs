@@ -131,21 +131,10 @@ fn resolve_keyed(
 /// The provider of a resolved endpoint: on `client` when given (a fleet's
 /// agents share one, and its connections), else on a client of its own.
 fn build(r: &Resolved, key: Option<&str>, client: Option<&reqwest::Client>) -> Arc<dyn Provider> {
+    let client = client.cloned().unwrap_or_else(super::http_client);
     match r.kind {
-        Kind::Anthropic => {
-            let p = Anthropic::new(&r.id, &r.base_url, key.unwrap_or(""));
-            Arc::new(match client {
-                Some(c) => p.with_client(c.clone()),
-                None => p,
-            })
-        }
-        _ => {
-            let p = OpenAi::new(&r.id, &r.base_url, key);
-            Arc::new(match client {
-                Some(c) => p.with_client(c.clone()),
-                None => p,
-            })
-        }
+        Kind::Anthropic => Arc::new(Anthropic::on(&r.id, &r.base_url, key.unwrap_or(""), client)),
+        _ => Arc::new(OpenAi::on(&r.id, &r.base_url, key, client)),
     }
 }
 

@@ -21,18 +21,17 @@ pub struct Anthropic {
 
 impl Anthropic {
     pub fn new(id: &str, base_url: &str, api_key: &str) -> Self {
+        Self::on(id, base_url, api_key, super::http_client())
+    }
+
+    /// The provider on `client` (one a fleet's agents share).
+    pub fn on(id: &str, base_url: &str, api_key: &str, client: reqwest::Client) -> Self {
         Anthropic {
             id: id.to_string(),
             base_url: base_url.trim_end_matches('/').to_string(),
             api_key: api_key.to_string(),
-            client: super::http_client(),
+            client,
         }
-    }
-
-    /// The same provider on `client` (one a fleet's agents share).
-    pub fn with_client(mut self, client: reqwest::Client) -> Self {
-        self.client = client;
-        self
     }
 }
 

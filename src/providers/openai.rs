@@ -20,18 +20,17 @@ pub struct OpenAi {
 
 impl OpenAi {
     pub fn new(id: &str, base_url: &str, api_key: Option<&str>) -> Self {
+        Self::on(id, base_url, api_key, super::http_client())
+    }
+
+    /// The provider on `client` (one a fleet's agents share).
+    pub fn on(id: &str, base_url: &str, api_key: Option<&str>, client: reqwest::Client) -> Self {
         OpenAi {
             id: id.to_string(),
             base_url: base_url.trim_end_matches('/').to_string(),
             api_key: api_key.map(str::to_string),
-            client: super::http_client(),
+            client,
         }
-    }
-
-    /// The same provider on `client` (one a fleet's agents share).
-    pub fn with_client(mut self, client: reqwest::Client) -> Self {
-        self.client = client;
-        self
     }
 }
 

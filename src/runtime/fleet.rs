@@ -143,7 +143,7 @@ pub type ProviderFactory = Arc<dyn Fn(&serde_json::Value) -> Result<Arc<dyn Prov
 /// no client of its own to what an idle fleet holds. One factory serves one
 /// fleet, so the client's connections live on that fleet's runtime.
 pub fn accounts_factory() -> ProviderFactory {
-    let client = Arc::new(std::sync::OnceLock::new());
+    let client = std::sync::OnceLock::new();
     Arc::new(move |cfg| {
         let settings = accounts::load()?;
         let client = client.get_or_init(crate::providers::http_client);
