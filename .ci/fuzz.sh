@@ -7,6 +7,7 @@
 # hand). A crash stops the run with the input saved and a non-zero exit.
 #   bash .ci/fuzz.sh            # CI: 30 s a target
 #   bash .ci/fuzz.sh 3600       # an hour a target, by hand
+#   bash .ci/fuzz.sh build      # only build (CI does it in the background)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_EACH="${1:-30}"
@@ -28,6 +29,7 @@ export RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4
 # (they must not be instrumented), as cargo-fuzz does.
 HOST="$(rustc -vV | sed -n 's/^host: //p')"
 cargo build --release --manifest-path tests/fuzz/Cargo.toml --bins --target "$HOST"
+[ "$SECONDS_EACH" = build ] && exit 0
 BIN="$CARGO_TARGET_DIR/$HOST/release"
 WORK="$(mktemp -d)"
 ARTIFACTS="${ADF_FUZZ_ARTIFACTS:-$WORK/artifacts}"

@@ -2,7 +2,7 @@
 # Fuzz the daemon's control API from its own OpenAPI document with
 # schemathesis (../shared/design/PEERS.md). schemathesis lives in a venv
 # cached outside the clone; the daemon runs on loopback with a scratch home
-# and one agent. Exits non-zero on any failure.
+# and one agent. Exits non-zero on any failure. `--install` only installs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 V=4.32.5
@@ -17,6 +17,7 @@ if [ ! -f "$VENV/.ok" ]; then
   "$VENV/bin/pip" install -q "schemathesis==$V"
   touch "$VENV/.ok"
 fi
+[ "${1:-}" = --install ] && exit 0
 ADF=target/debug/adf
 [ -x "$ADF" ] || cargo build -q
 HOME_DIR=$(mktemp -d)
