@@ -1194,9 +1194,13 @@ async fn whatsapp_links_by_qr_code_seals_the_link_and_logs_in_with_it() {
 
     // The phone unlinks the device: the channel stops and says how to link again.
     seen.lock().unwrap().raw.push(NodeBuilder::new("stream:error").attr("code", "401").build());
-    wait("logged out", || fleet.channel_status(&id)[0].1.state == "stopped").await;
-    let st = fleet.channel_status(&id);
-    assert!(st[0].1.last_error.as_deref().unwrap_or("").contains("adf adapters add FILE whatsapp"), "{st:?}");
+    // The client's end and the logout event race; what is left says why.
+    wait("logged out", || {
+        let st = fleet.channel_status(&id);
+        st[0].1.state == "stopped"
+            && st[0].1.last_error.as_deref().unwrap_or("").contains("adf adapters add FILE whatsapp")
+    })
+    .await;
     fleet.shutdown().await;
 }
 

@@ -633,15 +633,18 @@ async fn on_event(ctx: Arc<Ctx>, ev: Arc<Event>, client: Arc<Client>) {
         }
         Event::LoggedOut(_) => {
             // The link is dead: forgotten, so linking again starts afresh.
+            // The status says why before the secret's removal is awaited:
+            // the client ends as it logs out, and the channel's own
+            // "client stopped" must not be what is left to read.
             ctx.backend.forget();
-            let m = mb.clone();
-            let _ = tokio::task::spawn_blocking(move || m.with_store(|s| s.secret_rm(SESSION))).await;
             clear_qr(status);
             set_state(
                 status,
                 "stopped",
                 Some("the phone unlinked this device: adf adapters add FILE whatsapp to link it again".into()),
             );
+            let m = mb.clone();
+            let _ = tokio::task::spawn_blocking(move || m.with_store(|s| s.secret_rm(SESSION))).await;
         }
         Event::PairingQrCodesExhausted(_) => {
             clear_qr(status);
