@@ -28,7 +28,12 @@ export RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4
 # An explicit --target keeps RUSTFLAGS off build scripts and proc macros
 # (they must not be instrumented), as cargo-fuzz does.
 HOST="$(rustc -vV | sed -n 's/^host: //p')"
-cargo build --release --manifest-path tests/fuzz/Cargo.toml --bins --target "$HOST"
+# ADF_FUZZ_BUILT=1: the binaries were just built (CI's background `build`)
+# and are not built again. A second build would not be a no-op: waproto's
+# build script writes a file it watches during its first run, so the run
+# after a cold build finds it newer and recompiles waproto, the WhatsApp
+# crates and adf (minutes, instrumented).
+[ "${ADF_FUZZ_BUILT:-0}" = 1 ] || cargo build --release --manifest-path tests/fuzz/Cargo.toml --bins --target "$HOST"
 [ "$SECONDS_EACH" = build ] && exit 0
 BIN="$CARGO_TARGET_DIR/$HOST/release"
 WORK="$(mktemp -d)"
