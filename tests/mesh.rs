@@ -292,6 +292,11 @@ async fn two_daemons_exchange_signed_and_encrypted_messages() {
     assert_eq!(reply["thread_id"], parent, "the thread is the parent when it had none");
     assert_eq!(meta(reply)["payload_encrypted"], true);
 
+    // The reply's turn ends (its second model call, after the send) before
+    // the burst's calls are counted: a's inbox has the reply as soon as the
+    // tool ran.
+    d2.wait("/agents/b/loop?limit=500", "the reply turn's end", |v| v.to_string().contains("replied")).await;
+
     // A burst of three messages: one wake for all of them.
     let before = fake2.requests().len();
     fake2.push(Scripted::sse(anthropic_text(&["batch"], 5, 1)));
