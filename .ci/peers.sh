@@ -18,7 +18,6 @@ echo "== [$SECONDS s] Debian packages"
 # What is missing, by the same checks the scripts make (a machine may have
 # a tool from elsewhere: Node from NodeSource conflicts with Debian's npm).
 WITH=() BARE=()
-command -v cc >/dev/null 2>&1 || WITH+=(gcc)
 command -v ip >/dev/null 2>&1 || WITH+=(iproute2)
 command -v python3 >/dev/null 2>&1 || WITH+=(python3 python3-pip)
 python3 -c "import ensurepip, venv" >/dev/null 2>&1 || WITH+=(python3-venv)
