@@ -187,3 +187,68 @@ async fn checkpoints_wait_for_the_actor_instead_of_a_commit() {
     let rows: i64 = c.query_row("SELECT count(*) FROM adf_loop", [], |r| r.get(0)).unwrap();
     assert!(rows >= 2 * turns as i64, "{rows} rows for {turns} turns");
 }
+
+#[test]
+fn a_held_read_sees_one_snapshot_and_a_write_ends_it() {
+    // A load's reads share one read transaction (`begin_reading`): they
+    // see the file as it was when the first ran, a write inside ends it,
+    // and parking or closing with one open loses nothing.
+    let dir = tmp();
+    let path = new_file(dir.path());
+    let mut s = Store::open(&path).unwrap();
+    s.file_write(Caller::Owner, "notes.md", b"one", &WriteOptions::default()).unwrap();
+    s.begin_reading().unwrap();
+    s.begin_reading().unwrap();
+    assert_eq!(s.file_read_text("notes.md").unwrap(), "one");
+    let mut sib = Store::sibling(&path).unwrap();
+    sib.file_write(Caller::Owner, "notes.md", b"two", &WriteOptions::default()).unwrap();
+    assert_eq!(s.file_read_text("notes.md").unwrap(), "one", "the held read sees its snapshot");
+    s.end_reading();
+    assert_eq!(s.file_read_text("notes.md").unwrap(), "two", "let go, the next read sees the sibling's write");
+
+    // A write inside a held read ends it and commits.
+    s.begin_reading().unwrap();
+    assert_eq!(s.file_read_text("notes.md").unwrap(), "two");
+    s.file_write(Caller::Owner, "notes.md", b"three", &WriteOptions::default()).unwrap();
+    sib.file_write(Caller::Owner, "other.md", b"x", &WriteOptions::default()).unwrap();
+    assert_eq!(s.file_read_text("other.md").unwrap(), "x", "no read is held after the write");
+    drop(sib);
+
+    // Parked and closed with a read held: the file is whole and clean.
+    s.begin_reading().unwrap();
+    assert_eq!(s.file_read_text("notes.md").unwrap(), "three");
+    assert!(s.park().unwrap());
+    assert!(!side(&path, "-wal").exists(), "the WAL went with the connection");
+    s.begin_reading().unwrap();
+    assert_eq!(s.file_read_text("notes.md").unwrap(), "three");
+    s.close().unwrap();
+    assert!(!side(&path, "-wal").exists() && !side(&path, "-shm").exists(), "closed: no sidecars");
+    let s = Store::open(&path).unwrap();
+    assert_eq!(s.integrity_check(), adf::store::IntegrityCheck::Skipped, "closed cleanly");
+    assert_eq!(s.file_read_text("other.md").unwrap(), "x");
+    assert!(marker(&path));
+}
+
+#[cfg(unix)]
+#[test]
+fn a_file_opened_through_a_link_is_known_by_its_real_path() {
+    // The process keeps its open files, envelope keys and pending numbers
+    // by the path resolved once at open: a sibling named by the real path
+    // finds a store opened through a symlinked folder, and a second open
+    // by either name is refused while it is held.
+    let dir = tmp();
+    let real = dir.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    let path = new_file(&real);
+    std::os::unix::fs::symlink(&real, dir.path().join("link")).unwrap();
+    let linked = dir.path().join("link/a.adf");
+    let mut s = Store::open(&linked).unwrap();
+    s.file_write(Caller::Owner, "notes.md", b"one", &WriteOptions::default()).unwrap();
+    let sib = Store::sibling(&path).expect("the real path names the store opened through the link");
+    assert_eq!(sib.file_read_text("notes.md").unwrap(), "one");
+    assert!(Store::open(&path).is_err() && Store::open(&linked).is_err());
+    drop(sib);
+    s.close().unwrap();
+    assert!(Store::sibling(&path).is_err(), "closed: nothing is open here any more");
+    Store::open(&path).unwrap().close().unwrap();
+}

@@ -359,6 +359,9 @@ impl Fleet {
             return Err(format!("{}: already loaded", path.display()));
         }
         let mut store = Store::open(path).map_err(|e| e.to_string())?;
+        // The load's reads in one read transaction (a write, such as an
+        // envelope adopting this install, ends it first).
+        store.begin_reading().map_err(|e| e.to_string())?;
         // Open the envelopes this install can open (runtime slot, then the
         // owner's); a foreign or locked file still loads, without secrets.
         if let Ok(Some(inst)) = crate::identity::install::load(&crate::paths::config_dir()) {
@@ -377,6 +380,8 @@ impl Fleet {
             Err(e) => return Err(format!("{}: {e}", path.display())),
         };
         let handle = store.meta_get("adf_handle").ok().flatten().map(|m| m.value).unwrap_or_default();
+        let did = store.meta_get("adf_did").ok().flatten().map(|m| m.value).unwrap_or_default();
+        store.end_reading();
         let name = cfg.get("name").and_then(|v| v.as_str()).unwrap_or("").to_string();
         let owner = waiting_owner();
         let runner_provider = provider.clone();
@@ -390,7 +395,6 @@ impl Fleet {
         ex.store.release_memory();
         ex.stream_deltas(self.stream_deltas);
         let id = ex.agent_id().to_string();
-        let did = ex.store.meta_get("adf_did").ok().flatten().map(|m| m.value).unwrap_or_default();
         if let Some(other) = self.agents.get(&id) {
             let same = if !did.is_empty() && other.did == did { " and DID" } else { "" };
             return Err(format!(
@@ -440,7 +444,7 @@ impl Fleet {
                 Some(ex)
             })
         };
-        self.mesh.register(&id, &handle, &did, path, agent.weak(), runner);
+        self.mesh.register(&id, &handle, &did, path, &canon, agent.weak(), runner);
         // Its channels, once it runs (a loaded-only agent answers no one).
         if started.load(std::sync::atomic::Ordering::Relaxed)
             && let Some(mb) = self.mesh.find(&id)

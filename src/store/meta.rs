@@ -281,7 +281,7 @@ impl Store {
     /// first; the key then holds the first number not reserved.
     pub fn meta_reserve(&mut self, key: &str, n: u64, floor: u64) -> Result<u64> {
         let file = self.path().to_path_buf();
-        let floor = floor.max(pending::floor(&file, key));
+        let floor = floor.max(pending::floor(self.canonical_path(), key));
         self.write(|tx| {
             let cur: Option<String> =
                 tx.query_row("SELECT value FROM adf_meta WHERE key = ?1", [key], |r| r.get(0)).optional().at(&file)?;
@@ -303,9 +303,12 @@ impl Store {
             .query_row("SELECT value FROM adf_meta WHERE key = ?1", [key], |r| r.get(0))
             .optional()
             .at(self.path())?;
-        let start =
-            cur.and_then(|v| v.parse::<u64>().ok()).unwrap_or(1).max(floor).max(pending::floor(self.path(), key));
-        pending::raise(self.path(), key, start + n);
+        let start = cur
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(1)
+            .max(floor)
+            .max(pending::floor(self.canonical_path(), key));
+        pending::raise(self.canonical_path(), key, start + n);
         Ok(start)
     }
 
@@ -313,7 +316,8 @@ impl Store {
     /// least that), ending its in-process floor.
     pub fn meta_reserve_settle(&mut self, key: &str) -> Result<()> {
         let file = self.path().to_path_buf();
-        let floor = pending::floor(&file, key);
+        let canon = self.canonical_path().to_path_buf();
+        let floor = pending::floor(&canon, key);
         if floor == 0 {
             return Ok(());
         }
@@ -325,7 +329,7 @@ impl Store {
             }
             Ok(())
         })?;
-        pending::clear(&file, key, floor);
+        pending::clear(&canon, key, floor);
         Ok(())
     }
 
@@ -358,8 +362,9 @@ mod pending {
     type Floors = HashMap<(PathBuf, String), u64>;
     static FLOORS: Mutex<Option<Floors>> = Mutex::new(None);
 
-    fn id(path: &Path, key: &str) -> (PathBuf, String) {
-        (std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()), key.to_string())
+    /// `canon`: the file's canonical path (`Store::canonical_path`).
+    fn id(canon: &Path, key: &str) -> (PathBuf, String) {
+        (canon.to_path_buf(), key.to_string())
     }
 
     /// The first number above every pending reservation (0: none).
@@ -422,7 +427,7 @@ mod tests {
         assert_eq!(s.meta_reserve_later("seq", 50, 0).unwrap(), 116);
         s.meta_reserve_settle("seq").unwrap();
         assert_eq!(s.meta_get("seq").unwrap().unwrap().value, "166");
-        assert_eq!(pending::floor(&path, "seq"), 0);
+        assert_eq!(pending::floor(s.canonical_path(), "seq"), 0);
         assert_eq!(s.meta_reserve("seq", 1, 0).unwrap(), 166);
         drop(sib);
     }

@@ -84,6 +84,10 @@ pub struct Store {
     /// it again.
     conn: std::cell::OnceCell<Connection>,
     path: PathBuf,
+    /// `path` resolved once at open: the key of the process-wide maps
+    /// (open files, envelope keys, pending reservations), so they are not
+    /// resolved again (a `readlink` per component) on every lookup.
+    canon: PathBuf,
     lock: Option<WriterLock>,
     read_only: bool,
     closed: bool,
@@ -112,6 +116,8 @@ pub struct Store {
     parked_sig: Option<FileSig>,
     /// Spend recorded with the next write (`spend_defer`).
     pending_spend: Vec<spend::Pending>,
+    /// A read transaction is held open (`begin_reading`).
+    reading: std::cell::Cell<bool>,
     /// What each scope spent, as of a UTC day, once read: the holder of
     /// the lock is the only writer, so a budget check is a lookup.
     spent_memo: std::sync::Mutex<std::collections::HashMap<String, (String, spend::Spent)>>,
@@ -193,38 +199,39 @@ fn sidecar(path: &Path, suffix: &str) -> PathBuf {
 /// so a fleet of thousands opens a file without scanning them all.
 static OPEN_FILES: std::sync::Mutex<Option<std::collections::HashMap<PathBuf, usize>>> = std::sync::Mutex::new(None);
 
-fn canonical(path: &Path) -> PathBuf {
+pub(crate) fn canonical(path: &Path) -> PathBuf {
     std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
-fn register(path: &Path) {
+/// Count one more connection of this process to the file at `canon` (a
+/// path from `canonical`, as are the next two functions').
+fn register(canon: &Path) {
     if let Ok(mut open) = OPEN_FILES.lock() {
-        *open.get_or_insert_with(Default::default).entry(canonical(path)).or_insert(0) += 1;
+        *open.get_or_insert_with(Default::default).entry(canon.to_path_buf()).or_insert(0) += 1;
     }
 }
 
-fn unregister(path: &Path) {
-    let c = canonical(path);
+fn unregister(canon: &Path) {
     if let Ok(mut open) = OPEN_FILES.lock()
         && let Some(map) = open.as_mut()
-        && let Some(n) = map.get_mut(&c)
+        && let Some(n) = map.get_mut(canon)
     {
         *n -= 1;
         if *n == 0 {
-            map.remove(&c);
+            map.remove(canon);
         }
     }
 }
 
-fn is_open_here(path: &Path) -> bool {
-    let c = canonical(path);
-    OPEN_FILES.lock().map(|open| open.as_ref().is_some_and(|m| m.contains_key(&c))).unwrap_or(false)
+fn is_open_here(canon: &Path) -> bool {
+    OPEN_FILES.lock().map(|open| open.as_ref().is_some_and(|m| m.contains_key(canon))).unwrap_or(false)
 }
 
 /// Check the file looks like a whole SQLite database before SQLite touches
 /// it, so foreign and truncated files are refused without a single write.
-fn sniff(path: &Path) -> Result<()> {
-    if is_open_here(path) {
+/// `canon` is the file's `canonical` path.
+fn sniff(path: &Path, canon: &Path) -> Result<()> {
+    if is_open_here(canon) {
         // Already open in this process, so already checked; reading it
         // through a new descriptor would drop SQLite's locks when closed.
         return Ok(());
@@ -334,12 +341,13 @@ impl Store {
 
     pub fn open_with(path: impl AsRef<Path>, opts: OpenOptions) -> Result<Store> {
         let path = path.as_ref().to_path_buf();
-        sniff(&path)?;
+        let canon = canonical(&path);
+        sniff(&path, &canon)?;
         let lock = WriterLock::acquire(&path)?;
         let sidecars = sidecar(&path, "-wal").exists() || sidecar(&path, "-shm").exists();
         let conn = conn::connect(&path, false, false)?;
-        register(&path);
-        let registered = Registered(Some(path.clone()));
+        register(&canon);
+        let registered = Registered(Some(canon.clone()));
         if !has_table(&conn, &path, "adf_meta")? {
             return Err(StoreError::NotAgent { path });
         }
@@ -377,6 +385,7 @@ impl Store {
         let mut store = Store {
             conn: conn.into(),
             path,
+            canon,
             lock: Some(lock),
             read_only: false,
             closed: false,
@@ -393,6 +402,7 @@ impl Store {
             wal_frames: None,
             parked_sig: None,
             pending_spend: Vec::new(),
+            reading: Default::default(),
             spent_memo: Default::default(),
         };
         // A version that is not a number is no version this adf can climb
@@ -433,14 +443,15 @@ impl Store {
     /// every write refused. Works while another process holds the file.
     pub fn open_read_only(path: impl AsRef<Path>) -> Result<Store> {
         let path = path.as_ref().to_path_buf();
-        sniff(&path)?;
+        let canon = canonical(&path);
+        sniff(&path, &canon)?;
         // Sidecars already there belong to a writer (or a crash): read
         // through them and leave them be. Without them a read-only handle
         // would create a -wal and -shm it can never remove; a read-write
         // handle that cannot write (query_only) removes them when it closes
         // as the last connection, so a read leaves the folder as it was.
         let sidecars = sidecar(&path, "-wal").exists() || sidecar(&path, "-shm").exists();
-        let tidy = !sidecars && !is_open_here(&path);
+        let tidy = !sidecars && !is_open_here(&canon);
         let checked = |c: Connection| -> Result<Connection> {
             if tidy {
                 c.pragma_update(None, "query_only", true).at(&path)?;
@@ -456,8 +467,8 @@ impl Store {
                 conn::connect(Path::new(&uri), false, true)?
             }
         };
-        register(&path);
-        let registered = Registered(Some(path.clone()));
+        register(&canon);
+        let registered = Registered(Some(canon.clone()));
         if !has_table(&conn, &path, "adf_meta")? {
             return Err(StoreError::NotAgent { path });
         }
@@ -479,6 +490,7 @@ impl Store {
         Ok(Store {
             conn: conn.into(),
             path,
+            canon,
             lock: None,
             read_only: true,
             closed: false,
@@ -495,6 +507,7 @@ impl Store {
             wal_frames: None,
             parked_sig: None,
             pending_spend: Vec::new(),
+            reading: Default::default(),
             spent_memo: Default::default(),
         })
     }
@@ -505,16 +518,18 @@ impl Store {
     /// and leaves the clean-close marker alone; SQLite's WAL and busy
     /// timeout order the writes.
     pub fn sibling(path: &Path) -> Result<Store> {
-        if !is_open_here(path) {
+        let canon = canonical(path);
+        if !is_open_here(&canon) {
             return Err(StoreError::Invalid(format!("{}: not open for writing in this process", path.display())));
         }
         let conn = conn::connect(path, false, false)?;
         conn::apply_pragmas(&conn, path, false)?;
         let version = schema::read_version(&conn).at(path)?;
-        register(path);
+        register(&canon);
         Ok(Store {
             conn: conn.into(),
             path: path.to_path_buf(),
+            canon,
             lock: None,
             read_only: false,
             closed: false,
@@ -531,6 +546,7 @@ impl Store {
             wal_frames: None,
             parked_sig: None,
             pending_spend: Vec::new(),
+            reading: Default::default(),
             spent_memo: Default::default(),
         })
     }
@@ -570,6 +586,11 @@ impl Store {
     /// The file's path.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The file's path resolved when it was opened (see `canon`).
+    pub(crate) fn canonical_path(&self) -> &Path {
+        &self.canon
     }
 
     pub fn is_read_only(&self) -> bool {
@@ -646,6 +667,33 @@ impl Store {
         self.view.hold(on);
     }
 
+    /// Hold one read transaction over a stretch of reads with no wait in
+    /// it (a load's): otherwise each statement is a read transaction of its
+    /// own, taking and giving back a lock of the WAL index (two `fcntl`s)
+    /// and looking at its header. The reads see one snapshot of the file.
+    /// `end_reading`, a write, a park or the close let it go.
+    pub fn begin_reading(&self) -> Result<()> {
+        let conn = self.conn();
+        if self.reading.get() || !conn.is_autocommit() {
+            return Ok(());
+        }
+        conn.prepare_cached("BEGIN").and_then(|mut st| st.execute([])).at(&self.path)?;
+        self.reading.set(true);
+        Ok(())
+    }
+
+    /// Let go of the read transaction of `begin_reading` (a no-op without
+    /// one). Ending a transaction that only read cannot fail in a way that
+    /// loses anything; SQLite rolls it back when the connection closes.
+    pub fn end_reading(&self) {
+        if self.reading.replace(false)
+            && let Some(conn) = self.conn.get()
+            && !conn.is_autocommit()
+        {
+            let _ = conn.prepare_cached("COMMIT").and_then(|mut st| st.execute([]));
+        }
+    }
+
     /// Close the connection of an idle agent and keep the file (its writer
     /// lock, its place in this process): everything SQLite held for it
     /// (schema, caches, the WAL index) is given back, and the next use
@@ -657,6 +705,7 @@ impl Store {
         if self.closed || self.read_only || self.lock.is_none() {
             return Ok(false);
         }
+        self.end_reading();
         self.flush_spend()?;
         let Some(conn) = self.conn.take() else { return Ok(false) };
         if self.marker_taken
@@ -800,6 +849,7 @@ impl Store {
     /// a few times, and parsing them each time was a measurable part of it.
     pub(crate) fn write<T>(&mut self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
         self.writable()?;
+        self.end_reading();
         let take_marker = !self.marker_taken;
         let conn = self.conn.get_or_init(|| self.reopen());
         let path = &self.path;
@@ -843,6 +893,7 @@ impl Store {
         if self.closed {
             return Ok(());
         }
+        self.end_reading();
         if self.conn.get().is_some() {
             self.flush_spend()?;
         }
@@ -854,7 +905,7 @@ impl Store {
             // one wrote to is not opened at all (opening makes a WAL and
             // its index, which a folder being removed does not expect).
             if untouched {
-                unregister(&self.path);
+                unregister(&self.canon);
                 self.lock.take();
                 return Ok(());
             }
@@ -862,7 +913,7 @@ impl Store {
                 put_marker(&c, &self.path)?;
                 c.close().map_err(|(_, e)| classify(&self.path, e))
             });
-            unregister(&self.path);
+            unregister(&self.canon);
             self.lock.take();
             return marked;
         };
@@ -872,7 +923,7 @@ impl Store {
             put_marker(&conn, &self.path)?;
         }
         let closed = conn.close().map_err(|(_, e)| classify(&self.path, e));
-        unregister(&self.path);
+        unregister(&self.canon);
         self.lock.take();
         closed
     }

@@ -248,20 +248,20 @@ impl Mesh {
         self.loads.lock().ok().and_then(|l| l.as_ref().map(|tx| tx.send(path).is_ok())).unwrap_or(false)
     }
 
-    /// Register a loaded agent.
+    /// Register a loaded agent; `canon` is its file's canonical path (the
+    /// caller resolved it already), whose folder is the agent's.
+    #[allow(clippy::too_many_arguments)]
     pub fn register(
         &self,
         id: &str,
         handle: &str,
         did: &str,
         path: &Path,
+        canon: &Path,
         tx: mpsc::WeakUnboundedSender<AgentCommand>,
         runner: Runner,
     ) {
-        let dir = std::fs::canonicalize(path)
-            .ok()
-            .and_then(|p| p.parent().map(Path::to_path_buf))
-            .unwrap_or_else(|| path.parent().map(Path::to_path_buf).unwrap_or_default());
+        let dir = canon.parent().or_else(|| path.parent()).map(Path::to_path_buf).unwrap_or_default();
         let mb = Mailbox {
             id: id.to_string(),
             handle: handle.to_string(),

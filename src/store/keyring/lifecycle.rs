@@ -173,7 +173,7 @@ impl Store {
             }
             Ok(deks)
         })?;
-        Store::remember_deks(&path, id_dek, cred_dek);
+        Store::remember_deks_at(self.canonical_path(), id_dek, cred_dek);
         Ok(keys.did)
     }
 
@@ -245,7 +245,7 @@ impl Store {
             };
             run().at(&path)
         })?;
-        Store::remember_deks(&path, id_dek, Some(cred_dek));
+        Store::remember_deks_at(self.canonical_path(), id_dek, Some(cred_dek));
         Ok(true)
     }
 }

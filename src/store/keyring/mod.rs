@@ -79,19 +79,14 @@ pub(crate) use lifecycle::{insert_attestation, provision};
 
 static KEYRINGS: Mutex<Option<HashMap<PathBuf, Deks>>> = Mutex::new(None);
 
-fn key_of(path: &Path) -> PathBuf {
-    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+/// The keys of a file, by its canonical path (`Store::canonical_path`).
+fn deks(canon: &Path) -> Deks {
+    KEYRINGS.lock().ok().and_then(|m| m.as_ref().and_then(|m| m.get(canon).copied())).unwrap_or_default()
 }
 
-fn deks(path: &Path) -> Deks {
-    let key = key_of(path);
-    KEYRINGS.lock().ok().and_then(|m| m.as_ref().and_then(|m| m.get(&key).copied())).unwrap_or_default()
-}
-
-pub(super) fn set_dek(path: &Path, name: &str, dek: Option<Dek>) {
-    let key = key_of(path);
+pub(super) fn set_dek(canon: &Path, name: &str, dek: Option<Dek>) {
     if let Ok(mut m) = KEYRINGS.lock() {
-        let e = m.get_or_insert_with(HashMap::new).entry(key).or_default();
+        let e = m.get_or_insert_with(HashMap::new).entry(canon.to_path_buf()).or_default();
         match name {
             IDENTITY => e.identity = dek,
             CREDENTIALS => e.credentials = dek,
@@ -169,9 +164,14 @@ fn adopt(d: &mut Descriptor, inst: &Install, name: &str, dek: &Dek) -> std::resu
 impl Store {
     /// Remember DEKs made while creating this file.
     pub(crate) fn remember_deks(path: &Path, identity: Dek, credentials: Option<Dek>) {
-        set_dek(path, IDENTITY, Some(identity));
+        Self::remember_deks_at(&super::canonical(path), identity, credentials);
+    }
+
+    /// `remember_deks` for a file known by its canonical path.
+    pub(crate) fn remember_deks_at(canon: &Path, identity: Dek, credentials: Option<Dek>) {
+        set_dek(canon, IDENTITY, Some(identity));
         if credentials.is_some() {
-            set_dek(path, CREDENTIALS, credentials);
+            set_dek(canon, CREDENTIALS, credentials);
         }
     }
 
@@ -180,7 +180,7 @@ impl Store {
     }
 
     fn dek(&self, name: &str) -> Option<Dek> {
-        let d = deks(self.path());
+        let d = deks(self.canonical_path());
         if name == IDENTITY { d.identity } else { d.credentials }
     }
 
@@ -232,11 +232,11 @@ impl Store {
             }
             let Some(mut d) = self.descriptor(name)? else { continue };
             if let Some(dek) = d.open_with_key(name, &inst.runtime_enc, "runtime") {
-                set_dek(self.path(), name, Some(dek));
+                set_dek(self.canonical_path(), name, Some(dek));
             } else if let Some(owner) = &inst.owner
                 && let Some(dek) = d.open_with_key(name, &owner.encryption, "owner")
             {
-                set_dek(self.path(), name, Some(dek));
+                set_dek(self.canonical_path(), name, Some(dek));
                 if write && !self.is_read_only() {
                     adopt(&mut d, inst, name, &dek).map_err(StoreError::Invalid)?;
                     let path = self.path().to_path_buf();
@@ -250,7 +250,7 @@ impl Store {
     /// Forget this file's DEKs (the file reads as locked or foreign again).
     pub fn lock_envelopes(&self) {
         for name in [IDENTITY, CREDENTIALS, "legacy"] {
-            set_dek(self.path(), name, None);
+            set_dek(self.canonical_path(), name, None);
         }
     }
 
@@ -293,7 +293,7 @@ impl Store {
             Err(seal::CryptoError::Decrypt) => return Ok(false),
             Err(e) => return Err(StoreError::Invalid(format!("{}: {e}", self.path().display()))),
         };
-        set_dek(self.path(), CREDENTIALS, Some(dek));
+        set_dek(self.canonical_path(), CREDENTIALS, Some(dek));
         if !self.is_read_only() {
             adopt(&mut d, inst, CREDENTIALS, &dek).map_err(StoreError::Invalid)?;
             let path = self.path().to_path_buf();
