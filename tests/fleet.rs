@@ -161,3 +161,24 @@ async fn the_runtime_snapshot_is_recorded_on_start_and_on_a_config_change() {
     assert_eq!(snap(&ex.store)["model"], "m2", "the config change is in the snapshot");
     assert!(ex.store.meta_set(Caller::AGENT, "adfrs_runtime_snapshot", "{}", None).is_err(), "read-only to the agent");
 }
+
+/// A file loaded through a link is the same agent as by its real path: the
+/// second load is refused by either name, and once unloaded it loads again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_file_loaded_through_a_link_is_loaded_once() {
+    let dir = tmp();
+    let d = dir.path();
+    std::fs::create_dir(d.join("real")).unwrap();
+    std::os::unix::fs::symlink(d.join("real"), d.join("link")).unwrap();
+    create_file(&d.join("real/scout.adf"), &NewAgent { name: Some("Scout"), ..Default::default() }).unwrap();
+    let mut fleet = Fleet::new(Bus::new(), scripted());
+    let a = fleet.load(&d.join("link/scout.adf")).unwrap();
+    let err = fleet.load(&d.join("real/scout.adf")).unwrap_err();
+    assert!(err.contains("already loaded"), "{err}");
+    let err = fleet.load(&d.join("real/../link/scout.adf")).unwrap_err();
+    assert!(err.contains("already loaded"), "{err}");
+    fleet.unload(&a.id).await.unwrap();
+    let b = fleet.load(&d.join("real/scout.adf")).unwrap();
+    assert_eq!(a.id, b.id, "the same agent");
+    assert!(fleet.shutdown().await.is_empty());
+}

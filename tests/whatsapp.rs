@@ -1172,7 +1172,16 @@ async fn whatsapp_links_by_qr_code_seals_the_link_and_logs_in_with_it() {
     .await;
     wait("the agent's turn", || *calls.lock().unwrap() >= 1).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(*calls.lock().unwrap(), 1, "one wake for the batch");
+    // On a failure, what woke each turn says why (three messages woken
+    // one by one, or something else).
+    let woke: Vec<String> = {
+        let c = rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        let mut st =
+            c.prepare("SELECT content_json FROM adf_loop WHERE role = 'user' ORDER BY seq DESC LIMIT 4").unwrap();
+        st.query_map([], |r| r.get(0)).unwrap().collect::<Result<_, _>>().unwrap()
+    };
+    let wakes = *calls.lock().unwrap();
+    assert_eq!(wakes, 1, "one wake for the batch; the last user rows, newest first: {woke:#?}");
     assert_eq!(seen.lock().unwrap().logins[logins..].to_vec(), vec![PHONE.to_string()], "a login with the sealed link");
     let kinds = seen.lock().unwrap().kinds.clone();
     assert_eq!((kinds.first(), kinds.last()), (Some(&"pkmsg"), Some(&"msg")), "the session went on: {kinds:?}");

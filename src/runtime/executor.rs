@@ -6,7 +6,7 @@
 //! or an event; the turn checkpoint in meta makes a crash visible later.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
@@ -16,36 +16,36 @@ mod budget;
 mod compaction;
 mod compute;
 mod computer;
+mod events;
 mod gate;
 mod mcp;
 pub(crate) mod media;
 mod owner;
 mod park;
+mod recovery;
 mod request;
 pub mod side;
 mod skills;
 pub mod snapshot;
 mod streams;
+mod timers;
+mod turn;
 mod ws;
 
-use gate::{Gate, limit, read_guard, strip_reserved};
+use events::SEQ_KEY;
+use recovery::CHECKPOINT;
+pub use recovery::INTERRUPTED_MARK;
 pub(crate) use request::advertised_tools;
 use request::{CachedConfig, PromptCache};
 
 use super::bus::Bus;
 use super::inject::{self, InjectError, InjectQueue, Injection};
 use super::prompt;
-use crate::protocol::{Envelope, kind};
-use crate::providers::{ErrorKind, ModelEvent, ModelRequest, Provider, ProviderError, Response, Usage};
+use crate::protocol::kind;
+use crate::providers::{ModelEvent, Provider, Usage};
 use crate::store::loop_rows::{LoopRow, NewLoopRow};
-use crate::store::meta::MetaProtection;
 use crate::store::template::Snapshot;
 use crate::store::{Denial, Store, StoreError};
-use crate::tools;
-
-const CHECKPOINT: &str = "adf_runtime_turn_checkpoint";
-const SEQ_KEY: &str = "runtime_umbilical_next_seq";
-const SEQ_BLOCK: u64 = 1000;
 
 /// The owner's answer to an approval request.
 #[derive(Debug, Clone, PartialEq)]
@@ -111,16 +111,6 @@ pub enum TurnEnd {
 type DeltaSink = Box<dyn FnMut(&ModelEvent) + Send>;
 
 /// The executor of one agent.
-/// A file change as the triggers first see it: the path, what happened,
-/// who did it (`Executor::file_trigger` adds the rest for a taker).
-fn file_change(path: &str, operation: &str, source: &str) -> super::triggers::TriggerEvent {
-    super::triggers::TriggerEvent {
-        ty: "file_change",
-        source: source.to_string(),
-        data: json!({"path": path, "operation": operation, "diff": null}),
-    }
-}
-
 pub struct Executor {
     pub store: Store,
     /// Record the runtime snapshot (a write) as the actor starts, before
@@ -210,21 +200,6 @@ pub struct Executor {
     pub(crate) mesh: Option<Arc<super::mesh::Mesh>>,
     /// Side loops: the one running, the others' state, wakes asked for.
     pub(crate) loops: side::Loops,
-}
-
-fn iso(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .map(|d| d.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
-        .unwrap_or_default()
-}
-
-fn elapsed(ms: i64) -> String {
-    let m = ms.max(0) / 60_000;
-    match (m / 60, m % 60) {
-        (0, 0) => format!("{}s", ms.max(0) / 1000),
-        (0, m) => format!("{m}m"),
-        (h, m) => format!("{h}h {m}m"),
-    }
 }
 
 impl Executor {
@@ -329,52 +304,6 @@ impl Executor {
         self.dispatcher.as_ref()
     }
 
-    /// Offer an event to the triggers; `system_only` leaves agent-scope
-    /// targets to the caller (a chat already wakes the agent).
-    pub fn trigger(&mut self, ev: super::triggers::TriggerEvent, system_only: bool) {
-        if let Some((d, dispatches)) = self.dispatches(&ev) {
-            self.fire(&d, dispatches, system_only, &ev.source);
-        }
-    }
-
-    /// What the agent's triggers make of `ev`, when it has a dispatcher and
-    /// something takes it.
-    fn dispatches(
-        &self,
-        ev: &super::triggers::TriggerEvent,
-    ) -> Option<(Arc<super::triggers::Dispatcher>, Vec<super::triggers::Dispatch>)> {
-        let d = self.dispatcher.clone()?;
-        // The parsed config when a turn has built it; otherwise the raw
-        // document, so an idle agent does not build (and keep) the
-        // turn's view of its config just to look at its triggers.
-        let rev = self.store.config_rev();
-        let dispatches = match &self.cfg {
-            Some(c) if c.rev == rev => super::triggers::evaluate(&c.value, &self.state, ev),
-            _ => self.store.with_config(|v| super::triggers::evaluate(v, &self.state, ev)).ok()?,
-        };
-        (!dispatches.is_empty()).then_some((d, dispatches))
-    }
-
-    fn fire(
-        &mut self,
-        d: &super::triggers::Dispatcher,
-        dispatches: Vec<super::triggers::Dispatch>,
-        system_only: bool,
-        source: &str,
-    ) {
-        for dispatch in dispatches {
-            if system_only && !dispatch.system {
-                continue;
-            }
-            let payload = json!({"trigger_type": dispatch.trigger, "scope": if dispatch.system { "system" } else { "agent" },
-                "target_lambda": dispatch.lambda});
-            if dispatch.system || matches!(dispatch.timing, super::triggers::Timing::Now) {
-                self.emit(kind::TRIGGER_FIRED, source, payload);
-            }
-            d.submit(dispatch);
-        }
-    }
-
     /// Write a log row and offer it to `on_logs` (rows written while an
     /// `on_logs` handler runs do not fire it again).
     pub fn log(&mut self, level: &str, origin: &str, event: &str, message: &str) -> Result<(), StoreError> {
@@ -392,19 +321,6 @@ impl Executor {
         Ok(())
     }
 
-    /// Offer a task to `on_task_create` / `on_task_complete`.
-    pub(crate) fn task_event(&mut self, ty: &'static str, task_id: &str, source: &str) {
-        if self.dispatcher.is_none() {
-            return;
-        }
-        let Ok(Some(t)) = self.store.task_get(task_id) else { return };
-        let task = serde_json::to_value(&t).unwrap_or(Value::Null);
-        self.trigger(
-            super::triggers::TriggerEvent { ty, source: source.to_string(), data: json!({"task": task}) },
-            false,
-        );
-    }
-
     /// Give the file back (the executor is done).
     pub fn store_into(self) -> Store {
         self.store
@@ -413,20 +329,6 @@ impl Executor {
     /// Resolve `sys_fetch` names with `r` (tests point names anywhere).
     pub fn set_resolver(&mut self, r: Arc<dyn super::egress::Resolve>) {
         self.resolver = r;
-    }
-
-    /// Publish an event with the next per-agent seq (reserved in blocks
-    /// persisted to meta, so numbering never goes back after a restart).
-    pub fn emit(&mut self, ty: &'static str, source: &str, payload: Value) {
-        let e = Envelope::new(ty, Some(&self.agent_id), source, payload);
-        self.publish(e);
-    }
-
-    /// `emit` for a type chosen at run time (`custom.*` from code).
-    pub fn emit_owned(&mut self, ty: String, source: &str, payload: Value) {
-        let mut e = Envelope::new("", Some(&self.agent_id), source, payload);
-        e.event_type = std::borrow::Cow::Owned(ty);
-        self.publish(e);
     }
 
     /// Whether `on_start` has anything to do (a write).
@@ -449,108 +351,6 @@ impl Executor {
         }
         // What the snapshot read is not kept: the agent was loaded to wait.
         self.store.release_memory();
-    }
-
-    fn publish(&mut self, mut e: Envelope) {
-        if let Some(side) = &self.loops.side
-            && let Some(o) = e.payload.as_object_mut()
-        {
-            o.entry("loop").or_insert_with(|| Value::String(side.def.name.clone()));
-        }
-        let before = e.payload.as_object_mut().and_then(|o| o.remove("_before"));
-        let trig = match &*e.event_type {
-            kind::FILE_WRITTEN | kind::FILE_DELETED if self.dispatcher.is_some() => {
-                let op = if e.event_type == kind::FILE_DELETED {
-                    "deleted"
-                } else {
-                    e.payload["operation"].as_str().unwrap_or("modified")
-                };
-                // What the dispatch carries (stat, diff) is read only when
-                // a trigger takes the change: its filter needs the path.
-                Some(file_change(e.payload["path"].as_str().unwrap_or(""), op, &e.source))
-            }
-            kind::LLM_COMPLETED if self.dispatcher.is_some() => {
-                let mut data = e.payload.clone();
-                data["source"] = e.payload["call_source"].clone();
-                Some(super::triggers::TriggerEvent { ty: "llm_call", source: e.source.clone(), data })
-            }
-            kind::AGENT_STATE_CHANGED => {
-                if let (Some(d), Some(st)) = (&self.dispatcher, e.payload["state"].as_str())
-                    && let Ok(mut s) = d.state.lock()
-                {
-                    *s = st.to_string();
-                }
-                None
-            }
-            _ => None,
-        };
-        self.publish_only(e);
-        if let Some(t) = trig {
-            if t.ty == "file_change" {
-                self.file_trigger(t, before);
-            } else {
-                self.trigger(t, false);
-            }
-        }
-    }
-
-    /// Whether a change to `path` by `source` would fire a trigger.
-    pub(crate) fn file_change_wanted(&self, path: &str, source: &str) -> bool {
-        self.dispatches(&file_change(path, "modified", source)).is_some()
-    }
-
-    /// A file change offered to the triggers; what a dispatch carries
-    /// beyond the path is read only when one takes it.
-    fn file_trigger(&mut self, mut ev: super::triggers::TriggerEvent, before: Option<Value>) {
-        let Some((d, mut dispatches)) = self.dispatches(&ev) else { return };
-        let path = ev.data["path"].as_str().unwrap_or("").to_string();
-        if let Some(b) = before.as_ref().and_then(Value::as_str)
-            && let Ok(now) = self.store.file_read_text(&path)
-        {
-            ev.data["diff"] = json!(super::diff::unified(&path, Some(b), &now));
-            ev.data["_before"] = json!(b);
-        }
-        if let Some(f) = self.store.file_stat(&path).ok().flatten() {
-            let data = &mut ev.data;
-            data["mime_type"] = json!(f.mime_type);
-            data["size"] = json!(f.size);
-            data["protection"] = json!(f.protection);
-            data["authorized"] = json!(f.authorized);
-            data["created_at"] = json!(f.created_at);
-            data["updated_at"] = json!(f.updated_at);
-        }
-        for dispatch in &mut dispatches {
-            dispatch.event = ev.clone();
-        }
-        self.fire(&d, dispatches, false, &ev.source);
-    }
-
-    fn publish_only(&mut self, mut e: Envelope) {
-        if self.seq_next >= self.seq_limit {
-            // Blocks are reserved atomically: runner executors on sibling
-            // connections number the same agent's events.
-            let start = if self.seq_later {
-                self.store.meta_reserve_later(SEQ_KEY, SEQ_BLOCK, self.seq_next)
-            } else {
-                self.store.meta_reserve(SEQ_KEY, SEQ_BLOCK, self.seq_next)
-            };
-            let start = start.unwrap_or(self.seq_next.max(1));
-            self.seq_limit = start + SEQ_BLOCK;
-            self.seq_next = start;
-        }
-        e.seq = self.seq_next;
-        self.seq_next += 1;
-        self.bus.publish(e);
-    }
-
-    fn checkpoint(&mut self, v: &Value) {
-        self.cp = Some(v.clone());
-        self.cp_pending = false;
-        // The file's checkpoint is the main loop's; a side loop's stays here.
-        if self.loops.side.is_some() {
-            return;
-        }
-        let _ = self.store.set_system_meta(CHECKPOINT, &v.to_string(), MetaProtection::Readonly);
     }
 
     fn append(
@@ -643,132 +443,6 @@ impl Executor {
         self.append("user", &json!([{"type": "text", "text": text}]), None, None)
     }
 
-    /// On load: a turn left `in_progress` means the last process died in
-    /// it. Tell the agent (start, last progress, now, elapsed; the trigger
-    /// was not replayed), fail running tasks, cancel executor-managed
-    /// approvals (runtime.md §9.3).
-    pub fn recover(&mut self) -> Result<bool, StoreError> {
-        let mut recovered = false;
-        let raw = self.store.meta_get(CHECKPOINT)?.map(|m| m.value);
-        if let Some(raw) = raw {
-            let now = crate::store::now_ms();
-            match serde_json::from_str::<Value>(&raw) {
-                Ok(cp) if cp["status"] == "in_progress" => {
-                    let started = cp["started_at"].as_i64().unwrap_or(now);
-                    let updated = cp["updated_at"].as_i64().unwrap_or(started);
-                    let notice = format!(
-                        "[System] The previous run of this agent stopped in the middle of a turn (scope {}, turn {}, trigger {}). \
-                         It started at {} and last made progress at {}; it is now {}, {} after it started. \
-                         The trigger of that turn was NOT replayed: check what was done, and account for the gap in anything time-sensitive.",
-                        cp["scope"].as_str().unwrap_or("agent"),
-                        cp["id"].as_str().unwrap_or("?"),
-                        cp["event_type"].as_str().unwrap_or("?"),
-                        iso(started),
-                        iso(updated),
-                        iso(now),
-                        elapsed(now - started)
-                    );
-                    // Calls that never returned are answered first, so the
-                    // history stays one the providers accept: every call
-                    // followed by its result, results before any text.
-                    self.answer_dangling(INTERRUPTED_BY_STOP)?;
-                    self.user_text(&notice)?;
-                    let mut cp = cp;
-                    cp["status"] = json!("interrupted");
-                    cp["replay"] = json!("not_replayed");
-                    cp["reason"] = json!("stale_checkpoint_recovered_on_load");
-                    cp["updated_at"] = json!(now);
-                    self.checkpoint(&cp);
-                    self.log("warn", "executor", "turn_checkpoint_recovered", &notice)?;
-                    self.emit(kind::LOOP_RECOVERED, "system:executor", json!({"reason": "stale_checkpoint"}));
-                    recovered = true;
-                }
-                Ok(_) => {}
-                Err(_) => {
-                    self.answer_dangling(INTERRUPTED_BY_STOP)?;
-                    self.user_text(&format!(
-                        "[System] A turn-progress record of this agent could not be read, so it may have stopped mid-turn \
-                         at an unknown time (now {}). Nothing was replayed.",
-                        iso(now)
-                    ))?;
-                    self.checkpoint(
-                        &json!({"status": "interrupted", "reason": "malformed_checkpoint", "updated_at": now}),
-                    );
-                    self.emit(kind::LOOP_RECOVERED, "system:executor", json!({"reason": "malformed_checkpoint"}));
-                    recovered = true;
-                }
-            }
-        }
-        let mut running = 0;
-        let mut cancelled = 0;
-        for t in self.store.task_list(None)? {
-            if t.status == "running" {
-                self.store.task_set(
-                    &t.id,
-                    "failed",
-                    None,
-                    Some("The runtime stopped while this task ran; outcome unknown."),
-                )?;
-                running += 1;
-            } else if t.status == "pending_approval" && t.executor_managed && recovered {
-                self.store.task_set(
-                    &t.id,
-                    "cancelled",
-                    None,
-                    Some("The turn waiting on this approval ended with the runtime."),
-                )?;
-                self.emit(
-                    kind::HIL_RESOLVED,
-                    "system:executor",
-                    json!({"request_id": t.id, "task_id": t.id, "approved": false, "orphaned": true}),
-                );
-                cancelled += 1;
-            }
-        }
-        if running + cancelled > 0 {
-            self.emit(
-                kind::LOOP_RECOVERED,
-                "system:executor",
-                json!({"reason": "orphaned_tasks", "running": running, "awaiting_approval": cancelled}),
-            );
-        }
-        Ok(recovered || running + cancelled > 0)
-    }
-
-    /// Close a turn that was paused on the owner: pending approvals are
-    /// denied and unanswered calls get placeholders, as an interrupt does.
-    fn settle_dangling(&mut self) -> Result<(), StoreError> {
-        let uses = self.session()?.pending.clone();
-        for (id, name) in uses {
-            for t in self.store.task_list(Some("pending_approval"))? {
-                if t.origin.as_deref() == Some(&format!("hil:{name}:{id}")) {
-                    self.store.task_set(&t.id, "denied", None, Some("Rejected"))?;
-                    self.emit(
-                        kind::HIL_RESOLVED,
-                        "system:executor",
-                        json!({"request_id": t.id, "task_id": t.id, "approved": false}),
-                    );
-                }
-            }
-        }
-        self.answer_dangling("[Tool execution cancelled — user interrupted the turn]")
-    }
-
-    /// Answer the calls of the last assistant row that have no result yet
-    /// with `text` (an error result each), in one row.
-    fn answer_dangling(&mut self, text: &str) -> Result<(), StoreError> {
-        let uses = self.session()?.pending.clone();
-        if uses.is_empty() {
-            return Ok(());
-        }
-        let results: Vec<Value> = uses
-            .iter()
-            .map(|(id, _)| json!({"type": "tool_result", "tool_use_id": id, "content": text, "is_error": true}))
-            .collect();
-        self.append("user", &Value::Array(results), None, None)?;
-        Ok(())
-    }
-
     /// Run one turn started by an owner chat message.
     pub async fn chat(&mut self, text: &str) -> Result<TurnEnd, StoreError> {
         self.wake(text, "chat").await
@@ -837,198 +511,9 @@ impl Executor {
         self.set_state("off");
     }
 
-    async fn turn(&mut self, text: Option<&str>, event_type: &str) -> Result<TurnEnd, StoreError> {
-        self.turn_with(text, event_type, &[]).await
-    }
-
-    async fn turn_with(
-        &mut self,
-        text: Option<&str>,
-        event_type: &str,
-        resume_calls: &[Value],
-    ) -> Result<TurnEnd, StoreError> {
-        if resume_calls.is_empty() {
-            self.settle_dangling()?;
-        }
-        self.knowledge_checked = false;
-        let turn_id = self.next_turn_id.take().unwrap_or_else(|| format!("turn_{}", crate::store::create::nanoid(10)));
-        let now = crate::store::now_ms();
-        let cp = json!({"id": turn_id, "status": "in_progress", "started_at": now, "updated_at": now,
-            "event_type": event_type, "scope": "agent", "replay": "not_attempted"});
-        self.current = Some((turn_id.clone(), now, event_type.to_string()));
-        self.cp_final = false;
-        match text {
-            // The checkpoint goes in with the turn's first row: one commit.
-            Some(text) => {
-                self.cp = Some(cp);
-                self.cp_pending = true;
-                self.user_text(text)?;
-            }
-            None => self.checkpoint(&cp),
-        }
-        self.set_state("active");
-        let end = self.run_loop(&turn_id, resume_calls).await;
-        self.store.hold_view(false);
-        self.current = None;
-        let end = match end {
-            Ok(e) => e,
-            Err(e) => {
-                self.finish_checkpoint(&turn_id, now, event_type, "failed", Some("turn_error"));
-                self.set_state("error");
-                let _ = self.log("error", "executor", "turn_error", &e.to_string());
-                return Err(e);
-            }
-        };
-        let (status, reason, state) = match &end {
-            TurnEnd::Completed { .. } => ("completed", None, "idle".to_string()),
-            TurnEnd::State { state } => ("completed", None, state.clone()),
-            TurnEnd::AwaitingOwner { .. } => ("awaiting_owner", None, "idle".to_string()),
-            TurnEnd::Suspended => ("interrupted", Some("suspended"), "suspended".to_string()),
-            TurnEnd::Failed { state, .. } => ("failed", Some("provider_error"), state.to_string()),
-        };
-        if !std::mem::take(&mut self.cp_final) {
-            self.finish_checkpoint(&turn_id, now, event_type, status, reason);
-        }
-        let content = match &end {
-            TurnEnd::Completed { text } => text.clone(),
-            _ => String::new(),
-        };
-        self.emit(
-            kind::TURN_COMPLETED,
-            &format!("agent:{turn_id}"),
-            json!({"filePath": self.store.path().display().to_string(), "content": content, "targetState": state}),
-        );
-        self.set_state(&state);
-        Ok(end)
-    }
-
-    /// Settle the timers that are due and return the wake messages of those
-    /// that fire for the agent scope now (runtime.md §6.2): `on_timer` must
-    /// be enabled with a target of that scope, and the state must allow it
-    /// (not `suspended`, `error` or `off`). System-scope fires queue the
-    /// timer's own lambda for `run_system` (every state but `off`).
-    pub fn fire_timers(&mut self, now: i64) -> Result<Vec<String>, StoreError> {
-        let fired = self.store.timers_settle_due(now)?;
-        if fired.is_empty() {
-            return Ok(Vec::new());
-        }
-        let cfg = self.store.config_value()?;
-        let on_timer = cfg.pointer("/triggers/on_timer");
-        let enabled = on_timer.and_then(|t| t.get("enabled")).and_then(Value::as_bool).unwrap_or(false);
-        let has_target = |scope: &str| {
-            on_timer
-                .and_then(|t| t.get("targets"))
-                .and_then(Value::as_array)
-                .is_some_and(|ts| ts.iter().any(|t| t["scope"] == scope))
-        };
-        let agent_ok = !matches!(self.state.as_str(), "suspended" | "error" | "off");
-        let mut wakes = Vec::new();
-        for f in fired {
-            if !enabled {
-                continue;
-            }
-            for scope in &f.scope {
-                if !has_target(scope) {
-                    continue;
-                }
-                let payload =
-                    json!({"timer_id": f.id, "scope": scope, "run_count": f.run_count, "scheduled_at": f.scheduled_at});
-                match scope.as_str() {
-                    "agent" if agent_ok => {
-                        self.emit(kind::TIMER_FIRED, "system:timer", payload);
-                        wakes.push(match &f.payload {
-                            Some(p) if !p.is_empty() => format!("A scheduled timer has fired.\nPayload: {p}"),
-                            _ => "A scheduled timer has fired.\nCheck your mind for context on what to do next.".into(),
-                        });
-                    }
-                    "system" if self.state != "off" => {
-                        self.emit(kind::TIMER_FIRED, "system:timer", payload);
-                        let Some(lambda) = f.lambda.clone().filter(|l| !l.is_empty()) else {
-                            let _ = self.log(
-                                "warn",
-                                "timer",
-                                "no_lambda",
-                                &format!("timer {} fired for the system scope but has no lambda", f.id),
-                            );
-                            continue;
-                        };
-                        let timer = json!({"id": f.id, "scope": f.scope, "payload": f.payload, "lambda": lambda,
-                            "run_count": f.run_count, "last_fired_at": now, "next_wake_at": f.next});
-                        let event = json!({"id": crate::store::create::nanoid(16), "type": "timer", "source": "system:timer",
-                            "time": iso(now), "data": {"timer": timer}});
-                        self.emit(
-                            kind::TRIGGER_FIRED,
-                            "system:timer",
-                            json!({"trigger_type": "on_timer", "scope": "system", "target_lambda": lambda}),
-                        );
-                        let job = super::code::SystemJob {
-                            trigger: "on_timer",
-                            lambda,
-                            event,
-                            warm: f.warm,
-                            source: "system:timer".into(),
-                        };
-                        match &self.dispatcher {
-                            Some(d) => d.submit_job(job),
-                            None => self.system_queue.push(job),
-                        }
-                    }
-                    _ => {}
-                }
-            }
-        }
-        Ok(wakes)
-    }
-
     /// Append an owner/system notice to the loop.
     pub fn note(&mut self, text: &str) -> Result<i64, StoreError> {
         self.user_text(text)
-    }
-
-    /// After a running turn was dropped (an owner interrupt or state
-    /// change): mark its checkpoint `interrupted` and say so on the bus.
-    /// Calls left without results are answered when the next turn starts.
-    pub fn interrupted(&mut self, reason: &str, state: &str) {
-        // What the model had written when the turn was cut stays in the
-        // loop, marked, so the owner and the model both see it.
-        self.store.hold_view(false);
-        let partial = std::mem::take(&mut self.partial);
-        if !partial.trim().is_empty() {
-            let text = format!("{partial}{INTERRUPTED_MARK}");
-            let _ = self.append("assistant", &json!([{"type": "text", "text": text}]), None, None);
-        }
-        if let Some((id, started, event_type)) = self.current.take() {
-            self.finish_checkpoint(&id, started, &event_type, "interrupted", Some(reason));
-            self.emit(
-                kind::TURN_COMPLETED,
-                &format!("agent:{id}"),
-                json!({"filePath": self.store.path().display().to_string(), "content": "", "targetState": state, "interrupted": true}),
-            );
-        }
-        self.set_state(state);
-    }
-
-    fn finish_checkpoint(&mut self, id: &str, started: i64, event_type: &str, status: &str, reason: Option<&str>) {
-        let cp = closing(id, started, event_type, status, reason);
-        self.checkpoint(&cp);
-    }
-
-    /// The closing checkpoint of the turn in progress.
-    fn closing_checkpoint(&self, status: &str, reason: Option<&str>) -> Option<Value> {
-        let (id, started, event_type) = self.current.as_ref()?;
-        Some(closing(id, *started, event_type, status, reason))
-    }
-
-    /// The current checkpoint with `updated_at` now (progress made), to be
-    /// written with the row that made it.
-    fn touched_checkpoint(&mut self) -> Option<Value> {
-        let mut cp = match self.cp.take() {
-            Some(cp) => cp,
-            None if self.loops.side.is_some() => return None,
-            None => self.store.meta_get(CHECKPOINT).ok().flatten().and_then(|m| serde_json::from_str(&m.value).ok())?,
-        };
-        cp["updated_at"] = json!(crate::store::now_ms());
-        Some(cp)
     }
 
     fn set_state(&mut self, state: &str) {
@@ -1043,214 +528,6 @@ impl Executor {
                 json!({"filePath": self.store.path().display().to_string(), "state": state}),
             );
         }
-    }
-
-    async fn run_loop(&mut self, turn_id: &str, resume_calls: &[Value]) -> Result<TurnEnd, StoreError> {
-        let source = format!("agent:{turn_id}");
-        let mut active_turns: u64 = 0;
-        let mut narration = 0;
-        let mut image_recovery = false;
-        if !resume_calls.is_empty() {
-            let cached = self.config()?;
-            if let Some(e) = self.answer(resume_calls, &cached, &source).await? {
-                return Ok(e);
-            }
-        }
-        loop {
-            // Let other agents run between steps once this task has used
-            // its share of the scheduler's budget (the SQLite work here is
-            // short but never awaits). A plain yield on every step made an
-            // instant turn wait for the scheduler to come round, often on
-            // another thread.
-            tokio::task::consume_budget().await;
-            // The reads up to the model call share one answer to "did
-            // another connection commit?" (`Store::hold_view`); a
-            // compaction lets go of it before it waits on its model.
-            self.store.hold_view(true);
-            let cached = self.config()?;
-            let (cfg, typed) = (&cached.value, &cached.typed);
-            let max_turns = typed.limits.as_ref().and_then(|l| l.max_active_turns).flatten();
-            if let Some(max) = max_turns
-                && active_turns >= max
-            {
-                self.emit(kind::SUSPEND_REQUESTED, &source, json!({"reason": "max_active_turns"}));
-                return Ok(TurnEnd::Suspended);
-            }
-            active_turns += 1;
-            self.compaction_check(cfg, &source).await?;
-            let request = self.request(&cached);
-            self.store.hold_view(false);
-            let request = request?;
-            if let Some(over) = self.over_budget(&cached, &request)? {
-                return self.budget_stop(&over, &source);
-            }
-            let model_id = request.model.clone();
-            let response = match self.call(cfg, request, &source).await {
-                Ok(r) => r,
-                // A provider that cannot take the images: once a turn, send
-                // the conversation again without them (runtime.md §1.4).
-                Err(e) if e.kind == ErrorKind::Structural && self.transcript.has_media() && !image_recovery => {
-                    image_recovery = true;
-                    self.log("warn", "executor", "turn_error", &clip(&e.to_string(), 300))?;
-                    self.transcript.strip_media();
-                    self.user_text(&media::recovery_notice(&e.message))?;
-                    continue;
-                }
-                Err(e) if image_recovery && e.kind != ErrorKind::Auth => {
-                    self.log("warn", "executor", "image_recovery_followup_error", &clip(&e.to_string(), 300))?;
-                    self.user_text(&media::recovery_failed_notice(&e.message))?;
-                    return Ok(TurnEnd::Failed { error: e.to_string(), state: "idle" });
-                }
-                Err(e) => {
-                    let state = match e.kind {
-                        ErrorKind::Transient => "idle",
-                        _ => "error",
-                    };
-                    let event = if e.kind == ErrorKind::Auth {
-                        "provider_credentials_invalid"
-                    } else if state == "idle" {
-                        "provider_error"
-                    } else {
-                        "turn_error"
-                    };
-                    let level = if state == "idle" { "warn" } else { "error" };
-                    self.log(level, "executor", event, &e.to_string())?;
-                    return Ok(TurnEnd::Failed { error: e.to_string(), state });
-                }
-            };
-            self.settle_spend(cfg, &model_id, &response.usage, "turn")?;
-            let tokens = usage_json(&response.usage);
-            let model = typed.model.as_ref().and_then(|m| m.model_id.clone()).unwrap_or_default();
-            let calls: Vec<Value> = response.tool_calls().cloned().collect();
-            let text = response.text();
-            let content = Value::Array(response.content);
-            if calls.is_empty() && !prompt::is_autonomous(cfg) {
-                // The turn ends with this row: its closing checkpoint goes
-                // in the same commit.
-                let cp = self.closing_checkpoint("completed", None);
-                let closed = cp.is_some();
-                self.append_cp("assistant", &content, Some(&model), Some(&tokens), cp)?;
-                self.cp_final = closed;
-                return Ok(TurnEnd::Completed { text });
-            }
-            let cp = self.touched_checkpoint();
-            self.append_cp("assistant", &content, Some(&model), Some(&tokens), cp)?;
-            if calls.is_empty() {
-                narration += 1;
-                if narration >= 4 {
-                    self.log("warn", "executor", "narration_loop_break", "4 replies in a row without a tool call")?;
-                    return Ok(TurnEnd::Completed { text });
-                }
-                let nudge = if narration == 1 {
-                    "[Continue working autonomously according to your instructions. Control your state with sys_set_state().]"
-                } else {
-                    "[You replied without calling a tool again. Call a tool to make progress, or yield with sys_set_state(\"idle\").]"
-                };
-                self.user_text(nudge)?;
-                continue;
-            }
-            narration = 0;
-            if let Some(e) = self.answer(&calls, &cached, &source).await? {
-                return Ok(e);
-            }
-        }
-    }
-
-    /// Run one assistant step's tool calls in order and answer them in one
-    /// row; `Some` when the turn ends here (a state, `respond`, a pause, an
-    /// emptied loop).
-    async fn answer(
-        &mut self,
-        calls: &[Value],
-        cached: &CachedConfig,
-        source: &str,
-    ) -> Result<Option<TurnEnd>, StoreError> {
-        let (cfg, typed) = (&cached.value, &cached.typed);
-        let mut results = Vec::new();
-        let mut signals = Vec::new();
-        let mut end: Option<TurnEnd> = None;
-        let mut media = Vec::new();
-        for call in calls {
-            let id = call["id"].as_str().unwrap_or("").to_string();
-            let name = call["name"].as_str().unwrap_or("").to_string();
-            let input = call["input"].clone();
-            self.emit(kind::TOOL_STARTED, source, json!({"name": name, "id": id, "input": event_preview(&input)}));
-            let out = match self.gate_and_run(cfg, typed, &id, &name, &input, source).await? {
-                Gate::Done(out) => out,
-                Gate::Paused(task_id) => {
-                    if !results.is_empty() {
-                        self.append("user", &Value::Array(results), None, None)?;
-                    }
-                    return Ok(Some(TurnEnd::AwaitingOwner { task_id }));
-                }
-            };
-            let mut out = out;
-            if name == "sys_fetch" && !out.is_error {
-                self.keep_fetched_media(&input, &mut out).await;
-            }
-            // What the raw result showed, before the guards rewrite it.
-            if !out.is_error {
-                let m = self.media_for(cfg, &name, &out.content);
-                if !m.is_empty() {
-                    media.push((id.clone(), m));
-                }
-            }
-            let mut out = limit(typed, &name, read_guard(typed, &name, &input, out));
-            if let Some(sig) = out.signal.take() {
-                signals.push(sig);
-            }
-            let ty = if out.is_error { kind::TOOL_FAILED } else { kind::TOOL_COMPLETED };
-            self.emit(
-                ty,
-                source,
-                json!({"name": name, "id": id, "result": clip(&out.content, EVENT_TEXT), "isError": out.is_error}),
-            );
-            self.trigger(
-                super::triggers::TriggerEvent {
-                    ty: "tool_call",
-                    source: source.to_string(),
-                    data: json!({"toolName": name, "args": strip_reserved(&input), "origin": "agent", "isError": out.is_error}),
-                },
-                false,
-            );
-            let mut block = json!({"type": "tool_result", "tool_use_id": id, "content": out.content});
-            if out.is_error {
-                block["is_error"] = json!(true);
-            }
-            results.push(block);
-            if let Some(s) = out.target_state {
-                end = Some(TurnEnd::State { state: s });
-            } else if out.end_turn && end.is_none() {
-                end = Some(TurnEnd::Completed { text: input["message"].as_str().unwrap_or("").to_string() });
-            }
-        }
-        let cp = self.touched_checkpoint();
-        self.append_cp("user", &Value::Array(results), None, None, cp)?;
-        for (id, blocks) in media {
-            self.transcript.attach_media(&id, blocks);
-        }
-        // Background calls of a bare executor (no fleet to run them on).
-        self.finish_async_calls().await;
-        for signal in signals {
-            match signal {
-                tools::Signal::Compact { instructions } => {
-                    self.compact(cfg, instructions.as_deref(), 2, "voluntary loop_compact".into(), source).await?;
-                }
-                tools::Signal::Clear { start, end: stop } => {
-                    if self.clear(cfg, start, stop, source)? {
-                        // An empty loop has nothing left to answer.
-                        return Ok(Some(TurnEnd::Completed { text: String::new() }));
-                    }
-                }
-            }
-        }
-        Ok(end)
-    }
-
-    /// Tokens in context: the last call's input + output, else an estimate.
-    fn token_count(&mut self) -> Result<u64, StoreError> {
-        let s = self.session()?;
-        Ok(s.last_tokens.unwrap_or(s.chars / 4))
     }
 
     /// `loop_inject` from code (runtime.md §7.3): write the context row now
@@ -1301,101 +578,6 @@ impl Executor {
         self.snapshot.reset();
         self.prompt = None;
         self.flush_done = false;
-    }
-
-    /// One model call, with backoff retries for transient failures
-    /// (`recovery`: 5 attempts, 15 s doubling, capped at 300 s, ±20 %).
-    async fn call(&mut self, cfg: &Value, req: ModelRequest, source: &str) -> Result<Response, ProviderError> {
-        let r = |k: &str, d: u64| cfg["recovery"][k].as_u64().unwrap_or(d);
-        let auto = cfg["recovery"]["auto_retry"].as_bool().unwrap_or(true);
-        let (max_attempts, base, max_delay) =
-            (r("max_attempts", 5), r("base_delay_ms", 15_000), r("max_delay_ms", 300_000));
-        let mut attempt = 0u64;
-        loop {
-            attempt += 1;
-            let started = Instant::now();
-            let mut on_delta = self.on_delta.take();
-            let provider = self.provider.clone();
-            let result = match provider.stream(req.clone()).await {
-                Ok(stream) => {
-                    let deltas = self.stream_deltas;
-                    crate::providers::collect(stream, provider.id(), |e| {
-                        if let Some(f) = on_delta.as_mut() {
-                            f(e);
-                        }
-                        if let ModelEvent::TextDelta(t) = e {
-                            self.partial.push_str(t);
-                        }
-                        if deltas {
-                            let (k, text) = match e {
-                                ModelEvent::TextDelta(t) => ("text", t),
-                                ModelEvent::ReasoningDelta(t) => ("thinking", t),
-                                _ => return,
-                            };
-                            self.emit(kind::TURN_DELTA, source, json!({"kind": k, "text": text}));
-                        }
-                    })
-                    .await
-                }
-                Err(e) => Err(e),
-            };
-            self.on_delta = on_delta;
-            self.partial.clear();
-            let ms = started.elapsed().as_millis() as u64;
-            match result {
-                Ok(resp) => {
-                    let mut payload = json!({
-                        "provider": self.provider.id(), "model": req.model,
-                        "input_tokens": resp.usage.input, "output_tokens": resp.usage.output,
-                        "cache_read_tokens": resp.usage.cache_read, "cache_write_tokens": resp.usage.cache_write,
-                        "reasoning_tokens": resp.usage.reasoning, "duration_ms": ms,
-                        "stop_reason": resp.stop_reason, "call_source": "turn"});
-                    if let Some((c, from)) =
-                        crate::providers::prices::priced(&self.price_list(), &req.model, &resp.usage)
-                    {
-                        payload["cost_usd"] = json!(c);
-                        payload["cost_source"] = json!(from);
-                    }
-                    self.emit(kind::LLM_COMPLETED, source, payload);
-                    return Ok(resp);
-                }
-                Err(e) => {
-                    self.emit(
-                        kind::LLM_FAILED,
-                        source,
-                        json!({"provider": self.provider.id(), "model": req.model,
-                        "duration_ms": ms, "stop_reason": "error", "error": e.message, "call_source": "turn"}),
-                    );
-                    if e.kind != ErrorKind::Transient || !auto || attempt >= max_attempts {
-                        return Err(e);
-                    }
-                    let exp = base.saturating_mul(1u64 << (attempt - 1).min(20)).min(max_delay);
-                    let jitter = 0.8 + rand::random::<f64>() * 0.4;
-                    let mut delay = (exp as f64 * jitter) as u64;
-                    if let Some(ra) = e.retry_after {
-                        delay = delay.max(ra.as_millis() as u64).min(max_delay);
-                    }
-                    let _ = self.log(
-                        "warn",
-                        "executor",
-                        "provider_error",
-                        &format!("{e} (retry {attempt}/{max_attempts} in {delay} ms)"),
-                    );
-                    self.emit(
-                        kind::PROVIDER_RETRY_SCHEDULED,
-                        source,
-                        json!({"attempt": attempt, "max_attempts": max_attempts,
-                        "delay_ms": delay, "next_retry_at": crate::store::now_ms() + delay as i64}),
-                    );
-                    tokio::time::sleep(Duration::from_millis(delay)).await;
-                    self.emit(
-                        kind::PROVIDER_RETRY_STARTED,
-                        source,
-                        json!({"attempt": attempt + 1, "max_attempts": max_attempts}),
-                    );
-                }
-            }
-        }
     }
 }
 
@@ -1455,26 +637,8 @@ impl Session {
     }
 }
 
-/// Ends the kept text of a reply an interrupt cut short.
-pub const INTERRUPTED_MARK: &str = "\n\n[interrupted]";
-
-/// The result of a call the runtime stopped in the middle of.
-const INTERRUPTED_BY_STOP: &str =
-    "[Tool execution interrupted — the runtime stopped before this call returned; its outcome is unknown]";
-
 fn clip(s: &str, n: usize) -> String {
     if s.chars().count() <= n { s.to_string() } else { format!("{}…", s.chars().take(n).collect::<String>()) }
-}
-
-/// A turn's closing checkpoint.
-fn closing(id: &str, started: i64, event_type: &str, status: &str, reason: Option<&str>) -> Value {
-    let now = crate::store::now_ms();
-    let mut cp = json!({"id": id, "status": status, "started_at": started, "updated_at": now,
-        "completed_at": now, "event_type": event_type, "scope": "agent", "replay": "not_replayed"});
-    if let Some(r) = reason {
-        cp["reason"] = json!(r);
-    }
-    cp
 }
 
 /// Run large synchronous work (archiving a whole loop) without stalling
@@ -1484,17 +648,4 @@ pub(crate) fn blocking<T>(f: impl FnOnce() -> T) -> T {
         Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
         _ => f(),
     }
-}
-
-/// Events keep previews, not payloads: the bus ring holds a thousand of
-/// them and every subscriber gets a copy.
-const EVENT_TEXT: usize = 4000;
-
-/// A tool input for an event: as is when small, else a truncated preview.
-fn event_preview(v: &Value) -> Value {
-    let text = v.to_string();
-    if text.len() <= EVENT_TEXT {
-        return v.clone();
-    }
-    json!({"_truncated": true, "preview": clip(&text, EVENT_TEXT)})
 }

@@ -354,11 +354,11 @@ impl Fleet {
     }
 
     fn load_inner(&mut self, path: &Path, started: bool) -> Result<(AgentInfo, serde_json::Value), String> {
-        let canon = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        let canon = crate::store::canonical(path);
         if self.files.contains(&canon) {
             return Err(format!("{}: already loaded", path.display()));
         }
-        let mut store = Store::open(path).map_err(|e| e.to_string())?;
+        let mut store = Store::open_resolved(path, canon.clone()).map_err(|e| e.to_string())?;
         // The load's reads in one read transaction (a write, such as an
         // envelope adopting this install, ends it first).
         store.begin_reading().map_err(|e| e.to_string())?;
@@ -444,7 +444,8 @@ impl Fleet {
                 Some(ex)
             })
         };
-        self.mesh.register(&id, &handle, &did, path, &canon, agent.weak(), runner);
+        let names = super::mesh::AgentNames { id: &id, handle: &handle, did: &did, path, canon: &canon };
+        self.mesh.register(names, agent.weak(), runner);
         // Its channels, once it runs (a loaded-only agent answers no one).
         if started.load(std::sync::atomic::Ordering::Relaxed)
             && let Some(mb) = self.mesh.find(&id)

@@ -137,7 +137,7 @@ impl Executor {
 
     async fn create_adf(&mut self, input: &Value) -> Result<String, String> {
         let name = input["name"].as_str().map(str::trim).filter(|s| !s.is_empty()).ok_or("name is required")?;
-        let own = std::fs::canonicalize(self.store.path()).unwrap_or_else(|_| self.store.path().to_path_buf());
+        let own = self.store.canonical_path().to_path_buf();
         let own_dir = own.parent().map(Path::to_path_buf).unwrap_or_default();
         let dir = match input["location"].as_str().map(str::trim).filter(|l| !l.is_empty()) {
             Some(l) if Path::new(l).is_absolute() => PathBuf::from(l),

@@ -296,6 +296,17 @@ impl Store {
     pub fn open_with(path: impl AsRef<Path>, opts: OpenOptions) -> Result<Store> {
         let path = path.as_ref().to_path_buf();
         let canon = canonical(&path);
+        Self::open_inner(path, canon, opts)
+    }
+
+    /// `open`, for a caller that resolved the path already (`canon` must be
+    /// `canonical(path)`): the fleet's load, which checked it against its
+    /// loaded files.
+    pub(crate) fn open_resolved(path: &Path, canon: PathBuf) -> Result<Store> {
+        Self::open_inner(path.to_path_buf(), canon, OpenOptions::default())
+    }
+
+    fn open_inner(path: PathBuf, canon: PathBuf, opts: OpenOptions) -> Result<Store> {
         sniff(&path, &canon)?;
         let lock = WriterLock::acquire(&path)?;
         let sidecars = sidecar(&path, "-wal").exists() || sidecar(&path, "-shm").exists();

@@ -112,6 +112,19 @@ pub struct Mailbox {
 /// Makes a runner executor for an agent's file.
 pub type Runner = Box<dyn Fn() -> Option<super::executor::Executor> + Send + Sync>;
 
+/// The names a loaded agent is known by, to register it in the mesh.
+#[derive(Debug, Clone, Copy)]
+pub struct AgentNames<'a> {
+    pub id: &'a str,
+    pub handle: &'a str,
+    pub did: &'a str,
+    /// The path it was loaded from.
+    pub path: &'a Path,
+    /// `path` resolved (the caller did it already); its folder is the
+    /// agent's, for the ancestor scope of discovery and sends.
+    pub canon: &'a Path,
+}
+
 impl Mailbox {
     pub fn did(&self) -> String {
         self.did.read().map(|d| d.clone()).unwrap_or_default()
@@ -248,19 +261,9 @@ impl Mesh {
         self.loads.lock().ok().and_then(|l| l.as_ref().map(|tx| tx.send(path).is_ok())).unwrap_or(false)
     }
 
-    /// Register a loaded agent; `canon` is its file's canonical path (the
-    /// caller resolved it already), whose folder is the agent's.
-    #[allow(clippy::too_many_arguments)]
-    pub fn register(
-        &self,
-        id: &str,
-        handle: &str,
-        did: &str,
-        path: &Path,
-        canon: &Path,
-        tx: mpsc::WeakUnboundedSender<AgentCommand>,
-        runner: Runner,
-    ) {
+    /// Register a loaded agent under its names.
+    pub fn register(&self, names: AgentNames<'_>, tx: mpsc::WeakUnboundedSender<AgentCommand>, runner: Runner) {
+        let AgentNames { id, handle, did, path, canon } = names;
         let dir = canon.parent().or_else(|| path.parent()).map(Path::to_path_buf).unwrap_or_default();
         let mb = Mailbox {
             id: id.to_string(),

@@ -318,10 +318,7 @@ impl Executor {
             return self.send_on_channel(&mesh, (kind, chat), m, records, (parent, thread)).await;
         }
         let (handle, did) = self.handle_and_did();
-        let my_dir = std::fs::canonicalize(self.store.path())
-            .ok()
-            .and_then(|p| p.parent().map(std::path::Path::to_path_buf))
-            .unwrap_or_default();
+        let my_dir = self.store.canonical_path().parent().map(std::path::Path::to_path_buf).unwrap_or_default();
         let mut local: Option<Arc<Mailbox>> = None;
         let mut to = recipient.clone().unwrap_or_default();
         if address.is_none() && parent.is_none() && !to.is_empty() && !to.contains(':') {
@@ -569,10 +566,7 @@ impl Executor {
             return ToolOutput::err("discovery needs the runtime's mesh (this agent is not loaded in a fleet)");
         };
         let me = self.agent_id().to_string();
-        let my_dir = std::fs::canonicalize(self.store.path())
-            .ok()
-            .and_then(|p| p.parent().map(std::path::Path::to_path_buf))
-            .unwrap_or_default();
+        let my_dir = self.store.canonical_path().parent().map(std::path::Path::to_path_buf).unwrap_or_default();
         let inp = input.clone();
         let m2 = mesh.clone();
         let local = tokio::task::spawn_blocking(move || local_cards(&m2, &me, &my_dir, &inp)).await.unwrap_or_default();
