@@ -48,17 +48,30 @@ fn a_parked_store_gives_back_its_connection_and_opens_again_on_use() {
     assert!(s.park().unwrap());
     assert!(s.is_parked());
     assert!(!s.park().unwrap(), "parking twice is a no-op");
-    assert!(!side(&path, "-wal").exists() && !side(&path, "-shm").exists(), "the WAL went with the connection");
+    let len = |p: PathBuf| std::fs::metadata(p).map(|m| m.len()).ok();
+    assert_eq!(len(side(&path, "-wal")), Some(0), "the WAL is kept, checkpointed into the file and emptied");
+    assert!(side(&path, "-shm").exists(), "its index is kept");
     assert!(side(&path, ".lock").exists(), "the writer lock is kept");
-    assert!(marker(&path), "parked means cleanly closed: a crash now costs no integrity check");
+    {
+        // Another reader sees everything through the kept index.
+        let c = rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        let n: i64 = c.query_row("SELECT count(*) FROM adf_files WHERE path = 'notes.md'", [], |r| r.get(0)).unwrap();
+        assert_eq!(n, 1);
+    }
+    assert!(marker(&path), "parked means cleanly closed: a crash now costs no full integrity check");
     assert!(Store::open(&path).is_err(), "the file is still held by this store");
 
-    // The next use opens it again, whatever the call.
+    // The next use opens it again, whatever the call, with the WAL the
+    // park kept (the same file: not made again).
+    use std::os::unix::fs::MetadataExt;
+    let wal_inode = std::fs::metadata(side(&path, "-wal")).unwrap().ino();
     assert_eq!(s.file_read_text("notes.md").unwrap(), "one");
     assert!(!s.is_parked());
     assert_ne!(s.rev(Table::Files), files, "revisions move on across a park");
     s.file_write(Caller::Owner, "notes.md", b"two", &WriteOptions::default()).unwrap();
     assert!(!marker(&path), "the first write after a park takes the marker again");
+    assert_eq!(std::fs::metadata(side(&path, "-wal")).unwrap().ino(), wal_inode, "the kept WAL took the write");
+    assert!(len(side(&path, "-wal")).unwrap() > 0);
 
     // A sibling of a parked file works, and closing a parked store
     // releases the file.
@@ -82,8 +95,8 @@ fn a_parked_store_gives_back_its_connection_and_opens_again_on_use() {
 #[test]
 fn closing_a_parked_store_no_one_wrote_to_leaves_the_file_alone() {
     // A daemon stopping closes every parked agent: a file no one wrote to
-    // since it parked is not opened again (no WAL made and removed under a
-    // folder that may be going away, no marker rewritten).
+    // since it parked is not written (no marker rewritten); it is opened
+    // only so SQLite removes the WAL and index the park kept.
     let dir = tmp();
     let path = new_file(dir.path());
     let mut s = Store::open(&path).unwrap();
@@ -95,7 +108,9 @@ fn closing_a_parked_store_no_one_wrote_to_leaves_the_file_alone() {
     std::thread::sleep(std::time::Duration::from_millis(20));
     s.close().unwrap();
     assert_eq!((stamp(&path), std::fs::read(&path).unwrap()), before, "the file was not written");
-    assert!(!side(&path, "-wal").exists() && !side(&path, ".lock").exists());
+    for s in ["-wal", "-shm", ".lock"] {
+        assert!(!side(&path, s).exists(), "{s} left behind");
+    }
     assert!(marker(&path));
 
     // A sibling's write is seen, and the marker it took goes back.
@@ -218,7 +233,7 @@ fn a_held_read_sees_one_snapshot_and_a_write_ends_it() {
     s.begin_reading().unwrap();
     assert_eq!(s.file_read_text("notes.md").unwrap(), "three");
     assert!(s.park().unwrap());
-    assert!(!side(&path, "-wal").exists(), "the WAL went with the connection");
+    assert_eq!(std::fs::metadata(side(&path, "-wal")).unwrap().len(), 0, "the kept WAL is empty");
     s.begin_reading().unwrap();
     assert_eq!(s.file_read_text("notes.md").unwrap(), "three");
     s.close().unwrap();
@@ -251,4 +266,53 @@ fn a_file_opened_through_a_link_is_known_by_its_real_path() {
     s.close().unwrap();
     assert!(Store::sibling(&path).is_err(), "closed: nothing is open here any more");
     Store::open(&path).unwrap().close().unwrap();
+}
+
+/// A runtime killed while its agents are parked (fault): each file is
+/// whole and marked closed beside the emptied WAL and index the park
+/// kept; the next open checks it quickly and uses them, and a clean close
+/// removes them.
+#[test]
+fn a_runtime_killed_while_parked_leaves_whole_files() {
+    let dir = tmp();
+    let home = dir.path();
+    let fleet = home.join("data/agents");
+    std::fs::create_dir_all(&fleet).unwrap();
+    let path = new_file(&fleet);
+    let (child, _, _) = spawn_daemon(home, &["--no-mesh"], &[]);
+    let mut daemon = KillOnDrop(child);
+    // Loaded (its start writes), then parked within a quiet tick or two.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let written = || {
+        let c = rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        c.query_row("SELECT count(*) FROM adf_meta WHERE key = 'runtime_umbilical_next_seq'", [], |r| {
+            r.get::<_, i64>(0)
+        })
+        .unwrap()
+            == 1
+    };
+    // The start's write took the marker; the park put it back.
+    let parked = || {
+        written()
+            && marker(&path)
+            && side(&path, "-shm").exists()
+            && std::fs::metadata(side(&path, "-wal")).is_ok_and(|m| m.len() == 0)
+    };
+    while !parked() {
+        assert!(std::time::Instant::now() < deadline, "the agent did not park");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    daemon.0.kill().unwrap();
+    daemon.0.wait().unwrap();
+    assert!(side(&path, "-wal").exists() && side(&path, ".lock").exists(), "killed: the sidecars stay");
+
+    let s = Store::open(&path).unwrap();
+    // The marker is there (parked means closed cleanly); the sidecars
+    // beside it ask for SQLite's quick check (format.md §2.1), which passes.
+    assert_eq!(s.integrity_check(), adf::store::IntegrityCheck::Quick);
+    assert!(s.meta_get("runtime_umbilical_next_seq").unwrap().is_some(), "the load's write is in the file");
+    s.close().unwrap();
+    for suffix in ["-wal", "-shm", ".lock"] {
+        assert!(!side(&path, suffix).exists(), "{suffix} left after a clean close");
+    }
 }

@@ -753,9 +753,15 @@ impl Store {
         let Some(conn) = self.conn.take() else {
             // Parked: the marker was written when it parked, but a sibling
             // that wrote since may have taken it; put it back. A file no
-            // one wrote to is not opened at all (opening makes a WAL and
-            // its index, which a folder being removed does not expect).
+            // one wrote to is opened only to let SQLite remove the WAL and
+            // index the park kept (it does as the last connection closes);
+            // if that fails (the file was moved away), the two are left,
+            // empty, and the next open of the file uses them.
             if untouched {
+                let kept = sidecar(&self.path, "-wal").exists() || sidecar(&self.path, "-shm").exists();
+                if kept && self.path.exists() {
+                    let _ = park::tidy(&self.path);
+                }
                 unregister(&self.canon);
                 self.lock.take();
                 return Ok(());

@@ -1,8 +1,10 @@
 //! Idle agents give their SQLite connection back (`park`) and open it
 //! again on the next use, and WAL checkpoints wait for the actor between
 //! turns instead of landing in a turn's commit. A parked store keeps its
-//! file (writer lock, clean-close marker, place in the process) and can
-//! tell, from two `stat`s, whether another connection wrote meanwhile.
+//! file (writer lock, clean-close marker, place in the process) and its WAL
+//! and WAL index, checkpointed and emptied (so the file alone is still the
+//! whole agent, and waking makes no files), and can tell, from two `stat`s,
+//! whether another connection wrote meanwhile.
 
 use std::path::Path;
 
@@ -31,9 +33,10 @@ pub(super) fn install_wal_hook(
 impl Store {
     /// Close the connection of an idle agent and keep the file (its writer
     /// lock, its place in this process): everything SQLite held for it
-    /// (schema, caches, the WAL index) is given back, and the next use
-    /// opens it again. The clean-close marker is written first, so a crash
-    /// while parked costs no integrity check. `false` when there was
+    /// (schema, caches, the mapped WAL index) is given back, and the next
+    /// use opens it again; the WAL and index files stay, emptied
+    /// (`keep_wal_on_close`). The clean-close marker is written first, so a crash
+    /// while parked costs no full integrity check. `false` when there was
     /// nothing to park (a sibling, a read-only or closed store, or one
     /// already parked).
     pub fn park(&mut self) -> Result<bool> {
@@ -49,6 +52,8 @@ impl Store {
             let _ = self.conn.set(conn);
             return Err(e);
         }
+        // Best effort: without it the close removes the two.
+        let _ = keep_wal_on_close(&conn);
         if let Err((conn, e)) = conn.close() {
             let _ = self.conn.set(conn);
             return Err(classify(&self.path, e));
@@ -142,6 +147,44 @@ impl Store {
         }
         Connection::open_in_memory().unwrap_or_else(|e| panic!("SQLite cannot open an in-memory database: {e}"))
     }
+}
+
+/// Let closing `conn` keep the file's WAL (checkpointed and emptied) and
+/// its index instead of removing them, when it is the file's last
+/// connection. A parked store's next use then opens the two instead of
+/// creating them (two file creations, and the folder synced with the WAL's
+/// first write); the store's close lets SQLite remove them.
+fn keep_wal_on_close(conn: &Connection) -> rusqlite::Result<()> {
+    // The kept WAL is truncated to nothing as the connection closes.
+    conn.pragma_update(None, "journal_size_limit", 0)?;
+    let mut on: std::ffi::c_int = 1;
+    // SAFETY: the handle is this open connection's, "main" is a
+    // NUL-terminated name, and SQLITE_FCNTL_PERSIST_WAL reads and writes
+    // the one int it is given.
+    let rc = unsafe {
+        rusqlite::ffi::sqlite3_file_control(
+            conn.handle(),
+            c"main".as_ptr(),
+            rusqlite::ffi::SQLITE_FCNTL_PERSIST_WAL,
+            (&raw mut on).cast(),
+        )
+    };
+    if rc == rusqlite::ffi::SQLITE_OK {
+        Ok(())
+    } else {
+        Err(rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(rc), Some("keep the WAL on close".into())))
+    }
+}
+
+/// Open and close a parked file that no one wrote to, so SQLite (when it
+/// holds the file's last connection) removes the WAL and index the park
+/// kept. Nothing is written.
+pub(super) fn tidy(path: &Path) -> Result<()> {
+    // No pragmas: the file's header says WAL, and nothing is written.
+    let c = conn::connect(path, false, false)?;
+    // A read opens the WAL, which the close then removes.
+    c.query_row("PRAGMA schema_version", [], |_| Ok(())).at(path)?;
+    c.close().map_err(|(_, e)| classify(path, e))
 }
 
 /// Size and modification time of a file and of its WAL: another
