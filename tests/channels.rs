@@ -211,6 +211,30 @@ fn sends_once(form: Value) -> ProviderFactory {
     })
 }
 
+/// `wait`, but a timeout says what the agent's file and the fake saw:
+/// the agent's logs, its loop's roles, the fake's polls and what it sent
+/// (a failure on a loaded CI machine explains itself).
+async fn wait_or_tell(what: &str, path: &std::path::Path, fake: &Shared, mut f: impl FnMut() -> bool) {
+    for _ in 0..400 {
+        if f() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let c = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    let rows = |sql: &str| -> Vec<String> {
+        let mut st = c.prepare(sql).unwrap();
+        st.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect()
+    };
+    let logs = rows("SELECT level || ' ' || origin || ' ' || event || ' ' || message FROM adf_logs");
+    let turns = rows("SELECT role || ' ' || substr(content_json, 1, 200) FROM adf_loop ORDER BY seq");
+    let f = fake.lock().unwrap();
+    panic!(
+        "timed out waiting for {what}\nlogs {logs:#?}\nloop {turns:#?}\npolls {} pending {:?}\nsent {:?}",
+        f.polls, f.pending, f.sent
+    );
+}
+
 fn inbox(path: &std::path::Path) -> Vec<(String, String, String)> {
     let c = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
     let mut st = c.prepare("SELECT \"from\", content, source FROM adf_inbox ORDER BY received_at, id").unwrap();
@@ -305,7 +329,7 @@ async fn telegram_catches_up_admits_by_policy_replies_threaded_and_survives_a_42
         "Ann's DM and the mention; Bob and the unmentioned group refused"
     );
     assert!(rows.iter().all(|r| r.2 == "telegram"));
-    wait("the reply sent", || !fake.lock().unwrap().sent.is_empty()).await;
+    wait_or_tell("the reply sent", &path, &fake, || !fake.lock().unwrap().sent.is_empty()).await;
     let sent = fake.lock().unwrap().sent.clone();
     assert_eq!(
         (sent[0]["chat_id"].as_str(), sent[0]["text"].as_str(), sent[0]["parse_mode"].as_str()),
@@ -699,7 +723,7 @@ async fn files_go_out_as_photos_and_documents_with_the_text_as_caption() {
     unsafe { std::env::set_var("ADF_HOME", d.join(".adf-home")) };
     let mut fleet = Fleet::new(Bus::new(), factory);
     fleet.load(&path).unwrap();
-    wait("both files", || fake.lock().unwrap().sent.len() >= 2).await;
+    wait_or_tell("both files", &path, &fake, || fake.lock().unwrap().sent.len() >= 2).await;
     let sent = fake.lock().unwrap().sent.clone();
     assert_eq!(sent[0]["method"], "sendDocument", "{sent:?}");
     assert_eq!(sent[0]["document"]["file_name"], "report.pdf");

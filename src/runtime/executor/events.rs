@@ -10,19 +10,23 @@ use serde_json::{Value, json};
 
 use super::{Executor, clip};
 use crate::protocol::{Envelope, kind};
+use crate::runtime::triggers::{self, Dispatch, Dispatcher, Timing, TriggerEvent};
 
 /// Events keep previews, not payloads: the bus ring holds a thousand of
 /// them and every subscriber gets a copy.
 pub(super) const EVENT_TEXT: usize = 4000;
 
+/// Where the reserved high-water mark of event seqs is kept (daemon.md
+/// §5.1: numbering resumes there after a restart; gaps, never reuse).
 pub(super) const SEQ_KEY: &str = "runtime_umbilical_next_seq";
 
+/// Seqs reserved at a time.
 const SEQ_BLOCK: u64 = 1000;
 
 impl Executor {
     /// Offer an event to the triggers; `system_only` leaves agent-scope
     /// targets to the caller (a chat already wakes the agent).
-    pub fn trigger(&mut self, ev: crate::runtime::triggers::TriggerEvent, system_only: bool) {
+    pub fn trigger(&mut self, ev: TriggerEvent, system_only: bool) {
         if let Some((d, dispatches)) = self.dispatches(&ev) {
             self.fire(&d, dispatches, system_only, &ev.source);
         }
@@ -30,36 +34,27 @@ impl Executor {
 
     /// What the agent's triggers make of `ev`, when it has a dispatcher and
     /// something takes it.
-    pub(super) fn dispatches(
-        &self,
-        ev: &crate::runtime::triggers::TriggerEvent,
-    ) -> Option<(Arc<crate::runtime::triggers::Dispatcher>, Vec<crate::runtime::triggers::Dispatch>)> {
+    pub(super) fn dispatches(&self, ev: &TriggerEvent) -> Option<(Arc<Dispatcher>, Vec<Dispatch>)> {
         let d = self.dispatcher.clone()?;
         // The parsed config when a turn has built it; otherwise the raw
         // document, so an idle agent does not build (and keep) the
         // turn's view of its config just to look at its triggers.
         let rev = self.store.config_rev();
         let dispatches = match &self.cfg {
-            Some(c) if c.rev == rev => crate::runtime::triggers::evaluate(&c.value, &self.state, ev),
-            _ => self.store.with_config(|v| crate::runtime::triggers::evaluate(v, &self.state, ev)).ok()?,
+            Some(c) if c.rev == rev => triggers::evaluate(&c.value, &self.state, ev),
+            _ => self.store.with_config(|v| triggers::evaluate(v, &self.state, ev)).ok()?,
         };
         (!dispatches.is_empty()).then_some((d, dispatches))
     }
 
-    pub(super) fn fire(
-        &mut self,
-        d: &crate::runtime::triggers::Dispatcher,
-        dispatches: Vec<crate::runtime::triggers::Dispatch>,
-        system_only: bool,
-        source: &str,
-    ) {
+    pub(super) fn fire(&mut self, d: &Dispatcher, dispatches: Vec<Dispatch>, system_only: bool, source: &str) {
         for dispatch in dispatches {
             if system_only && !dispatch.system {
                 continue;
             }
             let payload = json!({"trigger_type": dispatch.trigger, "scope": if dispatch.system { "system" } else { "agent" },
                 "target_lambda": dispatch.lambda});
-            if dispatch.system || matches!(dispatch.timing, crate::runtime::triggers::Timing::Now) {
+            if dispatch.system || matches!(dispatch.timing, Timing::Now) {
                 self.emit(kind::TRIGGER_FIRED, source, payload);
             }
             d.submit(dispatch);
@@ -73,10 +68,7 @@ impl Executor {
         }
         let Ok(Some(t)) = self.store.task_get(task_id) else { return };
         let task = serde_json::to_value(&t).unwrap_or(Value::Null);
-        self.trigger(
-            crate::runtime::triggers::TriggerEvent { ty, source: source.to_string(), data: json!({"task": task}) },
-            false,
-        );
+        self.trigger(TriggerEvent { ty, source: source.to_string(), data: json!({"task": task}) }, false);
     }
 
     /// Publish an event with the next per-agent seq (reserved in blocks
@@ -114,7 +106,7 @@ impl Executor {
             kind::LLM_COMPLETED if self.dispatcher.is_some() => {
                 let mut data = e.payload.clone();
                 data["source"] = e.payload["call_source"].clone();
-                Some(crate::runtime::triggers::TriggerEvent { ty: "llm_call", source: e.source.clone(), data })
+                Some(TriggerEvent { ty: "llm_call", source: e.source.clone(), data })
             }
             kind::AGENT_STATE_CHANGED => {
                 if let (Some(d), Some(st)) = (&self.dispatcher, e.payload["state"].as_str())
@@ -143,7 +135,7 @@ impl Executor {
 
     /// A file change offered to the triggers; what a dispatch carries
     /// beyond the path is read only when one takes it.
-    pub(super) fn file_trigger(&mut self, mut ev: crate::runtime::triggers::TriggerEvent, before: Option<Value>) {
+    pub(super) fn file_trigger(&mut self, mut ev: TriggerEvent, before: Option<Value>) {
         let Some((d, mut dispatches)) = self.dispatches(&ev) else { return };
         let path = ev.data["path"].as_str().unwrap_or("").to_string();
         if let Some(b) = before.as_ref().and_then(Value::as_str)
@@ -188,8 +180,8 @@ impl Executor {
 
 /// A file change as the triggers first see it: the path, what happened,
 /// who did it (`Executor::file_trigger` adds the rest for a taker).
-fn file_change(path: &str, operation: &str, source: &str) -> crate::runtime::triggers::TriggerEvent {
-    crate::runtime::triggers::TriggerEvent {
+fn file_change(path: &str, operation: &str, source: &str) -> TriggerEvent {
+    TriggerEvent {
         ty: "file_change",
         source: source.to_string(),
         data: json!({"path": path, "operation": operation, "diff": null}),
