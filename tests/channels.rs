@@ -453,7 +453,7 @@ async fn a_form_goes_out_as_buttons_and_its_answers_come_back_as_messages() {
     let mut fleet = Fleet::new(Bus::new(), factory);
     let path = d.join("a.adf");
     fleet.load(&path).unwrap();
-    wait("the form's two messages", || fake.lock().unwrap().sent.len() >= 2).await;
+    wait_or_tell("the form's two messages", &path, &fake, || fake.lock().unwrap().sent.len() >= 2).await;
     let sent = fake.lock().unwrap().sent.clone();
     assert!(sent[0]["text"].as_str().unwrap().starts_with("Lunch"), "{sent:?}");
     let buttons = &sent[0]["reply_markup"]["inline_keyboard"];
@@ -586,7 +586,7 @@ async fn a_form_rendered_as_a_poll_is_a_native_poll_and_votes_are_answers() {
     let mut fleet = Fleet::new(Bus::new(), factory);
     let path = d.join("a.adf");
     fleet.load(&path).unwrap();
-    wait("the poll", || !fake.lock().unwrap().sent.is_empty()).await;
+    wait_or_tell("the poll", &path, &fake, || !fake.lock().unwrap().sent.is_empty()).await;
     let poll = fake.lock().unwrap().sent[0].clone();
     assert_eq!(poll["question"], "Which day?");
     assert_eq!(poll["options"][2], json!({"text": "Wednesday"}));

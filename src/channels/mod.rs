@@ -189,6 +189,13 @@ impl Outbound for NotStarted {
     }
 }
 
+/// A channel's running part, not yet spawned.
+pub type Run = futures_util::future::BoxFuture<'static, ()>;
+
+/// What a channel's `start` gives back: its sender, and what to spawn
+/// once the sender is in the registry.
+pub type Started = (Arc<dyn Outbound>, Run);
+
 struct Running {
     out: Arc<dyn Outbound>,
     status: StatusCell,
@@ -228,11 +235,11 @@ impl Registry {
             let status: StatusCell = Arc::new(Mutex::new(Status { state: "connecting".into(), ..Default::default() }));
             let policy = Policy::of(a);
             let started = match kind.as_str() {
-                "telegram" => telegram::start(&rt, mb.clone(), a, policy, status.clone()),
-                "email" => email::start(&rt, mb.clone(), a, policy, status.clone()),
-                "slack" => slack::start(&rt, mb.clone(), a, policy, status.clone()),
-                "discord" => discord::start(&rt, mb.clone(), a, policy, status.clone()),
-                "whatsapp" => whatsapp::start(&rt, mb.clone(), a, policy, status.clone()),
+                "telegram" => telegram::start(mb.clone(), a, policy, status.clone()),
+                "email" => email::start(mb.clone(), a, policy, status.clone()),
+                "slack" => slack::start(mb.clone(), a, policy, status.clone()),
+                "discord" => discord::start(mb.clone(), a, policy, status.clone()),
+                "whatsapp" => whatsapp::start(mb.clone(), a, policy, status.clone()),
                 other => {
                     let _ = mb.with_store(|s| {
                         s.log("warn", "adapter", "adapter_unknown", &format!("no \"{other}\" channel in this build"))
@@ -240,15 +247,19 @@ impl Registry {
                     continue;
                 }
             };
-            let (out, task) = started.unwrap_or_else(|e| {
+            let (out, run) = started.unwrap_or_else(|e| {
                 let _ = mb.with_store(|s| s.log("error", "adapter", "adapter_start_failed", &format!("{kind}: {e}")));
                 // Stopped, with why: `adapters status` and the app say it.
                 set_state(&status, "stopped", Some(e.clone()));
-                (Arc::new(NotStarted(e)) as Arc<dyn Outbound>, rt.spawn(async {}))
+                (Arc::new(NotStarted(e)) as Arc<dyn Outbound>, Box::pin(async {}) as Run)
             });
-            if let Ok(mut r) = self.running.write()
-                && let Some(old) = r.insert((mb.id.clone(), kind.clone()), Running { out, status, task })
-            {
+            // The channel runs once its sender is listed: what it takes in
+            // can wake a turn that answers on it at once (spawned under the
+            // lock, so that turn's lookup waits the moment it takes to
+            // insert, and never finds the channel missing).
+            let mut r = self.running.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let task = rt.spawn(run);
+            if let Some(old) = r.insert((mb.id.clone(), kind.clone()), Running { out, status, task }) {
                 old.task.abort();
             }
         }

@@ -522,13 +522,7 @@ fn callback(update: &Value, bot: &Bot) -> Option<Inbound> {
 }
 
 /// Start the channel: the sender, and the polling task.
-pub fn start(
-    rt: &tokio::runtime::Handle,
-    mb: Arc<Mailbox>,
-    adapter: &Value,
-    policy: Policy,
-    status: StatusCell,
-) -> Result<(Arc<dyn Outbound>, tokio::task::JoinHandle<()>), String> {
+pub fn start(mb: Arc<Mailbox>, adapter: &Value, policy: Policy, status: StatusCell) -> Result<super::Started, String> {
     let token = super::required_secret(&mb, TOKEN, "bot token", "telegram")?;
     let api = adapter.pointer("/config/api_url").and_then(Value::as_str).unwrap_or(DEFAULT_API).trim_end_matches('/');
     let poll = adapter.pointer("/config/poll_timeout_s").and_then(Value::as_u64).unwrap_or(25).min(50);
@@ -544,8 +538,7 @@ pub fn start(
         polls: Default::default(),
     });
     let sender: Arc<dyn Outbound> = Arc::new(Sender { bot: bot.clone() });
-    let task = rt.spawn(run(bot, mb, policy, status, poll));
-    Ok((sender, task))
+    Ok((sender, Box::pin(run(bot, mb, policy, status, poll))))
 }
 
 async fn run(bot: Arc<Bot>, mb: Arc<Mailbox>, policy: Policy, status: StatusCell, poll: u64) {

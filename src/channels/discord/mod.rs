@@ -138,13 +138,7 @@ impl Rest {
 }
 
 /// Start the channel: the sender, and the gateway.
-pub fn start(
-    rt: &tokio::runtime::Handle,
-    mb: Arc<Mailbox>,
-    adapter: &Value,
-    policy: Policy,
-    status: StatusCell,
-) -> Result<(Arc<dyn Outbound>, tokio::task::JoinHandle<()>), String> {
+pub fn start(mb: Arc<Mailbox>, adapter: &Value, policy: Policy, status: StatusCell) -> Result<super::Started, String> {
     let token = required_secret(&mb, TOKEN, "bot token", "discord")?;
     let base = adapter.pointer("/config/api_url").and_then(Value::as_str).unwrap_or(DEFAULT_API);
     let rest = Arc::new(Rest {
@@ -158,8 +152,7 @@ pub fn start(
         asks: Mutex::default(),
     });
     let sender: Arc<dyn Outbound> = Arc::new(send::Sender { rest: rest.clone() });
-    let task = rt.spawn(gateway::run(rest, mb, policy, status));
-    Ok((sender, task))
+    Ok((sender, Box::pin(gateway::run(rest, mb, policy, status))))
 }
 
 #[cfg(test)]

@@ -112,19 +112,12 @@ impl Account {
 }
 
 /// Start the channel: the SMTP sender, and the IMAP reader.
-pub fn start(
-    rt: &tokio::runtime::Handle,
-    mb: Arc<Mailbox>,
-    adapter: &Value,
-    policy: Policy,
-    status: StatusCell,
-) -> Result<(Arc<dyn Outbound>, tokio::task::JoinHandle<()>), String> {
+pub fn start(mb: Arc<Mailbox>, adapter: &Value, policy: Policy, status: StatusCell) -> Result<super::Started, String> {
     let acct = Arc::new(Account::load(&mb, adapter)?);
     let shared = Arc::new(Shared::default());
     let sender: Arc<dyn Outbound> = Arc::new(outbound::Sender { acct: acct.clone(), shared: shared.clone() });
     if let Ok(mut s) = status.lock() {
         s.account = Some(acct.address.clone());
     }
-    let task = rt.spawn(inbound::run(acct, shared, mb, policy, status));
-    Ok((sender, task))
+    Ok((sender, Box::pin(inbound::run(acct, shared, mb, policy, status))))
 }

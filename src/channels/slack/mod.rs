@@ -152,13 +152,7 @@ impl Api {
 }
 
 /// Start the channel: the sender, and the socket.
-pub fn start(
-    rt: &tokio::runtime::Handle,
-    mb: Arc<Mailbox>,
-    adapter: &Value,
-    policy: Policy,
-    status: StatusCell,
-) -> Result<(Arc<dyn Outbound>, tokio::task::JoinHandle<()>), String> {
+pub fn start(mb: Arc<Mailbox>, adapter: &Value, policy: Policy, status: StatusCell) -> Result<super::Started, String> {
     let bot = required_secret(&mb, BOT_TOKEN, "bot token", "slack")?;
     let app = required_secret(&mb, APP_TOKEN, "app-level token", "slack")?;
     let base = adapter.pointer("/config/api_url").and_then(Value::as_str).unwrap_or(DEFAULT_API);
@@ -174,8 +168,7 @@ pub fn start(
         names: Mutex::default(),
     });
     let sender: Arc<dyn Outbound> = Arc::new(send::Sender { api: api.clone() });
-    let task = rt.spawn(socket::run(api, app, mb, policy, status));
-    Ok((sender, task))
+    Ok((sender, Box::pin(socket::run(api, app, mb, policy, status))))
 }
 
 /// Split what `adf adapters add FILE slack` read into the two tokens, by

@@ -368,13 +368,7 @@ fn seal_now(mb: &Mailbox, backend: &SealedBackend) -> Result<(), String> {
 
 /// Start the channel: the client with the sealed link (or none yet: then
 /// it asks to be paired, and the status carries the QR code).
-pub fn start(
-    rt: &tokio::runtime::Handle,
-    mb: Arc<Mailbox>,
-    adapter: &Value,
-    policy: Policy,
-    status: StatusCell,
-) -> Result<(Arc<dyn Outbound>, tokio::task::JoinHandle<()>), String> {
+pub fn start(mb: Arc<Mailbox>, adapter: &Value, policy: Policy, status: StatusCell) -> Result<super::Started, String> {
     let sealed = mb.with_store(|s| s.secret_get(SESSION))?.map_err(|e| e.to_string())?;
     let backend = Arc::new(SealedBackend::open(sealed.as_deref())?);
     let api = adapter.pointer("/config/api_url").and_then(Value::as_str).map(str::to_string);
@@ -390,10 +384,10 @@ pub fn start(
     };
     let forms = conf.forms.clone();
     let keep = (mb.clone(), backend.clone());
-    let task = rt.spawn(run(mb, backend, conf, status, client_tx));
+    let run = Box::pin(run(mb, backend, conf, status, client_tx));
     let out: Arc<dyn Outbound> =
         Arc::new(Lazy(tokio::sync::OnceCell::new(), tokio::sync::Mutex::new(Some(client_rx)), forms, keep));
-    Ok((out, task))
+    Ok((out, run))
 }
 
 /// The sender, once the client is built.
