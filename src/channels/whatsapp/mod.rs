@@ -503,7 +503,7 @@ async fn run(
         status: status.clone(),
         max: conf.max,
         forms: conf.forms,
-        drained: Mutex::new((Vec::new(), false)),
+        drained: Default::default(),
     });
     let mut builder = Bot::builder()
         .with_backend_arc(backend.clone())
@@ -563,37 +563,80 @@ struct Ctx {
     /// The largest file taken in (bytes).
     max: u64,
     forms: Forms,
-    /// Rows of the offline queue delivered so far, and whether the client
-    /// said the queue is drained: the agent is told once, at the end. (The
-    /// client runs handlers on tasks of their own, so the end can be seen
-    /// before the last batch's rows are in.)
-    drained: Mutex<(Vec<serde_json::Map<String, Value>>, bool)>,
+    /// The offline queue's rows held for one wake (see `Drain`).
+    drained: Arc<Mutex<Drain>>,
+}
+
+/// How long the agent's wake for the offline queue waits for its last
+/// rows: the client runs its handlers on tasks of their own, so the end
+/// of the queue can be seen before the last messages are in (under load,
+/// by tens of milliseconds), and each would otherwise wake the agent alone.
+const DRAIN_GRACE: Duration = Duration::from_millis(250);
+
+/// Rows of the offline queue delivered so far; whether the client said
+/// the queue is drained; whether a wake for them is on its way.
+#[derive(Default)]
+struct Drain {
+    rows: Vec<serde_json::Map<String, Value>>,
+    done: bool,
+    waking: bool,
 }
 
 impl Ctx {
-    /// Rows of the offline queue: held until it is drained, then one wake.
+    /// Rows of the offline queue: held until it is drained, then one wake
+    /// (rows late for it join the next one, `DRAIN_GRACE` later).
     fn drained_rows(&self, mut rows: Vec<serde_json::Map<String, Value>>) {
-        let ready = match self.drained.lock() {
+        if rows.is_empty() {
+            return;
+        }
+        let wake = match self.drained.lock() {
             Ok(mut d) => {
-                d.0.append(&mut rows);
-                if d.1 { std::mem::take(&mut d.0) } else { Vec::new() }
+                d.rows.append(&mut rows);
+                d.done && !std::mem::replace(&mut d.waking, true)
             }
-            Err(_) => rows,
+            Err(_) => return notify(&self.mb, rows),
         };
-        notify(&self.mb, ready);
+        if wake {
+            self.wake_later();
+        }
     }
 
-    /// The offline queue is drained (`true`), or a connection ended
-    /// (`false`: the next one drains again): tell the agent what it held.
+    /// The offline queue is drained (`true`): the agent is told of what it
+    /// held once the last rows are in. A connection ended (`false`: the
+    /// next one drains again): told at once, so nothing waits on a drain
+    /// that will not end.
     fn drain_done(&self, done: bool) {
-        let rows = match self.drained.lock() {
+        let (rows, wake) = match self.drained.lock() {
             Ok(mut d) => {
-                d.1 = done;
-                std::mem::take(&mut d.0)
+                d.done = done;
+                if done {
+                    (Vec::new(), !std::mem::replace(&mut d.waking, true))
+                } else {
+                    (std::mem::take(&mut d.rows), false)
+                }
             }
-            Err(_) => Vec::new(),
+            Err(_) => return,
         };
         notify(&self.mb, rows);
+        if wake {
+            self.wake_later();
+        }
+    }
+
+    /// One wake for the rows held, `DRAIN_GRACE` from now.
+    fn wake_later(&self) {
+        let (drain, mb) = (self.drained.clone(), self.mb.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(DRAIN_GRACE).await;
+            let rows = match drain.lock() {
+                Ok(mut d) => {
+                    d.waking = false;
+                    std::mem::take(&mut d.rows)
+                }
+                Err(_) => return,
+            };
+            notify(&mb, rows);
+        });
     }
 }
 
