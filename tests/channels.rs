@@ -211,34 +211,18 @@ fn sends_once(form: Value) -> ProviderFactory {
     })
 }
 
-/// `wait`, but a timeout says what the agent's file and the fake saw:
-/// the agent's logs, its loop's roles, the fake's polls and what it sent
-/// (a failure on a loaded CI machine explains itself).
-async fn wait_or_tell(what: &str, path: &std::path::Path, fake: &Shared, mut f: impl FnMut() -> bool) {
-    for _ in 0..400 {
-        if f() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let c = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
-    let rows = |sql: &str| -> Vec<String> {
-        let mut st = c.prepare(sql).unwrap();
-        st.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect()
-    };
-    let logs = rows("SELECT level || ' ' || origin || ' ' || event || ' ' || message FROM adf_logs");
-    let turns = rows("SELECT role || ' ' || substr(content_json, 1, 200) FROM adf_loop ORDER BY seq");
-    let f = fake.lock().unwrap();
-    panic!(
-        "timed out waiting for {what}\nlogs {logs:#?}\nloop {turns:#?}\npolls {} pending {:?}\nsent {:?}",
-        f.polls, f.pending, f.sent
-    );
-}
-
 fn inbox(path: &std::path::Path) -> Vec<(String, String, String)> {
     let c = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
     let mut st = c.prepare("SELECT \"from\", content, source FROM adf_inbox ORDER BY received_at, id").unwrap();
     st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).unwrap().collect::<Result<_, _>>().unwrap()
+}
+
+/// What the fake saw, for a timed-out wait.
+fn told(fake: &Shared) -> impl FnOnce() -> String + '_ {
+    move || {
+        let f = fake.lock().unwrap();
+        format!("polls {} pending {:?}\nsent {:?}", f.polls, f.pending, f.sent)
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -318,7 +302,7 @@ async fn telegram_catches_up_admits_by_policy_replies_threaded_and_survives_a_42
     fleet.load(&cfg_path).unwrap();
     let id = fleet.list()[0].id.clone();
     let path = cfg_path.clone();
-    wait("the batch in the inbox", || inbox(&path).len() >= 2).await;
+    wait_or_tell("the batch in the inbox", &path, || inbox(&path).len() >= 2, told(&fake)).await;
     let rows = inbox(&path);
     // One batch shares its arrival time: compare as a set.
     let mut from: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
@@ -329,7 +313,7 @@ async fn telegram_catches_up_admits_by_policy_replies_threaded_and_survives_a_42
         "Ann's DM and the mention; Bob and the unmentioned group refused"
     );
     assert!(rows.iter().all(|r| r.2 == "telegram"));
-    wait_or_tell("the reply sent", &path, &fake, || !fake.lock().unwrap().sent.is_empty()).await;
+    wait_or_tell("the reply sent", &path, || !fake.lock().unwrap().sent.is_empty(), told(&fake)).await;
     let sent = fake.lock().unwrap().sent.clone();
     assert_eq!(
         (sent[0]["chat_id"].as_str(), sent[0]["text"].as_str(), sent[0]["parse_mode"].as_str()),
@@ -341,12 +325,19 @@ async fn telegram_catches_up_admits_by_policy_replies_threaded_and_survives_a_42
     assert_eq!((status[0].1.received, status[0].1.sent, status[0].1.refused), (2, 1, 2), "{status:?}");
     assert_eq!(status[0].1.account.as_deref(), Some("@scout_bot"));
     // One wake for the batch that waited, not one per message.
-    wait("the turn of the wake to end", || {
-        let c = rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
-        c.query_row("SELECT count(*) FROM adf_loop WHERE content_json LIKE '%\"done\"%'", [], |r| r.get::<_, i64>(0))
+    wait_or_tell(
+        "the turn of the wake to end",
+        &path,
+        || {
+            let c = rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+            c.query_row("SELECT count(*) FROM adf_loop WHERE content_json LIKE '%\"done\"%'", [], |r| {
+                r.get::<_, i64>(0)
+            })
             .unwrap()
-            > 0
-    })
+                > 0
+        },
+        told(&fake),
+    )
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     {
@@ -357,7 +348,7 @@ async fn telegram_catches_up_admits_by_policy_replies_threaded_and_survives_a_42
         assert_eq!(wakes, 1, "the catch-up batch woke the agent once");
     }
     // chat_info asked the channel itself.
-    wait("chat_info", || {
+    wait_or_tell("chat_info", &path, || {
         let c = rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
         let n: i64 = c
             .query_row(
@@ -367,7 +358,7 @@ async fn telegram_catches_up_admits_by_policy_replies_threaded_and_survives_a_42
             )
             .unwrap();
         n > 0
-    })
+    }, told(&fake))
     .await;
     // Files: a photo is imported into the agent's files; one over the
     // limit is recorded as skipped with why, never dropped silently.
@@ -377,7 +368,7 @@ async fn telegram_catches_up_admits_by_policy_replies_threaded_and_survives_a_42
     fake.lock().unwrap().pending.push_back(json!({"update_id": 7, "message": {"message_id": 16, "date": 1_764_547_200,
         "from": {"id": 42, "username": "ann"}, "chat": {"id": 42, "type": "private"},
         "document": {"file_id": "huge", "file_name": "dump.bin", "file_size": 50_000_000u64}}}));
-    wait("the files", || inbox(&path).len() == 4).await;
+    wait_or_tell("the files", &path, || inbox(&path).len() == 4, told(&fake)).await;
     {
         let c = rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
         let att: Vec<String> = c
@@ -400,7 +391,7 @@ async fn telegram_catches_up_admits_by_policy_replies_threaded_and_survives_a_42
     // Redelivery: the same update again is not a second inbox row.
     fake.lock().unwrap().pending.push_back(dm(1, 10, (42, "ann"), "are you there?"));
     fake.lock().unwrap().pending.push_back(dm(5, 14, (42, "ann"), "thanks"));
-    wait("the new message", || inbox(&path).len() == 5).await;
+    wait_or_tell("the new message", &path, || inbox(&path).len() == 5, told(&fake)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(inbox(&path).len(), 5, "a redelivered update is not delivered twice");
     // Refusals are logged, never answered.
@@ -453,7 +444,7 @@ async fn a_form_goes_out_as_buttons_and_its_answers_come_back_as_messages() {
     let mut fleet = Fleet::new(Bus::new(), factory);
     let path = d.join("a.adf");
     fleet.load(&path).unwrap();
-    wait_or_tell("the form's two messages", &path, &fake, || fake.lock().unwrap().sent.len() >= 2).await;
+    wait_or_tell("the form's two messages", &path, || fake.lock().unwrap().sent.len() >= 2, told(&fake)).await;
     let sent = fake.lock().unwrap().sent.clone();
     assert!(sent[0]["text"].as_str().unwrap().starts_with("Lunch"), "{sent:?}");
     let buttons = &sent[0]["reply_markup"]["inline_keyboard"];
@@ -475,7 +466,7 @@ async fn a_form_goes_out_as_buttons_and_its_answers_come_back_as_messages() {
             "from": {"id": 42, "username": "ann"}, "chat": chat, "text": "no onions",
             "reply_to_message": {"message_id": 1002}}}));
     }
-    wait("both answers", || inbox(&path).len() == 3).await;
+    wait_or_tell("both answers", &path, || inbox(&path).len() == 3, told(&fake)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let c = rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
     let answers: Vec<Value> = c
@@ -563,8 +554,13 @@ async fn an_agent_switches_a_channel_on_itself_after_one_approval() {
     let factory = quiet_model();
     let mut fleet = Fleet::new(Bus::new(), factory);
     fleet.load(&d.join("a.adf")).unwrap();
-    wait("the channel to poll with the sealed token", || fake.lock().unwrap().tokens.iter().any(|t| t == "123:SECRET"))
-        .await;
+    wait_or_tell(
+        "the channel to poll with the sealed token",
+        &d.join("a.adf"),
+        || fake.lock().unwrap().tokens.iter().any(|t| t == "123:SECRET"),
+        told(&fake),
+    )
+    .await;
     fleet.shutdown().await;
 }
 
@@ -586,7 +582,7 @@ async fn a_form_rendered_as_a_poll_is_a_native_poll_and_votes_are_answers() {
     let mut fleet = Fleet::new(Bus::new(), factory);
     let path = d.join("a.adf");
     fleet.load(&path).unwrap();
-    wait_or_tell("the poll", &path, &fake, || !fake.lock().unwrap().sent.is_empty()).await;
+    wait_or_tell("the poll", &path, || !fake.lock().unwrap().sent.is_empty(), told(&fake)).await;
     let poll = fake.lock().unwrap().sent[0].clone();
     assert_eq!(poll["question"], "Which day?");
     assert_eq!(poll["options"][2], json!({"text": "Wednesday"}));
@@ -598,7 +594,7 @@ async fn a_form_rendered_as_a_poll_is_a_native_poll_and_votes_are_answers() {
             json!({"update_id": 3, "poll_answer": {"poll_id": "P9", "user": {"id": 42}, "option_ids": [0]}}),
         );
     }
-    wait("the vote", || inbox(&path).len() == 2).await;
+    wait_or_tell("the vote", &path, || inbox(&path).len() == 2, told(&fake)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(inbox(&path).len(), 2, "a vote in a poll the bot did not send is nothing");
     let c = rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
@@ -646,7 +642,13 @@ async fn adapters_add_on_a_held_file_goes_through_the_daemon() {
             r.json::<Value>().await.unwrap()
         }
     };
-    wait("the daemon's channel to poll", || fake.lock().unwrap().tokens.iter().any(|t| t == "123:SECRET")).await;
+    wait_or_tell(
+        "the daemon's channel to poll",
+        &agents.join("a.adf"),
+        || fake.lock().unwrap().tokens.iter().any(|t| t == "123:SECRET"),
+        told(&fake),
+    )
+    .await;
     let v = get("/agents/a/adapters".into()).await;
     assert_eq!(v["adapters"][0]["kind"], "telegram", "{v}");
     assert!(!v.to_string().contains("SECRET"), "{v}");
@@ -723,7 +725,7 @@ async fn files_go_out_as_photos_and_documents_with_the_text_as_caption() {
     unsafe { std::env::set_var("ADF_HOME", d.join(".adf-home")) };
     let mut fleet = Fleet::new(Bus::new(), factory);
     fleet.load(&path).unwrap();
-    wait_or_tell("both files", &path, &fake, || fake.lock().unwrap().sent.len() >= 2).await;
+    wait_or_tell("both files", &path, || fake.lock().unwrap().sent.len() >= 2, told(&fake)).await;
     let sent = fake.lock().unwrap().sent.clone();
     assert_eq!(sent[0]["method"], "sendDocument", "{sent:?}");
     assert_eq!(sent[0]["document"]["file_name"], "report.pdf");

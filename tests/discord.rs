@@ -299,6 +299,17 @@ fn msg(n: u64, channel: &str, user: (&str, &str), text: &str) -> Value {
     d
 }
 
+/// What the fake saw, for a timed-out wait.
+fn told(fake: &Shared) -> impl FnOnce() -> String + '_ {
+    move || {
+        let f = fake.lock().unwrap();
+        format!(
+            "identifies {} resumes {:?}\nposted {:?}\ncallbacks {:?}",
+            f.identifies, f.resumes, f.posted, f.callbacks
+        )
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn discord_admits_by_policy_replies_resumes_and_catches_up_after_a_restart() {
     let _one = SERIAL.lock().await;
@@ -352,7 +363,7 @@ async fn discord_admits_by_policy_replies_resumes_and_catches_up_after_a_restart
     let mut fleet = Fleet::new(Bus::new(), factory);
     fleet.load(&path).unwrap();
     let id = fleet.list()[0].id.clone();
-    wait("three messages", || inbox_rows(&path).len() == 3).await;
+    wait_or_tell("three messages", &path, || inbox_rows(&path).len() == 3, told(&fake)).await;
     let rows = inbox_rows(&path);
     assert_eq!(rows[0]["content"], "hello");
     assert_eq!((rows[1]["from"].as_str(), rows[1]["content"].as_str()), (Some("discord:100"), Some("status?")));
@@ -363,10 +374,10 @@ async fn discord_admits_by_policy_replies_resumes_and_catches_up_after_a_restart
         "contents of notes.txt"
     );
     // The slash command was registered for the application.
-    wait("the command", || !fake.lock().unwrap().commands.is_empty()).await;
+    wait_or_tell("the command", &path, || !fake.lock().unwrap().commands.is_empty(), told(&fake)).await;
     assert_eq!(fake.lock().unwrap().commands[0][0]["name"], "scout");
     // The reply, after a 429: a reply to the message.
-    wait("the reply", || !fake.lock().unwrap().posted.is_empty()).await;
+    wait_or_tell("the reply", &path, || !fake.lock().unwrap().posted.is_empty(), told(&fake)).await;
     let post = fake.lock().unwrap().posted[0].clone();
     assert_eq!((post["channel"].as_str(), post["content"].as_str()), (Some("100"), Some("All green.")));
     assert_eq!(post["message_reference"]["message_id"], flake(3));
@@ -379,8 +390,8 @@ async fn discord_admits_by_policy_replies_resumes_and_catches_up_after_a_restart
         f.queue.push(("MESSAGE_CREATE".into(), msg(1, "901", ("U_ANN", "ann"), "hello")));
         f.reconnect = true;
     }
-    wait("the resume", || !fake.lock().unwrap().resumes.is_empty()).await;
-    wait("the message after it", || inbox_rows(&path).len() == 4).await;
+    wait_or_tell("the resume", &path, || !fake.lock().unwrap().resumes.is_empty(), told(&fake)).await;
+    wait_or_tell("the message after it", &path, || inbox_rows(&path).len() == 4, told(&fake)).await;
     assert_eq!(fake.lock().unwrap().identifies, 1, "resumed, not identified again");
     assert!(fake.lock().unwrap().resumes[0] >= 6, "from the last sequence seen");
     let st = fleet.channel_status(&id);
@@ -398,7 +409,7 @@ async fn discord_admits_by_policy_replies_resumes_and_catches_up_after_a_restart
     );
     let mut fleet = Fleet::new(Bus::new(), quiet_model());
     fleet.load(&path).unwrap();
-    wait("the catch-up", || inbox_rows(&path).len() == 5).await;
+    wait_or_tell("the catch-up", &path, || inbox_rows(&path).len() == 5, told(&fake)).await;
     assert_eq!(inbox_rows(&path)[4]["content"], "while you were off");
     fleet.shutdown().await;
 }
@@ -443,11 +454,11 @@ async fn discord_forms_are_buttons_files_go_with_the_message_and_slash_commands_
     unsafe { std::env::set_var("ADF_HOME", d.join(".adf-home")) };
     let mut fleet = Fleet::new(Bus::new(), factory);
     fleet.load(&path).unwrap();
-    wait("the command", || !inbox_rows(&path).is_empty()).await;
+    wait_or_tell("the command", &path, || !inbox_rows(&path).is_empty(), told(&fake)).await;
     assert_eq!(inbox_rows(&path)[0]["content"], "/scout plan lunch");
-    wait("its answer", || !fake.lock().unwrap().callbacks.is_empty()).await;
+    wait_or_tell("its answer", &path, || !fake.lock().unwrap().callbacks.is_empty(), told(&fake)).await;
     assert_eq!(fake.lock().unwrap().callbacks[0]["body"]["type"], 4, "answered within Discord's 3 s");
-    wait("the file and the form", || fake.lock().unwrap().posted.len() >= 3).await;
+    wait_or_tell("the file and the form", &path, || fake.lock().unwrap().posted.len() >= 3, told(&fake)).await;
     let posted = fake.lock().unwrap().posted.clone();
     let up = posted.iter().find(|p| p["files"].as_array().is_some_and(|f| !f.is_empty())).expect("an upload");
     assert_eq!(up["payload"]["content"], "Today's menu");
@@ -470,7 +481,7 @@ async fn discord_forms_are_buttons_files_go_with_the_message_and_slash_commands_
         reply["message_reference"] = json!({"message_id": ask_id});
         f.queue.push(("MESSAGE_CREATE".into(), reply));
     }
-    wait("both answers", || inbox_rows(&path).len() == 3).await;
+    wait_or_tell("both answers", &path, || inbox_rows(&path).len() == 3, told(&fake)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let answers: Vec<Value> = inbox_rows(&path)
         .iter()

@@ -118,10 +118,12 @@ fn count(path: &std::path::Path, sql: &str) -> i64 {
     c.query_row(sql, [], |r| r.get(0)).unwrap()
 }
 
-async fn wait(what: &str, mut f: impl AsyncFnMut() -> bool) {
+/// Wait until `f` holds (20 s at most); a timeout says what the agent's
+/// file shows (its logs and loop).
+async fn wait(what: &str, path: &std::path::Path, mut f: impl AsyncFnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while !f().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(Instant::now() < deadline, "timed out waiting for {what}\n{}", story(path));
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -220,7 +222,7 @@ Content-Type: text/html\n\n<html><body><h1>Agenda</h1><p>Item <b>one</b></p><scr
     let id = fleet.list()[0].id.clone();
 
     let p = path.clone();
-    wait("the batch in the inbox", async || inbox(&p).len() >= 2).await;
+    wait("the batch in the inbox", &p, async || inbox(&p).len() >= 2).await;
     let rows = inbox(&path);
     assert_eq!(rows.len(), 2, "Bob's two; Dee is not on the allowlist: {rows:?}");
     // One batch: find each by its subject.
@@ -243,7 +245,7 @@ Content-Type: text/html\n\n<html><body><h1>Agenda</h1><p>Item <b>one</b></p><scr
 
     // The reply: threaded, to Bob, Cc the original's other recipient (not
     // the agent), Bcc Dee, the report attached.
-    wait("the reply at Bob's", async || !mailbox("bob").await.is_empty()).await;
+    wait("the reply at Bob's", &p, async || !mailbox("bob").await.is_empty()).await;
     let got = mailbox("bob").await.remove(0);
     for needle in [
         "From: ann@adf.test",
@@ -260,8 +262,8 @@ Content-Type: text/html\n\n<html><body><h1>Agenda</h1><p>Item <b>one</b></p><scr
     }
     assert!(!got.contains("Bcc"), "the blind copy is not in the headers");
     assert!(got.contains("dGhlIHF1YXJ0ZXJseSByZXBvcnQK") || got.contains("the quarterly report"), "{got}");
-    wait("Cy's copy", async || !mailbox("cy").await.iter().all(|m| !m.contains("Re: Lunch plans"))).await;
-    wait("Dee's blind copy", async || mailbox("dee").await.iter().any(|m| m.contains("Re: Lunch plans"))).await;
+    wait("Cy's copy", &p, async || !mailbox("cy").await.iter().all(|m| !m.contains("Re: Lunch plans"))).await;
+    wait("Dee's blind copy", &p, async || mailbox("dee").await.iter().any(|m| m.contains("Re: Lunch plans"))).await;
     let said = count(
         &path,
         "SELECT count(*) FROM adf_loop WHERE content_json LIKE '%with 1 attachment(s)%' AND content_json LIKE '%Not attached: missing.txt%'",
@@ -270,7 +272,7 @@ Content-Type: text/html\n\n<html><body><h1>Agenda</h1><p>Item <b>one</b></p><scr
     assert_eq!(unseen("ann").await, 0, "what is in the inbox is marked seen");
     // One wake for the batch that waited.
     let p = path.clone();
-    wait("the turn to end", async || {
+    wait("the turn to end", &p, async || {
         count(&p, "SELECT count(*) FROM adf_loop WHERE content_json LIKE '%\"done\"%'") > 0
     })
     .await;
@@ -285,14 +287,14 @@ Content-Type: text/html\n\n<html><body><h1>Agenda</h1><p>Item <b>one</b></p><scr
     )
     .await;
     let p = path.clone();
-    wait("the IDLE delivery", async || inbox(&p).len() == 3).await;
+    wait("the IDLE delivery", &p, async || inbox(&p).len() == 3).await;
     // Redelivery: unseen again is not a second row.
     {
         let mut s = imap("ann").await;
         let _: Vec<_> = s.store("1:*", "-FLAGS (\\Seen)").await.unwrap().try_collect().await.unwrap();
         s.logout().await.unwrap();
     }
-    wait("seen again", async || unseen("ann").await == 0).await;
+    wait("seen again", &p, async || unseen("ann").await == 0).await;
     assert_eq!(inbox(&path).len(), 3, "a redelivered message is not delivered twice");
     let st = fleet.channel_status(&id);
     assert_eq!(st[0].0, "email");
@@ -413,7 +415,7 @@ async fn a_form_by_email_is_a_numbered_list_answered_by_reply_when_polling() {
     unsafe { std::env::set_var("ADF_HOME", d.join(".adf-home")) };
     let mut fleet = Fleet::new(Bus::new(), factory);
     fleet.load(&path).unwrap();
-    wait("the form at Bob's", async || !mailbox("bob").await.is_empty()).await;
+    wait("the form at Bob's", &path, async || !mailbox("bob").await.is_empty()).await;
     let got = mailbox("bob").await.remove(0);
     assert!(got.contains("Subject: Re: Lunch") && got.contains("In-Reply-To: <f0@adf.test>"), "{got}");
     assert!(got.contains("1. Where?") && got.contains("b) Sushi") && got.contains("Reply with your answers"), "{got}");
@@ -434,7 +436,7 @@ In-Reply-To: <{form_id}>\nReferences: <f0@adf.test> <{form_id}>\n\n{body}\n\nOn 
         .await;
     }
     let p = path.clone();
-    wait("both replies", async || inbox(&p).len() == 3).await;
+    wait("both replies", &p, async || inbox(&p).len() == 3).await;
     let rows = inbox(&path);
     let content = |r: &Value| r["content"].as_str().unwrap_or("").to_string();
     let wrong = rows.iter().find(|r| content(r).contains("[not an answer to form lunch")).expect("the wrong answer");
@@ -451,7 +453,7 @@ In-Reply-To: <{form_id}>\nReferences: <f0@adf.test> <{form_id}>\n\n{body}\n\nOn 
     );
     send("bob", &["dee"], &big).await;
     let p = path.clone();
-    wait("the big one", async || inbox(&p).len() == 4).await;
+    wait("the big one", &p, async || inbox(&p).len() == 4).await;
     let rows = inbox(&path);
     let big = rows.iter().find(|r| r["subject"] == "dump").expect("the big one's row");
     assert!(content(big).contains("over the 20000 byte limit: only its headers were read"), "{big}");

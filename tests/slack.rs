@@ -248,6 +248,14 @@ fn message(envelope: &str, channel: &str, kind: &str, user: &str, ts: &str, text
             "event": {"type": "message", "channel": channel, "channel_type": kind, "user": user, "ts": ts, "text": text}}})
 }
 
+/// What the fake saw, for a timed-out wait.
+fn told(fake: &Shared) -> impl FnOnce() -> String + '_ {
+    move || {
+        let f = fake.lock().unwrap();
+        format!("connections {} acks {:?}\nunacked {:?}\nposted {:?}", f.connections, f.acks, f.unacked, f.posted)
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slack_admits_by_policy_acks_threads_replies_and_catches_up_after_a_refresh() {
     let _one = SERIAL.lock().await;
@@ -314,7 +322,7 @@ async fn slack_admits_by_policy_acks_threads_replies_and_catches_up_after_a_refr
     let mut fleet = Fleet::new(Bus::new(), factory);
     fleet.load(&path).unwrap();
     let id = fleet.list()[0].id.clone();
-    wait("four acknowledgements", || fake.lock().unwrap().acks.len() >= 4).await;
+    wait_or_tell("four acknowledgements", &path, || fake.lock().unwrap().acks.len() >= 4, told(&fake)).await;
     let rows = inbox_rows(&path);
     let from: Vec<&str> = rows.iter().map(|r| r["from"].as_str().unwrap()).collect();
     assert_eq!(from, ["slack:D_ANN", "slack:C_OPS"], "Ann's DM and the mention; Bob and the unmentioned refused");
@@ -322,7 +330,7 @@ async fn slack_admits_by_policy_acks_threads_replies_and_catches_up_after_a_refr
     assert!(fake.lock().unwrap().unacked.is_empty(), "refused ones are acknowledged too");
 
     // The reply goes in the thread of the message, after one 429.
-    wait("the reply", || !fake.lock().unwrap().posted.is_empty()).await;
+    wait_or_tell("the reply", &path, || !fake.lock().unwrap().posted.is_empty(), told(&fake)).await;
     let post = fake.lock().unwrap().posted[0].clone();
     assert_eq!(
         (post["channel"].as_str(), post["thread_ts"].as_str(), post["text"].as_str()),
@@ -345,7 +353,7 @@ async fn slack_admits_by_policy_acks_threads_replies_and_catches_up_after_a_refr
             "url_private_download": format!("http://{addr}/files/notes.txt")}]);
         f.queue.push_back(file);
     }
-    wait("the thread reply and the file", || inbox_rows(&path).len() == 4).await;
+    wait_or_tell("the thread reply and the file", &path, || inbox_rows(&path).len() == 4, told(&fake)).await;
     let rows = inbox_rows(&path);
     assert_eq!(rows[2]["content"], "thanks");
     let att: Value = serde_json::from_str(rows[3]["attachments"].as_str().unwrap()).unwrap();
@@ -362,7 +370,7 @@ async fn slack_admits_by_policy_acks_threads_replies_and_catches_up_after_a_refr
         );
         f.disconnect = true;
     }
-    wait("the catch-up", || inbox_rows(&path).len() == 5).await;
+    wait_or_tell("the catch-up", &path, || inbox_rows(&path).len() == 5, told(&fake)).await;
     assert_eq!(inbox_rows(&path)[4]["content"], "while you were away");
     assert_eq!(fake.lock().unwrap().connections, 2);
     let st = fleet.channel_status(&id);
@@ -408,9 +416,9 @@ async fn slack_forms_are_buttons_files_are_uploaded_and_slash_commands_arrive() 
     unsafe { std::env::set_var("ADF_HOME", d.join(".adf-home")) };
     let mut fleet = Fleet::new(Bus::new(), factory);
     fleet.load(&path).unwrap();
-    wait("the slash command", || !inbox_rows(&path).is_empty()).await;
+    wait_or_tell("the slash command", &path, || !inbox_rows(&path).is_empty(), told(&fake)).await;
     assert_eq!(inbox_rows(&path)[0]["content"], "/scout plan lunch");
-    wait("the upload and the form", || fake.lock().unwrap().posted.len() >= 3).await;
+    wait_or_tell("the upload and the form", &path, || fake.lock().unwrap().posted.len() >= 3, told(&fake)).await;
     let posted = fake.lock().unwrap().posted.clone();
     let up = posted.iter().find(|p| p["method"] == "files.completeUploadExternal").expect("an upload");
     assert_eq!((up["channel_id"].as_str(), up["initial_comment"].as_str()), (Some("C_OPS"), Some("Today's menu")));
@@ -434,7 +442,7 @@ async fn slack_forms_are_buttons_files_are_uploaded_and_slash_commands_arrive() 
         reply["payload"]["event"]["thread_ts"] = json!(ask_ts);
         f.queue.push_back(reply);
     }
-    wait("both answers", || inbox_rows(&path).len() == 3).await;
+    wait_or_tell("both answers", &path, || inbox_rows(&path).len() == 3, told(&fake)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let answers: Vec<Value> = inbox_rows(&path)
         .iter()
@@ -507,8 +515,8 @@ async fn channel_messages_pass_the_inbox_middleware() {
     let mut fleet = Fleet::new(Bus::new(), quiet_model());
     fleet.load(&path).unwrap();
     let id = fleet.list()[0].id.clone();
-    wait("both acknowledged", || fake.lock().unwrap().acks.len() >= 2).await;
-    wait("the first", || !inbox_rows(&path).is_empty()).await;
+    wait_or_tell("both acknowledged", &path, || fake.lock().unwrap().acks.len() >= 2, told(&fake)).await;
+    wait_or_tell("the first", &path, || !inbox_rows(&path).is_empty(), told(&fake)).await;
     let rows = inbox_rows(&path);
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!(rows[0]["content"], "HELLO THERE", "rewritten by the middleware");

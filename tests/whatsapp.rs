@@ -848,19 +848,12 @@ async fn serve(seen: Shared) -> String {
     url
 }
 
-/// Wait up to 20 s, or fail with what the agent logged and the fake saw.
-async fn wait_or_tell(what: &str, path: &std::path::Path, seen: &Shared, mut f: impl FnMut() -> bool) {
-    for _ in 0..400 {
-        if f() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+/// What the fake WhatsApp server saw, for a timed-out wait.
+fn told(seen: &Shared) -> impl FnOnce() -> String + '_ {
+    move || {
+        let s = seen.lock().unwrap();
+        format!("logins {:?}\niqs {:?}\nkinds {:?}", s.logins, s.iqs, s.kinds)
     }
-    let c = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
-    let mut st = c.prepare("SELECT level || ' ' || event || ' ' || message FROM adf_logs").unwrap();
-    let logs: Vec<String> = st.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect();
-    let s = seen.lock().unwrap();
-    panic!("timed out waiting for {what}\nlogs {logs:#?}\nlogins {:?}\niqs {:?}\nkinds {:?}", s.logins, s.iqs, s.kinds);
 }
 
 /// `adf adapters add FILE whatsapp --json` running: the QR code it shows
@@ -1166,9 +1159,12 @@ async fn whatsapp_links_by_qr_code_seals_the_link_and_logs_in_with_it() {
     let mut fleet = Fleet::new(Bus::new(), counting);
     fleet.load(&path).unwrap();
     let id = fleet.list()[0].id.clone();
-    wait_or_tell("the messages after the restart", &path, &seen, || {
-        inbox_rows(&path).iter().any(|r| r["content"] == "call me")
-    })
+    wait_or_tell(
+        "the messages after the restart",
+        &path,
+        || inbox_rows(&path).iter().any(|r| r["content"] == "call me"),
+        told(&seen),
+    )
     .await;
     wait("the agent's turn", || *calls.lock().unwrap() >= 1).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -1326,7 +1322,8 @@ async fn an_unlinked_channel_shows_its_code_and_links_where_it_runs() {
     let ann_lid = "200000000000009@lid";
     seen.lock().unwrap().pn_of_lid.insert(ann_lid.into(), "15551234567".into());
     seen.lock().unwrap().outbox.push(("3EB0L1".into(), ann_lid.into(), "Ann".into(), text("from my LID")));
-    wait_or_tell("the LID DM", &path, &seen, || inbox_rows(&path).iter().any(|r| r["content"] == "from my LID")).await;
+    wait_or_tell("the LID DM", &path, || inbox_rows(&path).iter().any(|r| r["content"] == "from my LID"), told(&seen))
+        .await;
     let row = inbox_rows(&path).into_iter().find(|r| r["content"] == "from my LID").unwrap();
     assert_eq!(row["from"], "whatsapp:15551234567", "{row}");
     let group = "120363000000000002@g.us";
@@ -1344,8 +1341,13 @@ async fn an_unlinked_channel_shows_its_code_and_links_where_it_runs() {
         s.outbox.push(("3EB0L2".into(), ann_lid.into(), "Ann".into(), at_lid("@bob lunch?", "300000000000003@lid")));
         s.outbox.push(("3EB0L3".into(), ann_lid.into(), "Ann".into(), at_lid("@agent ping", "100000000000001@lid")));
     }
-    wait_or_tell("the LID mention", &path, &seen, || inbox_rows(&path).iter().any(|r| r["content"] == "@agent ping"))
-        .await;
+    wait_or_tell(
+        "the LID mention",
+        &path,
+        || inbox_rows(&path).iter().any(|r| r["content"] == "@agent ping"),
+        told(&seen),
+    )
+    .await;
     seen.lock().unwrap().group = None;
     let row = inbox_rows(&path).into_iter().find(|r| r["content"] == "@agent ping").unwrap();
     assert_eq!(row["from"], format!("whatsapp:{group}"));
@@ -1387,7 +1389,7 @@ async fn an_unlinked_channel_shows_its_code_and_links_where_it_runs() {
     assert_eq!(count(), 0);
     let mut fleet = Fleet::new(Bus::new(), quiet_model());
     fleet.load(&path).unwrap();
-    wait_or_tell("the message delivered again", &path, &seen, || count() == 1).await;
+    wait_or_tell("the message delivered again", &path, || count() == 1, told(&seen)).await;
     wait("acknowledged now", || seen.lock().unwrap().acked.iter().any(|i| i == "3EB0F4")).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(count(), 1, "once");

@@ -167,6 +167,26 @@ pub fn spawn(ex: Executor, owner: Arc<Waiting>) -> (AgentHandle, tokio::task::Jo
     spawn_with(ex, owner, TIMER_TICK, Arc::new(AtomicBool::new(true)))
 }
 
+/// Run `f` on the executor on a blocking thread: file work that syncs (the
+/// start's first write, a park's checkpoint) must not hold an async worker,
+/// which other agents' turns and the daemon's requests share. `None` only
+/// when the runtime shuts down (the task is dropped then too); a panic in
+/// `f` is the actor's own.
+async fn off_workers(mut ex: Executor, f: impl FnOnce(&mut Executor) + Send + 'static) -> Option<Executor> {
+    match tokio::task::spawn_blocking(move || {
+        f(&mut ex);
+        ex
+    })
+    .await
+    {
+        Ok(ex) => Some(ex),
+        Err(e) => match e.try_into_panic() {
+            Ok(p) => std::panic::resume_unwind(p),
+            Err(_) => None,
+        },
+    }
+}
+
 /// The timer poll tick (runtime.md §6.2).
 pub const TIMER_TICK: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -202,19 +222,9 @@ pub fn spawn_with(
         // syncs) runs on a blocking thread, so the async workers answering
         // the load that spawned this actor are not held up by it.
         if ex.has_start_work() {
-            ex = match tokio::task::spawn_blocking(move || {
-                ex.on_start();
-                ex
-            })
-            .await
-            {
-                Ok(ex) => ex,
-                Err(e) => match e.try_into_panic() {
-                    Ok(p) => std::panic::resume_unwind(p),
-                    // Cancelled: only at the runtime's shutdown, which drops
-                    // this task too.
-                    Err(_) => return std::future::pending().await,
-                },
+            ex = match off_workers(ex, Executor::on_start).await {
+                Some(ex) => ex,
+                None => return std::future::pending().await,
             };
         }
         let mut announced = false;
@@ -309,8 +319,23 @@ pub fn spawn_with(
                             }
                             quiet_ticks = quiet_ticks.saturating_add(1);
                             // Work a tick found (a timer's wake) runs first.
-                            if quiet_ticks >= PARK_AFTER_TICKS && timer_wakes.is_empty() && loop_runs.is_empty() {
-                                ex.park();
+                            // The park checkpoints the file (two syncs)
+                            // and closes it: off the async workers, as the
+                            // start's write, so a load or a request that
+                            // comes meanwhile is not held up behind it.
+                            if quiet_ticks >= PARK_AFTER_TICKS
+                                && timer_wakes.is_empty()
+                                && loop_runs.is_empty()
+                                && !ex.is_parked()
+                            {
+                                ex = match off_workers(ex, |ex| {
+                                    ex.park();
+                                })
+                                .await
+                                {
+                                    Some(ex) => ex,
+                                    None => return std::future::pending().await,
+                                };
                             }
                             continue;
                         }

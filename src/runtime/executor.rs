@@ -212,8 +212,7 @@ impl Executor {
         let mut store = store;
         // Checkpoints run between turns (the actor), never inside a commit.
         store.defer_checkpoints()?;
-        let cfg = store.config_value()?;
-        let agent_id = cfg.get("id").and_then(Value::as_str).unwrap_or("").to_string();
+        let agent_id = store.with_config(|c| c.get("id").and_then(Value::as_str).unwrap_or("").to_string())?;
         Ok(Executor {
             store,
             snapshot_on_start: false,
@@ -481,9 +480,9 @@ impl Executor {
     pub fn suspend_timeout(&self) -> Duration {
         let ms = self
             .store
-            .config_value()
+            .with_config(|c| c.pointer("/limits/suspend_timeout_ms").and_then(Value::as_u64))
             .ok()
-            .and_then(|c| c.pointer("/limits/suspend_timeout_ms").and_then(Value::as_u64))
+            .flatten()
             .unwrap_or(1_200_000);
         Duration::from_millis(ms)
     }

@@ -197,6 +197,35 @@ pub async fn wait(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// `wait`, but a timeout says what the agent's file shows (its logs and its
+/// loop, from `story`) and what `peer` says the other side saw, so a failure
+/// on a loaded CI machine explains itself.
+pub async fn wait_or_tell(what: &str, path: &Path, mut f: impl FnMut() -> bool, peer: impl FnOnce() -> String) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !f() {
+        if std::time::Instant::now() >= deadline {
+            panic!("timed out waiting for {what}\n{}\n{}", story(path), peer());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// What an agent's file says happened: its logs and its loop (role and the
+/// start of each row), read without taking the writer's lock.
+pub fn story(path: &Path) -> String {
+    let c = match rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY) {
+        Ok(c) => c,
+        Err(e) => return format!("({} could not be read: {e})", path.display()),
+    };
+    let rows = |sql: &str| -> Vec<String> {
+        let Ok(mut st) = c.prepare(sql) else { return vec![format!("({sql} failed)")] };
+        st.query_map([], |r| r.get(0)).map(|m| m.filter_map(Result::ok).collect()).unwrap_or_default()
+    };
+    let logs = rows("SELECT level || ' ' || origin || ' ' || event || ' ' || message FROM adf_logs");
+    let turns = rows("SELECT role || ' ' || substr(content_json, 1, 200) FROM adf_loop ORDER BY seq");
+    format!("logs {logs:#?}\nloop {turns:#?}")
+}
+
 /// An agent's inbox, oldest first: id, from, content, source_context,
 /// attachments (channel tests).
 pub fn inbox_rows(path: &Path) -> Vec<serde_json::Value> {

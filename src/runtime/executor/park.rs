@@ -41,6 +41,11 @@ impl Executor {
         }
     }
 
+    /// Whether the agent is parked (its file's connection closed).
+    pub fn is_parked(&self) -> bool {
+        self.store.is_parked()
+    }
+
     /// Whether a tick of a parked agent has nothing to do: no timer due by
     /// `now` and the file unchanged since it was parked. An agent that is
     /// not parked always has its tick.

@@ -53,8 +53,8 @@ impl Executor {
         if self.store.is_read_only() {
             return Ok(());
         }
-        let cfg = self.store.config_value()?;
-        let now = effective(&cfg, self.provider.id());
+        let pid = self.provider.id();
+        let now = self.store.with_config(|cfg| effective(cfg, pid))?;
         let stored: Option<Value> =
             self.store.meta_get(KEY)?.and_then(|m| serde_json::from_str::<Value>(&m.value).ok()).map(|mut v| {
                 if let Some(o) = v.as_object_mut() {
