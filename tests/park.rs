@@ -203,6 +203,48 @@ async fn checkpoints_wait_for_the_actor_instead_of_a_commit() {
     assert!(rows >= 2 * turns as i64, "{rows} rows for {turns} turns");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owner_writes_between_turns_checkpoint_too() {
+    use adf::runtime::agent::{AgentCommand, OwnerWork};
+    let dir = tmp();
+    let path = new_file(dir.path());
+    let provider = Arc::new(Scripted::new([]));
+    let ex = Executor::new(Store::open(&path).unwrap(), provider, Bus::new(), Arc::new(Absent)).unwrap();
+    // A tick an hour apart: its first tick parks the agent at once, and no
+    // park (which empties the WAL) comes during the writes.
+    let tick = std::time::Duration::from_secs(3600);
+    let (agent, task) = adf::runtime::agent::spawn_with_tick(ex, adf::runtime::agent::waiting_owner(), tick);
+    let wal = side(&path, "-wal");
+    let (mut most, writes) = (0, 2500);
+    for i in 0..writes {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let work = OwnerWork(Box::new(move |ex: &mut Executor| {
+            let body = format!("note {i}");
+            let r = ex.store.file_write(
+                Caller::Owner,
+                &format!("notes/{}.md", i % 8),
+                body.as_bytes(),
+                &WriteOptions::default(),
+            );
+            let _ = tx.send(r.map(|_| ()).map_err(|e| e.to_string()));
+        }));
+        assert!(agent.send(AgentCommand::With(work)));
+        rx.await.unwrap().unwrap();
+        most = most.max(std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0));
+    }
+    // Each write is a commit of a few frames: without a checkpoint between
+    // them the WAL would hold all of them (over 2 frames a write).
+    let frame = 4096 + 24;
+    assert!(most <= 1100 * frame, "the WAL grew to {most} bytes over {writes} owner writes");
+    drop(agent);
+    let ex = task.await.unwrap();
+    for n in 0..8 {
+        let last = (0..writes).rev().find(|i| i % 8 == n).unwrap();
+        let (_, body) = ex.store.file_read(&format!("notes/{n}.md")).unwrap();
+        assert_eq!(String::from_utf8(body).unwrap(), format!("note {last}"));
+    }
+}
+
 #[test]
 fn a_held_read_sees_one_snapshot_and_a_write_ends_it() {
     // A load's reads share one read transaction (`begin_reading`): they

@@ -187,6 +187,21 @@ async fn off_workers(mut ex: Executor, f: impl FnOnce(&mut Executor) + Send + 's
     }
 }
 
+/// Checkpoint the WAL when the writes since the last one made it due
+/// (`Store::defer_checkpoints`: the actor's connection makes none on its
+/// own), off the async threads, as it syncs the file. Every kind of work
+/// passes here, not only turns: owner writes between turns once grew the
+/// WAL without bound (110 MB after a minute of `PUT`s) and left the kernel
+/// to throttle the writes as dirty pages piled up.
+fn checkpoint_if_due(ex: &mut Executor) {
+    if ex.store.checkpoint_due() {
+        let store = &mut ex.store;
+        if let Err(e) = super::executor::blocking(|| store.checkpoint_if_due()) {
+            let _ = ex.log("warn", "store", "checkpoint", &e.to_string());
+        }
+    }
+}
+
 /// The timer poll tick (runtime.md §6.2).
 pub const TIMER_TICK: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -246,6 +261,9 @@ pub fn spawn_with(
         let mut ticker = tokio::time::interval(tick);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            // A WAL checkpoint made due by the last work (a turn's commits,
+            // the owner's writes) runs between pieces of work.
+            checkpoint_if_due(&mut ex);
             let mut side: Option<LoopRun> = None;
             let (message, event_type) = match next.take() {
                 Some(m) => {
@@ -573,12 +591,6 @@ pub fn spawn_with(
             }
             // The turn future is gone: waiting approvals and asks with it.
             owner.clear();
-            // The WAL checkpoint the turn's commits made due runs here,
-            // after the turn (off the async threads: it syncs the file).
-            if ex.store.checkpoint_due() {
-                let store = &mut ex.store;
-                let _ = super::executor::blocking(|| store.checkpoint_if_due());
-            }
             if let Some((reason, state)) = cut {
                 if reason == "owner_state_transition" {
                     let _ = ex.note(&format!("[System] Turn ended by owner; state set to {state}."));
@@ -615,7 +627,10 @@ pub fn spawn_with(
                                 if s == "off" { ex.suspension_refused(false); stop = true; } else { ex.interrupted("owner_state_transition", &s); }
                                 break;
                             }
-                            Some(AgentCommand::With(w)) => (w.0)(&mut ex),
+                            Some(AgentCommand::With(w)) => {
+                                (w.0)(&mut ex);
+                                checkpoint_if_due(&mut ex);
+                            }
                             Some(AgentCommand::Send { input, reply }) => {
                                 let _ = reply.send(ex.msg_send(&input).await);
                             }

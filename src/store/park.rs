@@ -95,11 +95,13 @@ impl Store {
         if !self.checkpoint_due() {
             return Ok(false);
         }
-        self.conn().query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())).at(&self.path)?;
+        let done = self.conn().query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())).at(&self.path);
+        // Tried: a failed checkpoint is tried again after as many frames
+        // more, not after every piece of work.
         if let Some(f) = &self.wal_frames {
             f.store(0, std::sync::atomic::Ordering::Relaxed);
         }
-        Ok(true)
+        done.map(|()| true)
     }
 
     /// Whether the connection is parked (closed until the next use).
