@@ -338,22 +338,16 @@ pub fn spawn_with(
                             quiet_ticks = quiet_ticks.saturating_add(1);
                             // Work a tick found (a timer's wake) runs first.
                             // The park checkpoints the file (two syncs)
-                            // and closes it: off the async workers, as the
-                            // start's write, so a load or a request that
-                            // comes meanwhile is not held up behind it.
+                            // and closes it: the worker's other tasks move
+                            // on while it waits (`block_in_place`, on this
+                            // thread: what the park frees goes back to the
+                            // allocator arena the turns use).
                             if quiet_ticks >= PARK_AFTER_TICKS
                                 && timer_wakes.is_empty()
                                 && loop_runs.is_empty()
                                 && !ex.is_parked()
                             {
-                                ex = match off_workers(ex, |ex| {
-                                    ex.park();
-                                })
-                                .await
-                                {
-                                    Some(ex) => ex,
-                                    None => return std::future::pending().await,
-                                };
+                                super::executor::blocking(|| ex.park());
                             }
                             continue;
                         }
@@ -591,6 +585,8 @@ pub fn spawn_with(
             }
             // The turn future is gone: waiting approvals and asks with it.
             owner.clear();
+            // Before a suspension's wait, too.
+            checkpoint_if_due(&mut ex);
             if let Some((reason, state)) = cut {
                 if reason == "owner_state_transition" {
                     let _ = ex.note(&format!("[System] Turn ended by owner; state set to {state}."));
