@@ -168,8 +168,9 @@ pub fn spawn(ex: Executor, owner: Arc<Waiting>) -> (AgentHandle, tokio::task::Jo
 }
 
 /// Run `f` on the executor on a blocking thread: file work that syncs (the
-/// start's first write, a park's checkpoint) must not hold an async worker,
-/// which other agents' turns and the daemon's requests share. `None` only
+/// start's first write: a new WAL and its folder) must not hold an async
+/// worker, which other agents' turns and the daemon's requests share (the
+/// load that spawned this actor is still being answered). `None` only
 /// when the runtime shuts down (the task is dropped then too); a panic in
 /// `f` is the actor's own.
 async fn off_workers(mut ex: Executor, f: impl FnOnce(&mut Executor) + Send + 'static) -> Option<Executor> {

@@ -1,6 +1,7 @@
 //! Idle agents give their SQLite connection back (`park`) and open it
 //! again on the next use, and WAL checkpoints wait for the actor between
-//! turns instead of landing in a turn's commit. A parked store keeps its
+//! pieces of its work (turns, owner writes) instead of landing in a turn's
+//! commit. A parked store keeps its
 //! file (writer lock, clean-close marker, place in the process) and its WAL
 //! and WAL index, checkpointed and emptied (so the file alone is still the
 //! whole agent, and waking makes no files), and can tell, from two `stat`s,
