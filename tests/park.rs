@@ -31,6 +31,15 @@ fn side(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(s)
 }
 
+/// The WAL a park begins: its header and two frames of a 4 KiB page.
+const PARK_WAL: u64 = 32 + 2 * (24 + 4096);
+
+/// The WAL's header (magic, checkpoint sequence, salts, checksum): a WAL
+/// begun again gets a new one.
+fn wal_header(path: &Path) -> Vec<u8> {
+    std::fs::read(side(path, "-wal")).unwrap()[..32].to_vec()
+}
+
 fn marker(path: &Path) -> bool {
     let c = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
     c.query_row("SELECT count(*) FROM adf_meta WHERE key = 'adf_clean_close'", [], |r| r.get::<_, i64>(0)).unwrap() == 1
@@ -49,8 +58,24 @@ fn a_parked_store_gives_back_its_connection_and_opens_again_on_use() {
     assert!(s.is_parked());
     assert!(!s.park().unwrap(), "parking twice is a no-op");
     let len = |p: PathBuf| std::fs::metadata(p).map(|m| m.len()).ok();
-    assert_eq!(len(side(&path, "-wal")), Some(0), "the WAL is kept, checkpointed into the file and emptied");
+    assert_eq!(
+        len(side(&path, "-wal")),
+        Some(PARK_WAL),
+        "the WAL is kept, checkpointed into the file and begun again"
+    );
     assert!(side(&path, "-shm").exists(), "its index is kept");
+    {
+        // The file alone is the whole agent: a copy of it without the WAL.
+        let copy = dir.path().join("copy.adf");
+        std::fs::copy(&path, &copy).unwrap();
+        let c = rusqlite::Connection::open_with_flags(&copy, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        let n: i64 = c.query_row("SELECT count(*) FROM adf_files WHERE path = 'notes.md'", [], |r| r.get(0)).unwrap();
+        assert_eq!(n, 1, "the copy holds the write");
+        assert!(marker(&copy), "and the clean-close marker");
+        let ok: String = c.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
+        assert_eq!(ok, "ok");
+    }
+    let header = wal_header(&path);
     assert!(side(&path, ".lock").exists(), "the writer lock is kept");
     {
         // Another reader sees everything through the kept index.
@@ -71,7 +96,12 @@ fn a_parked_store_gives_back_its_connection_and_opens_again_on_use() {
     s.file_write(Caller::Owner, "notes.md", b"two", &WriteOptions::default()).unwrap();
     assert!(!marker(&path), "the first write after a park takes the marker again");
     assert_eq!(std::fs::metadata(side(&path, "-wal")).unwrap().ino(), wal_inode, "the kept WAL took the write");
-    assert!(len(side(&path, "-wal")).unwrap() > 0);
+    assert!(len(side(&path, "-wal")).unwrap() > PARK_WAL, "appended after the park's frames");
+    assert_eq!(
+        wal_header(&path),
+        header,
+        "the WAL was not begun again: the woken write wrote (and synced) no new header"
+    );
 
     // A sibling of a parked file works, and closing a parked store
     // releases the file.
@@ -95,19 +125,18 @@ fn a_parked_store_gives_back_its_connection_and_opens_again_on_use() {
 #[test]
 fn closing_a_parked_store_no_one_wrote_to_leaves_the_file_alone() {
     // A daemon stopping closes every parked agent: a file no one wrote to
-    // since it parked is not written (no marker rewritten); it is opened
-    // only so SQLite removes the WAL and index the park kept.
+    // since it parked keeps its bytes (no marker rewritten); it is opened
+    // only so SQLite folds back the park's frames (the bytes already in the
+    // file) and removes the WAL and index the park kept.
     let dir = tmp();
     let path = new_file(dir.path());
     let mut s = Store::open(&path).unwrap();
     s.file_write(Caller::Owner, "notes.md", b"one", &WriteOptions::default()).unwrap();
     assert!(s.park().unwrap());
     assert!(s.parked_untouched());
-    let stamp = |p: &Path| std::fs::metadata(p).unwrap().modified().unwrap();
-    let before = (stamp(&path), std::fs::read(&path).unwrap());
-    std::thread::sleep(std::time::Duration::from_millis(20));
+    let before = std::fs::read(&path).unwrap();
     s.close().unwrap();
-    assert_eq!((stamp(&path), std::fs::read(&path).unwrap()), before, "the file was not written");
+    assert!(std::fs::read(&path).unwrap() == before, "the file's bytes did not change");
     for s in ["-wal", "-shm", ".lock"] {
         assert!(!side(&path, s).exists(), "{s} left behind");
     }
@@ -275,7 +304,11 @@ fn a_held_read_sees_one_snapshot_and_a_write_ends_it() {
     s.begin_reading().unwrap();
     assert_eq!(s.file_read_text("notes.md").unwrap(), "three");
     assert!(s.park().unwrap());
-    assert_eq!(std::fs::metadata(side(&path, "-wal")).unwrap().len(), 0, "the kept WAL is empty");
+    assert_eq!(
+        std::fs::metadata(side(&path, "-wal")).unwrap().len(),
+        PARK_WAL,
+        "the kept WAL holds the park's frames only"
+    );
     s.begin_reading().unwrap();
     assert_eq!(s.file_read_text("notes.md").unwrap(), "three");
     s.close().unwrap();
@@ -338,7 +371,7 @@ fn a_runtime_killed_while_parked_leaves_whole_files() {
         written()
             && marker(&path)
             && side(&path, "-shm").exists()
-            && std::fs::metadata(side(&path, "-wal")).is_ok_and(|m| m.len() == 0)
+            && std::fs::metadata(side(&path, "-wal")).is_ok_and(|m| m.len() == PARK_WAL)
     };
     while !parked() {
         assert!(std::time::Instant::now() < deadline, "the agent did not park");
@@ -357,4 +390,89 @@ fn a_runtime_killed_while_parked_leaves_whole_files() {
     for suffix in ["-wal", "-shm", ".lock"] {
         assert!(!side(&path, suffix).exists(), "{suffix} left after a clean close");
     }
+}
+
+/// Whether the file at `path` has the meta key `key`, and what SQLite's
+/// integrity check says of it.
+fn meta_has(path: &Path, key: &str) -> (bool, String) {
+    let c = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    let n: i64 = c.query_row("SELECT count(*) FROM adf_meta WHERE key = ?1", [key], |r| r.get(0)).unwrap();
+    let ok: String = c.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
+    (n == 1, ok)
+}
+
+/// Add a meta row `key` to a file no store holds.
+fn put_meta(path: &Path, key: &str) {
+    rusqlite::Connection::open(path)
+        .unwrap()
+        .execute("INSERT INTO adf_meta(key, value, protection) VALUES (?1, '1', 'none')", [key])
+        .unwrap();
+}
+
+#[test]
+fn a_parked_file_written_over_or_moved_away_gets_no_stale_frame() {
+    // The park's WAL frames are a page of the file as it parked (the one
+    // with its meta rows). A copy put in the file's place while it is
+    // parked must not get that page laid over its own, nor a file made
+    // where a parked one was moved away from.
+    let dir = tmp();
+    let path = new_file(dir.path());
+    let other = dir.path().join("b.adf");
+    let (o, _) = Store::create(&other, &NewAgent::default()).unwrap();
+    o.close().unwrap();
+    put_meta(&other, "theirs");
+
+    let mut s = Store::open(&path).unwrap();
+    s.file_write(Caller::Owner, "mine.md", b"one", &WriteOptions::default()).unwrap();
+    assert!(s.park().unwrap());
+    std::fs::copy(&other, &path).unwrap();
+    assert!(!s.parked_untouched());
+    assert!(s.file_read_text("mine.md").is_err(), "the wake reads the file that is there now");
+    s.close().unwrap();
+    assert_eq!(meta_has(&path, "theirs"), (true, "ok".into()), "the copy's pages are its own");
+
+    // Moved away while parked: the moved file is whole, and a new file at
+    // the old place opens without the old one's page.
+    let path = dir.path().join("c.adf");
+    let (c, _) = Store::create(&path, &NewAgent::default()).unwrap();
+    c.close().unwrap();
+    put_meta(&path, "mine");
+    let mut s = Store::open(&path).unwrap();
+    s.file_write(Caller::Owner, "mine.md", b"one", &WriteOptions::default()).unwrap();
+    assert!(s.park().unwrap());
+    let moved = dir.path().join("moved.adf");
+    std::fs::rename(&path, &moved).unwrap();
+    assert!(s.close().is_err(), "the file it held is gone");
+    for suffix in ["-wal", "-shm", ".lock"] {
+        assert!(!side(&path, suffix).exists(), "{suffix} left where the file was");
+    }
+    assert_eq!(meta_has(&moved, "mine"), (true, "ok".into()), "the moved file is whole alone");
+    let (n, _) = Store::create(&path, &NewAgent::default()).unwrap();
+    n.close().unwrap();
+    assert_eq!(meta_has(&path, "mine"), (false, "ok".into()), "the new file's pages are its own");
+}
+
+#[test]
+fn a_parked_file_whose_wal_a_sibling_holds_keeps_it() {
+    // The file's times move without its WAL's (here a `chmod`) while a
+    // sibling of this process has the WAL open: the WAL is the sibling's
+    // too, and the woken store must share it, not remove it.
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tmp();
+    let path = new_file(dir.path());
+    let mut s = Store::open(&path).unwrap();
+    s.file_write(Caller::Owner, "notes.md", b"one", &WriteOptions::default()).unwrap();
+    let mut sib = Store::sibling(&path).unwrap();
+    assert_eq!(sib.file_read_text("notes.md").unwrap(), "one");
+    assert!(s.park().unwrap());
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    assert!(!s.parked_untouched());
+    assert_eq!(s.file_read_text("notes.md").unwrap(), "one");
+    assert!(side(&path, "-wal").exists(), "the WAL the sibling holds is kept");
+    sib.file_write(Caller::Owner, "notes.md", b"two", &WriteOptions::default()).unwrap();
+    assert_eq!(s.file_read_text("notes.md").unwrap(), "two", "both write through one WAL");
+    sib.close().unwrap();
+    s.close().unwrap();
+    let s = Store::open(&path).unwrap();
+    assert_eq!(s.file_read_text("notes.md").unwrap(), "two");
 }

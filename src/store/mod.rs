@@ -753,10 +753,13 @@ impl Store {
         let Some(conn) = self.conn.take() else {
             // Parked: the marker was written when it parked, but a sibling
             // that wrote since may have taken it; put it back. A file no
-            // one wrote to is opened only to let SQLite remove the WAL and
-            // index the park kept (it does as the last connection closes);
-            // if that fails (the file was moved away), the two are left,
-            // empty, and the next open of the file uses them.
+            // one wrote to is opened only to let SQLite fold the park's
+            // frames back (the bytes already there) and remove the WAL and
+            // index the park kept (it does as the last connection closes).
+            // A file moved away or replaced loses them first
+            // (`drop_stale_wal`): the frames are a page of the file as it
+            // was, and the file is whole without them.
+            self.drop_stale_wal();
             if untouched {
                 let kept = sidecar(&self.path, "-wal").exists() || sidecar(&self.path, "-shm").exists();
                 if kept && self.path.exists() {

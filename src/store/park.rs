@@ -3,13 +3,14 @@
 //! pieces of its work (turns, owner writes) instead of landing in a turn's
 //! commit. A parked store keeps its
 //! file (writer lock, clean-close marker, place in the process) and its WAL
-//! and WAL index, checkpointed and emptied (so the file alone is still the
-//! whole agent, and waking makes no files), and can tell, from two `stat`s,
-//! whether another connection wrote meanwhile.
+//! and WAL index, checkpointed and begun again with frames that change
+//! nothing (so the file alone is still the whole agent, and waking makes no
+//! files and syncs nothing), and can tell, from two `stat`s, whether
+//! another connection wrote meanwhile.
 
 use std::path::Path;
 
-use rusqlite::Connection;
+use rusqlite::{Connection, OptionalExtension};
 
 use super::error::{Ctx, classify};
 use super::{Result, Store, conn, put_marker, sidecar};
@@ -53,8 +54,11 @@ impl Store {
             let _ = self.conn.set(conn);
             return Err(e);
         }
-        // Best effort: without it the close removes the two.
-        let _ = keep_wal_on_close(&conn);
+        // Best effort: without it the close empties the WAL (or, failing
+        // that too, removes the two).
+        if !start_next_wal(&conn, &self.path) {
+            let _ = keep_wal_on_close(&conn);
+        }
         if let Err((conn, e)) = conn.close() {
             let _ = self.conn.set(conn);
             return Err(classify(&self.path, e));
@@ -130,11 +134,32 @@ impl Store {
     /// The file's connection opened again, set up as the first was
     /// (pragmas; the WAL hook that leaves checkpoints to the actor).
     fn open_again(&self) -> Result<Connection> {
+        self.drop_stale_wal();
         let mut c = conn::open(&self.path, false, false)?;
         if let Some(f) = &self.wal_frames {
             install_wal_hook(&mut c, f).at(&self.path)?;
         }
         Ok(c)
+    }
+
+    /// Remove the WAL and index a park kept when the file itself changed
+    /// while they did not: every write through SQLite touches the WAL
+    /// first, so the file was replaced or written over from outside (a
+    /// copy put in its place), and the park's frames, a page of the file as
+    /// it was, must not be laid over what is there now. Not while a
+    /// sibling here has the two open (it is using them; removing them
+    /// under it would split the file's readers and writers).
+    pub(super) fn drop_stale_wal(&self) {
+        let Some(then) = &self.parked_sig else { return };
+        if super::registry::open_here(&self.canon) > 1 {
+            return;
+        }
+        let now = FileSig::of(&self.path);
+        if now.0[1].is_some() && now.0[1] == then.0[1] && now.0[0] != then.0[0] {
+            for s in ["-wal", "-shm"] {
+                let _ = std::fs::remove_file(sidecar(&self.path, s));
+            }
+        }
     }
 
     /// A connection for a store whose own is gone: a parked store's file
@@ -150,6 +175,71 @@ impl Store {
         }
         Connection::open_in_memory().unwrap_or_else(|e| panic!("SQLite cannot open an in-memory database: {e}"))
     }
+}
+
+/// Bytes of the WAL a park begins: its header (32) and two frames, each a
+/// frame header (24) and a page.
+pub(super) fn begun_wal(page: u64) -> u64 {
+    32 + 2 * (24 + page)
+}
+
+/// Checkpoint the whole WAL into the file and begin the WAL's next
+/// generation now, and close without checkpointing what it holds: the
+/// woken agent's first write then appends to a WAL already begun instead of
+/// writing and syncing a new WAL's header (and the folder) in its turn.
+/// What it holds changes nothing: the clean-close marker set to another
+/// value of the same length and back, two frames of its page, the second
+/// byte for byte the page in the file. So the file alone still holds
+/// everything (a copy of it is the whole agent), and folding the frames
+/// back at the close writes the bytes already there. `false` (nothing
+/// changed that matters) when a reader kept the checkpoint from finishing
+/// or the WAL could not begin again, and the close then checkpoints as it
+/// always did.
+fn start_next_wal(conn: &Connection, path: &Path) -> bool {
+    let started = || -> rusqlite::Result<bool> {
+        const SET: &str = "UPDATE adf_meta SET value = ?1 WHERE key = 'adf_clean_close'";
+        let Some(mark) = conn
+            .query_row("SELECT value FROM adf_meta WHERE key = 'adf_clean_close'", [], |r| r.get::<_, String>(0))
+            .optional()?
+        else {
+            return Ok(false);
+        };
+        // Same length, so the row is rewritten in place.
+        let Some(other) = mark.strip_suffix(|c: char| c.is_ascii()).map(|head| {
+            let last = mark.as_bytes()[mark.len() - 1];
+            format!("{head}{}", if last == b'x' { 'y' } else { 'x' })
+        }) else {
+            return Ok(false);
+        };
+        // The restart's commit cuts the file to what the new generation holds.
+        conn.pragma_update(None, "journal_size_limit", 0)?;
+        let (busy, log, done): (i64, i64, i64) =
+            conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        if busy != 0 || log != done {
+            return Ok(false);
+        }
+        conn.execute(SET, [&other])?;
+        conn.execute(SET, [&mark])?;
+        let page: u32 = conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
+        // Two frames mean the WAL began again (a reader in another
+        // connection keeps it from doing so, and the frames were appended).
+        let len = std::fs::metadata(sidecar(path, "-wal")).map(|m| m.len()).unwrap_or(0);
+        Ok(len == begun_wal(page.into()))
+    };
+    if !started().unwrap_or(false) {
+        return false;
+    }
+    // SAFETY: the handle is this open connection's; the option takes an
+    // int and a nullable out-pointer.
+    let rc = unsafe {
+        rusqlite::ffi::sqlite3_db_config(
+            conn.handle(),
+            rusqlite::ffi::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+            1 as std::ffi::c_int,
+            std::ptr::null_mut::<std::ffi::c_int>(),
+        )
+    };
+    rc == rusqlite::ffi::SQLITE_OK
 }
 
 /// Let closing `conn` keep the file's WAL (checkpointed and emptied) and
@@ -181,23 +271,34 @@ fn keep_wal_on_close(conn: &Connection) -> rusqlite::Result<()> {
 
 /// Open and close a parked file that no one wrote to, so SQLite (when it
 /// holds the file's last connection) removes the WAL and index the park
-/// kept. Nothing is written.
+/// kept. What is written is the park's frames, the bytes already in the
+/// file: the file does not change.
 pub(super) fn tidy(path: &Path) -> Result<()> {
-    // No pragmas: the file's header says WAL, and nothing is written.
+    // No pragmas: the file's header says WAL. Nothing is synced: no one
+    // wrote since the park (the caller saw its files as the park left
+    // them), so the WAL holds nothing or the park's frames, which write
+    // the bytes already there, and a crash midway leaves the file as it is.
     let c = conn::connect(path, false, false)?;
+    c.pragma_update(None, "synchronous", "OFF").at(path)?;
     // A read opens the WAL, which the close then removes.
     c.query_row("PRAGMA schema_version", [], |_| Ok(())).at(path)?;
     c.close().map_err(|(_, e)| classify(path, e))
 }
 
-/// Size and modification time of a file and of its WAL: another
-/// connection's commit changes one of them.
+/// Inode, size, modification and change times of a file and of its WAL:
+/// another connection's commit changes one of them, and a file replaced
+/// or written over changes the first.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct FileSig([Option<(u64, std::time::SystemTime)>; 2]);
+pub(super) struct FileSig([Option<(u64, u64, i64, i64, i64, i64)>; 2]);
 
 impl FileSig {
     pub(super) fn of(path: &Path) -> Self {
-        let stat = |p: &Path| std::fs::metadata(p).ok().and_then(|m| Some((m.len(), m.modified().ok()?)));
+        use std::os::unix::fs::MetadataExt;
+        let stat = |p: &Path| {
+            std::fs::metadata(p)
+                .ok()
+                .map(|m| (m.ino(), m.len(), m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec()))
+        };
         FileSig([stat(path), stat(&sidecar(path, "-wal"))])
     }
 }

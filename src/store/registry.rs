@@ -36,6 +36,11 @@ pub(super) fn unregister(canon: &Path) {
     }
 }
 
+/// How many connections of this process hold the file at `canon`.
+pub(super) fn open_here(canon: &Path) -> usize {
+    OPEN_FILES.lock().map(|open| open.as_ref().and_then(|m| m.get(canon).copied()).unwrap_or(0)).unwrap_or(0)
+}
+
 pub(super) fn is_open_here(canon: &Path) -> bool {
     OPEN_FILES.lock().map(|open| open.as_ref().is_some_and(|m| m.contains_key(canon))).unwrap_or(false)
 }
