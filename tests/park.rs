@@ -58,11 +58,7 @@ fn a_parked_store_gives_back_its_connection_and_opens_again_on_use() {
     assert!(s.is_parked());
     assert!(!s.park().unwrap(), "parking twice is a no-op");
     let len = |p: PathBuf| std::fs::metadata(p).map(|m| m.len()).ok();
-    assert_eq!(
-        len(side(&path, "-wal")),
-        Some(PARK_WAL),
-        "the WAL is kept, checkpointed into the file and begun again"
-    );
+    assert_eq!(len(side(&path, "-wal")), Some(PARK_WAL), "the WAL is kept, checkpointed into the file and begun again");
     assert!(side(&path, "-shm").exists(), "its index is kept");
     {
         // The file alone is the whole agent: a copy of it without the WAL.

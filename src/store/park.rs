@@ -295,9 +295,7 @@ impl FileSig {
     pub(super) fn of(path: &Path) -> Self {
         use std::os::unix::fs::MetadataExt;
         let stat = |p: &Path| {
-            std::fs::metadata(p)
-                .ok()
-                .map(|m| (m.ino(), m.len(), m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec()))
+            std::fs::metadata(p).ok().map(|m| (m.ino(), m.len(), m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec()))
         };
         FileSig([stat(path), stat(&sidecar(path, "-wal"))])
     }
