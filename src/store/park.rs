@@ -179,7 +179,7 @@ impl Store {
 
 /// Bytes of the WAL a park begins: its header (32) and two frames, each a
 /// frame header (24) and a page.
-pub(super) fn begun_wal(page: u64) -> u64 {
+fn begun_wal(page: u64) -> u64 {
     32 + 2 * (24 + page)
 }
 
@@ -235,7 +235,7 @@ fn start_next_wal(conn: &Connection, path: &Path) -> bool {
         rusqlite::ffi::sqlite3_db_config(
             conn.handle(),
             rusqlite::ffi::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
-            1 as std::ffi::c_int,
+            1i32,
             std::ptr::null_mut::<std::ffi::c_int>(),
         )
     };
@@ -289,13 +289,28 @@ pub(super) fn tidy(path: &Path) -> Result<()> {
 /// another connection's commit changes one of them, and a file replaced
 /// or written over changes the first.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct FileSig([Option<(u64, u64, i64, i64, i64, i64)>; 2]);
+pub(super) struct FileSig([Option<Stat>; 2]);
+
+/// What a `stat` says of one file: inode, size, modification and change
+/// times (seconds, nanoseconds).
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Stat {
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
 
 impl FileSig {
     pub(super) fn of(path: &Path) -> Self {
         use std::os::unix::fs::MetadataExt;
         let stat = |p: &Path| {
-            std::fs::metadata(p).ok().map(|m| (m.ino(), m.len(), m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec()))
+            std::fs::metadata(p).ok().map(|m| Stat {
+                ino: m.ino(),
+                len: m.len(),
+                mtime: (m.mtime(), m.mtime_nsec()),
+                ctime: (m.ctime(), m.ctime_nsec()),
+            })
         };
         FileSig([stat(path), stat(&sidecar(path, "-wal"))])
     }
