@@ -40,9 +40,14 @@ fn wal_header(path: &Path) -> Vec<u8> {
     std::fs::read(side(path, "-wal")).unwrap()[..32].to_vec()
 }
 
-fn marker(path: &Path) -> bool {
+/// Whether the file at `path` (read only) has the meta key `key`.
+fn meta_key(path: &Path, key: &str) -> bool {
     let c = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
-    c.query_row("SELECT count(*) FROM adf_meta WHERE key = 'adf_clean_close'", [], |r| r.get::<_, i64>(0)).unwrap() == 1
+    c.query_row("SELECT count(*) FROM adf_meta WHERE key = ?1", [key], |r| r.get::<_, i64>(0)).unwrap() == 1
+}
+
+fn marker(path: &Path) -> bool {
+    meta_key(path, "adf_clean_close")
 }
 
 #[test]
@@ -392,9 +397,8 @@ fn a_runtime_killed_while_parked_leaves_whole_files() {
 /// integrity check says of it.
 fn meta_has(path: &Path, key: &str) -> (bool, String) {
     let c = rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
-    let n: i64 = c.query_row("SELECT count(*) FROM adf_meta WHERE key = ?1", [key], |r| r.get(0)).unwrap();
     let ok: String = c.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
-    (n == 1, ok)
+    (meta_key(path, key), ok)
 }
 
 /// Add a meta row `key` to a file no store holds.
