@@ -235,3 +235,41 @@ fn bench_crypto_runs_and_reports_each_figure() {
     }
     assert_eq!(v["password_unlock_ms"].as_array().unwrap().len(), 3);
 }
+
+/// A daemon leaves a file's envelopes waiting at the load and opens them at
+/// the first read: the agent's own sealed provider key (which wins over the
+/// environment's) still reaches its provider.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_daemon_loaded_agent_opens_its_sealed_key_when_it_needs_it() {
+    use common::fake_provider::*;
+    let dir = tmp();
+    let home = dir.path().join("home");
+    let fleet = home.join("data/agents");
+    std::fs::create_dir_all(&fleet).unwrap();
+    let fake = FakeProvider::start(vec![Scripted::sse(anthropic_text(&["with my key"], 1, 1))]).await;
+    ok(&run(&home, &fleet, &["new", "a.adf", "--provider", "anthropic", "--model", "m"], ""));
+    ok(&run(&home, &fleet, &["credentials", "set", "a.adf", "provider:anthropic:apiKey"], "sk-agent-own\n"));
+    let base = fake.base_url.clone();
+    let (mut child, url, token) = tokio::task::spawn_blocking(move || {
+        spawn_daemon(&home, &["--no-mesh"], &[("ANTHROPIC_API_KEY", "env-key"), ("ANTHROPIC_BASE_URL", &base)])
+    })
+    .await
+    .unwrap();
+    let r = adf::providers::http_client()
+        .post(format!("{url}/agents/a/chat"))
+        .bearer_auth(&token)
+        .json(&serde_json::json!({"text": "hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while fake.requests().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the agent never called its provider");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let (h, _) = fake.requests()[0].clone();
+    assert_eq!(h["x-api-key"], "sk-agent-own");
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -83,12 +83,23 @@ impl Descriptor {
         self.slots.push(slot);
     }
 
-    /// Try each key slot with `secret`.
+    /// Try each key slot of a kind with `secret`.
     pub fn open_with_key(&self, envelope: &str, secret: &StaticSecret, kind: &str) -> Option<Dek> {
-        self.slots.iter().filter(|s| s.kind() == kind).find_map(|s| match s {
-            Slot::Owner(k) | Slot::Runtime(k) => unwrap_key(k, envelope, secret).ok(),
-            Slot::Password { .. } => None,
-        })
+        self.open_for(envelope, secret, kind, "")
+    }
+
+    /// `open_with_key`, trying first the slots wrapped to `recipient` (a
+    /// DID): a file that several installs opened holds a runtime slot for
+    /// each, and every slot tried costs an X25519 agreement.
+    pub fn open_for(&self, envelope: &str, secret: &StaticSecret, kind: &str, recipient: &str) -> Option<Dek> {
+        let key_slots = || {
+            self.slots.iter().filter(|s| s.kind() == kind).filter_map(|s| match s {
+                Slot::Owner(k) | Slot::Runtime(k) => Some(k),
+                Slot::Password { .. } => None,
+            })
+        };
+        let (mine, others): (Vec<&KeySlot>, Vec<&KeySlot>) = key_slots().partition(|k| k.recipient_did == recipient);
+        mine.into_iter().chain(others).find_map(|k| unwrap_key(k, envelope, secret).ok())
     }
 
     /// Try the password slot (slow: scrypt).

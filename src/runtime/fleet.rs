@@ -364,12 +364,13 @@ impl Fleet {
         store.begin_reading().map_err(|e| e.to_string())?;
         // Open the envelopes this install can open (runtime slot, then the
         // owner's); a foreign or locked file still loads, without secrets.
-        if let Ok(Some(inst)) = crate::identity::install::load(&crate::paths::config_dir()) {
-            store.unlock(&inst).map_err(|e| e.to_string())?;
-        }
-        let foreign = store
-            .envelope(crate::identity::envelope::IDENTITY)
-            .is_ok_and(|e| e.state == crate::store::keyring::EnvState::Foreign);
+        // Those its runtime slot opens wait for the first secret read: the
+        // load pays no key agreement.
+        let foreign_state = crate::store::keyring::EnvState::Foreign;
+        let foreign = match crate::identity::install::load(&crate::paths::config_dir()) {
+            Ok(Some(inst)) => store.unlock_lazily(&inst).map_err(|e| e.to_string())?[0] == foreign_state,
+            _ => store.envelope(crate::identity::envelope::IDENTITY).is_ok_and(|e| e.state == foreign_state),
+        };
         let cfg = store.config_value().map_err(|e| e.to_string())?;
         let for_factory = config_for_factory(&store, &cfg);
         let (provider, why) = match (self.factory)(&for_factory) {

@@ -5,7 +5,9 @@
 //! credentials envelope, the signing key under the identity envelope,
 //! password slots; provisioning, claiming and the legacy conversion are in
 //! `lifecycle.rs`. DEKs live in this process's memory only, per file,
-//! shared by every connection to it.
+//! shared by every connection to it; a fleet's load leaves the envelopes
+//! this install's runtime slot opens waiting, and the first read of a
+//! secret opens them.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -78,6 +80,42 @@ pub mod trust;
 pub(crate) use lifecycle::{insert_attestation, provision};
 
 static KEYRINGS: Mutex<Option<HashMap<PathBuf, Deks>>> = Mutex::new(None);
+
+/// Envelopes this install can open by its runtime slot, not opened yet (by
+/// file: the install, and which of identity / credentials wait). The X25519
+/// agreement that opens one costs about 80 µs: a fleet's load marks them
+/// here and the first read of a secret opens them, so loading an agent
+/// (and starting a daemon over many) does not pay for keys it may never
+/// use.
+type Waiting = (std::sync::Arc<Install>, [bool; 2]);
+static PENDING: Mutex<Option<HashMap<PathBuf, Waiting>>> = Mutex::new(None);
+
+fn slot_index(name: &str) -> Option<usize> {
+    match name {
+        IDENTITY => Some(0),
+        CREDENTIALS => Some(1),
+        _ => None,
+    }
+}
+
+fn is_pending(canon: &Path, name: &str) -> bool {
+    let Some(i) = slot_index(name) else { return false };
+    PENDING.lock().ok().is_some_and(|m| m.as_ref().and_then(|m| m.get(canon)).is_some_and(|w| w.1[i]))
+}
+
+fn forget_pending(canon: &Path) {
+    if let Ok(mut m) = PENDING.lock()
+        && let Some(m) = m.as_mut()
+    {
+        m.remove(canon);
+    }
+}
+
+/// A file's DEK for an envelope, as kept (identity, else credentials).
+fn kept(canon: &Path, name: &str) -> Option<Dek> {
+    let d = deks(canon);
+    if name == IDENTITY { d.identity } else { d.credentials }
+}
 
 /// The keys of a file, by its canonical path (`Store::canonical_path`).
 fn deks(canon: &Path) -> Deks {
@@ -179,9 +217,41 @@ impl Store {
         descriptor_in(self.conn(), name).at(self.path())
     }
 
+    /// The envelope's DEK: kept, else opened now if it was left waiting.
     fn dek(&self, name: &str) -> Option<Dek> {
-        let d = deks(self.canonical_path());
-        if name == IDENTITY { d.identity } else { d.credentials }
+        kept(self.canonical_path(), name).or_else(|| self.open_waiting(name))
+    }
+
+    /// The envelope opens (its DEK is kept or waits to be opened).
+    fn dek_known(&self, name: &str) -> bool {
+        kept(self.canonical_path(), name).is_some() || is_pending(self.canonical_path(), name)
+    }
+
+    /// Open an envelope left waiting: this install's runtime slot, then
+    /// (restored phrase) the owner's. The map stays locked meanwhile, so two
+    /// connections to one file open it once. A slot that no longer opens
+    /// leaves the envelope closed (it then reads as foreign or locked);
+    /// the next full unlock adopts it again.
+    fn open_waiting(&self, name: &str) -> Option<Dek> {
+        let i = slot_index(name)?;
+        let canon = self.canonical_path();
+        let mut guard = PENDING.lock().ok()?;
+        let map = guard.as_mut()?;
+        if let Some(k) = kept(canon, name) {
+            return Some(k);
+        }
+        let waiting = map.get_mut(canon).filter(|w| w.1[i])?;
+        waiting.1[i] = false;
+        let inst = waiting.0.clone();
+        if waiting.1 == [false, false] {
+            map.remove(canon);
+        }
+        let d = descriptor_in(self.conn(), name).ok()??;
+        let dek = d
+            .open_for(name, &inst.runtime_enc, "runtime", &inst.runtime_did)
+            .or_else(|| inst.owner.as_ref().and_then(|o| d.open_for(name, &o.encryption, "owner", &inst.owner_did)))?;
+        set_dek(canon, name, Some(dek));
+        Some(dek)
     }
 
     /// An envelope's state and slots.
@@ -195,13 +265,7 @@ impl Store {
         let Some(d) = self.descriptor(name)? else {
             return Ok(EnvelopeInfo { name, state: EnvState::Absent, slots: Vec::new(), sealed_rows });
         };
-        let state = if self.dek(name).is_some() {
-            EnvState::Unlocked
-        } else if d.has("password") {
-            EnvState::Locked
-        } else {
-            EnvState::Foreign
-        };
+        let state = self.state_with(name, &d);
         let slots = d
             .slots
             .iter()
@@ -211,6 +275,17 @@ impl Store {
             })
             .collect();
         Ok(EnvelopeInfo { name, state, slots, sealed_rows })
+    }
+
+    /// The state of an envelope that has this descriptor.
+    fn state_with(&self, name: &str, d: &Descriptor) -> EnvState {
+        if self.dek_known(name) {
+            EnvState::Unlocked
+        } else if d.has("password") {
+            EnvState::Locked
+        } else {
+            EnvState::Foreign
+        }
     }
 
     /// The unlock cascade for both envelopes with this install's keys.
@@ -225,30 +300,68 @@ impl Store {
         self.unlock_with(inst, false)
     }
 
+    /// `unlock`, leaving an envelope that this install's runtime slot
+    /// names waiting, to be opened by the first read that needs it (a
+    /// fleet's load). An envelope only the owner's slot opens is opened
+    /// and adopted now, as `unlock` does.
+    /// Returns the states as `unlock` does (one read of each descriptor).
+    pub fn unlock_lazily(&mut self, inst: &std::sync::Arc<Install>) -> Result<[EnvState; 2]> {
+        let mut states = [EnvState::Absent; 2];
+        for (i, name) in [IDENTITY, CREDENTIALS].into_iter().enumerate() {
+            let Some(d) = self.descriptor(name)? else { continue };
+            if !self.dek_known(name) {
+                let named =
+                    d.slots.iter().any(|s| matches!(s, Slot::Runtime(k) if k.recipient_did == inst.runtime_did));
+                if named {
+                    if let Ok(mut m) = PENDING.lock() {
+                        let w = m
+                            .get_or_insert_with(HashMap::new)
+                            .entry(self.canonical_path().to_path_buf())
+                            .or_insert_with(|| (inst.clone(), [false, false]));
+                        w.0 = inst.clone();
+                        w.1[i] = true;
+                    }
+                } else {
+                    self.unlock_one(name, d.clone(), inst, true)?;
+                }
+            }
+            states[i] = self.state_with(name, &d);
+        }
+        Ok(states)
+    }
+
     fn unlock_with(&mut self, inst: &Install, write: bool) -> Result<[EnvState; 2]> {
         for name in [IDENTITY, CREDENTIALS] {
             if self.dek(name).is_some() {
                 continue;
             }
-            let Some(mut d) = self.descriptor(name)? else { continue };
-            if let Some(dek) = d.open_with_key(name, &inst.runtime_enc, "runtime") {
-                set_dek(self.canonical_path(), name, Some(dek));
-            } else if let Some(owner) = &inst.owner
-                && let Some(dek) = d.open_with_key(name, &owner.encryption, "owner")
-            {
-                set_dek(self.canonical_path(), name, Some(dek));
-                if write && !self.is_read_only() {
-                    adopt(&mut d, inst, name, &dek).map_err(StoreError::Invalid)?;
-                    let path = self.path().to_path_buf();
-                    self.write(|tx| put_descriptor(tx, name, &d).at(&path))?;
-                }
-            }
+            let Some(d) = self.descriptor(name)? else { continue };
+            self.unlock_one(name, d, inst, write)?;
         }
         Ok([self.envelope(IDENTITY)?.state, self.envelope(CREDENTIALS)?.state])
     }
 
+    /// The cascade for one envelope: this install's runtime slot, else the
+    /// owner's (then, with `write`, a runtime slot for this install).
+    fn unlock_one(&mut self, name: &'static str, mut d: Descriptor, inst: &Install, write: bool) -> Result<()> {
+        if let Some(dek) = d.open_for(name, &inst.runtime_enc, "runtime", &inst.runtime_did) {
+            set_dek(self.canonical_path(), name, Some(dek));
+        } else if let Some(owner) = &inst.owner
+            && let Some(dek) = d.open_for(name, &owner.encryption, "owner", &inst.owner_did)
+        {
+            set_dek(self.canonical_path(), name, Some(dek));
+            if write && !self.is_read_only() {
+                adopt(&mut d, inst, name, &dek).map_err(StoreError::Invalid)?;
+                let path = self.path().to_path_buf();
+                self.write(|tx| put_descriptor(tx, name, &d).at(&path))?;
+            }
+        }
+        Ok(())
+    }
+
     /// Forget this file's DEKs (the file reads as locked or foreign again).
     pub fn lock_envelopes(&self) {
+        forget_pending(self.canonical_path());
         for name in [IDENTITY, CREDENTIALS, "legacy"] {
             set_dek(self.canonical_path(), name, None);
         }
@@ -480,3 +593,6 @@ impl Store {
         })
     }
 }
+
+#[cfg(test)]
+mod tests;
