@@ -205,12 +205,8 @@ fn start_next_wal(conn: &Connection, path: &Path) -> bool {
             return Ok(false);
         };
         // Same length, so the row is rewritten in place.
-        let Some(other) = mark.strip_suffix(|c: char| c.is_ascii()).map(|head| {
-            let last = mark.as_bytes()[mark.len() - 1];
-            format!("{head}{}", if last == b'x' { 'y' } else { 'x' })
-        }) else {
-            return Ok(false);
-        };
+        let Some(head) = mark.strip_suffix(|c: char| c.is_ascii()) else { return Ok(false) };
+        let other = format!("{head}{}", if mark.ends_with('x') { 'y' } else { 'x' });
         // The restart's commit cuts the file to what the new generation holds.
         conn.pragma_update(None, "journal_size_limit", 0)?;
         let (busy, log, done): (i64, i64, i64) =

@@ -42,7 +42,7 @@ pub(super) fn open_here(canon: &Path) -> usize {
 }
 
 pub(super) fn is_open_here(canon: &Path) -> bool {
-    OPEN_FILES.lock().map(|open| open.as_ref().is_some_and(|m| m.contains_key(canon))).unwrap_or(false)
+    open_here(canon) > 0
 }
 
 /// Unregisters a path if an open fails before the `Store` exists.
