@@ -182,3 +182,69 @@ async fn a_file_loaded_through_a_link_is_loaded_once() {
     assert_eq!(a.id, b.id, "the same agent");
     assert!(fleet.shutdown().await.is_empty());
 }
+
+/// Conformance 33, its tasks: after a process died mid-turn, the next load
+/// fails the `running` tasks and cancels the executor-managed approvals,
+/// leaves the owner's own approvals open and the settled tasks as they
+/// were, and says how many it settled. The load finds them through the
+/// status index, among many settled tasks it does not read.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crash_mid_turn_settles_its_orphaned_tasks_on_the_next_load() {
+    use adf::store::Store;
+    use adf::store::meta::MetaProtection;
+    use adf::store::tasks::NewTask;
+    let dir = tmp();
+    let path = dir.path().join("a.adf");
+    create_file(&path, &NewAgent::default()).unwrap();
+    let args = serde_json::json!({"path": "notes.md"});
+    let (running, managed, owners, settled) = {
+        let mut s = Store::open(&path).unwrap();
+        let mut task = |status: &str, executor_managed: bool| {
+            s.task_create(&NewTask {
+                tool: "fs_write",
+                args: &args,
+                status,
+                origin: "agent",
+                requires_authorization: false,
+                executor_managed,
+                approval_meta: None,
+            })
+            .unwrap()
+        };
+        let settled: Vec<String> = (0..500).map(|i| task(["completed", "failed", "denied"][i % 3], false)).collect();
+        let ids = (task("running", false), task("pending_approval", true), task("pending_approval", false), settled);
+        let now = adf::store::now_ms();
+        let cp = serde_json::json!({"id": "t1", "status": "in_progress", "started_at": now - 5_000,
+            "updated_at": now - 4_000, "event_type": "chat", "scope": "agent", "replay": "not_attempted"});
+        s.set_system_meta("adf_runtime_turn_checkpoint", &cp.to_string(), MetaProtection::Readonly).unwrap();
+        s.close().unwrap();
+        ids
+    };
+    let bus = Bus::new();
+    let mut sub = bus.subscribe(None, Filter { agent_id: None, types: vec!["loop.recovered".into()] });
+    let mut fleet = Fleet::new(bus.clone(), scripted());
+    fleet.load(&path).unwrap();
+    let mut reasons = Vec::new();
+    while let Ok(Some(Item::Event(e))) = tokio::time::timeout(Duration::from_millis(500), sub.next()).await {
+        reasons.push(e.event.payload.clone());
+    }
+    fleet.shutdown().await;
+    assert!(reasons.iter().any(|p| p["reason"] == "stale_checkpoint"), "{reasons:?}");
+    assert!(
+        reasons.iter().any(|p| p["reason"] == "orphaned_tasks" && p["running"] == 1 && p["awaiting_approval"] == 1),
+        "{reasons:?}"
+    );
+    let s = Store::open(&path).unwrap();
+    let status = |id: &str| s.task_get(id).unwrap().unwrap();
+    let r = status(&running);
+    assert_eq!(r.status, "failed");
+    assert!(r.error.as_deref().is_some_and(|e| e.contains("outcome unknown")), "{r:?}");
+    assert_eq!(status(&managed).status, "cancelled");
+    assert_eq!(status(&owners).status, "pending_approval", "the owner's approval is still open");
+    let kept = settled.iter().filter(|id| ["completed", "failed", "denied"].contains(&status(id).status.as_str()));
+    assert_eq!(kept.count(), 500, "settled tasks are left as they were");
+    assert!(settled.iter().all(|id| status(id).error.is_none()), "no settled task was touched");
+    // Only the unsettled ones come back from the status index.
+    let open = s.task_list_in(&["running", "pending_approval"]).unwrap();
+    assert_eq!(open.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), vec![owners.as_str()]);
+}

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::json;
 
+use super::bench_check::Check;
 use super::output::Out;
 use crate::store::create::{NewAgent, create_file};
 use crate::store::files::WriteOptions;
@@ -78,7 +79,7 @@ fn measure(n: usize, mut f: impl FnMut(usize) -> anyhow::Result<()>) -> anyhow::
     Ok((us(t[n / 2]), us(t[(n * 9 / 10).min(n - 1)])))
 }
 
-pub fn run(out: &Out, suite: Suite, iterations: usize, short: bool, check: bool) -> anyhow::Result<()> {
+pub fn run(out: &Out, suite: Suite, iterations: usize, short: bool, check: &Check) -> anyhow::Result<()> {
     match suite {
         Suite::Store => store(out, iterations, check),
         Suite::Events => events(out, iterations),
@@ -101,7 +102,7 @@ pub fn run(out: &Out, suite: Suite, iterations: usize, short: bool, check: bool)
 /// `adf bench compute`: `echo` on the host as `compute_exec` runs it (the
 /// program check, then bash in the agent's workspace), and in the shared
 /// container through its runner when one can run here; p50 and p99.
-fn compute(out: &Out, iterations: usize, check: bool) -> anyhow::Result<()> {
+fn compute(out: &Out, iterations: usize, check: &Check) -> anyhow::Result<()> {
     use crate::runtime::compute::{HostPolicy, Settings, Target, check_host, containers, run_host};
     use std::time::{Duration, Instant};
     let dir = std::env::temp_dir().join(format!("adf-bench-compute-{}", std::process::id()));
@@ -277,7 +278,7 @@ fn loops(out: &Out, iterations: usize) -> anyhow::Result<()> {
     out.table(&["measure", "result", "target"], &rows)
 }
 
-fn serve(out: &Out, requests: usize, check: bool) -> anyhow::Result<()> {
+fn serve(out: &Out, requests: usize, check: &Check) -> anyhow::Result<()> {
     let r = crate::runtime::mesh::serve_bench::run(requests)?;
     let report = serde_json::to_value(&r)?;
     if out.json {
@@ -494,7 +495,7 @@ fn lambda(out: &Out) -> anyhow::Result<()> {
     out.table(&["measure", "result", "target"], &rows)
 }
 
-fn daemon(out: &Out, short: bool, check: bool) -> anyhow::Result<()> {
+fn daemon(out: &Out, short: bool, check: &Check) -> anyhow::Result<()> {
     let r = crate::daemon::bench::run(short)?;
     let v = serde_json::to_value(&r)?;
     if out.json {
@@ -534,7 +535,7 @@ fn daemon(out: &Out, short: bool, check: bool) -> anyhow::Result<()> {
 }
 
 /// `adf bench hosts`: the app attached to many daemons at once.
-fn hosts(out: &Out, short: bool, check: bool) -> anyhow::Result<()> {
+fn hosts(out: &Out, short: bool, check: &Check) -> anyhow::Result<()> {
     let r = crate::tui::bench_hosts::run(short)?;
     let v = serde_json::to_value(&r)?;
     if out.json {
@@ -635,7 +636,7 @@ fn events(out: &Out, iterations: usize) -> anyhow::Result<()> {
     report(out, "EVENTS", &[fig])
 }
 
-fn store(out: &Out, iterations: usize, check: bool) -> anyhow::Result<()> {
+fn store(out: &Out, iterations: usize, check: &Check) -> anyhow::Result<()> {
     let n = iterations.max(5);
     let dir = tempfile_dir()?;
     let mut figures = Vec::new();
@@ -721,7 +722,7 @@ fn store(out: &Out, iterations: usize, check: bool) -> anyhow::Result<()> {
 
 /// `--check` on a suite of medians: fail when one is past twice its target,
 /// as `bench_check` does for the reports that carry their targets.
-fn enforce_figures(figures: &[Figure], check: bool) -> anyhow::Result<()> {
+fn enforce_figures(figures: &[Figure], check: &Check) -> anyhow::Result<()> {
     let mut report = serde_json::Map::new();
     let mut targets = serde_json::Map::new();
     for f in figures {

@@ -161,7 +161,7 @@ pub fn run(
     agents: Option<usize>,
     seconds: Option<u64>,
     flat_out: bool,
-    check: bool,
+    check: &super::bench_check::Check,
 ) -> anyhow::Result<()> {
     let mut p = params(scenario);
     p.agents = agents.unwrap_or(p.agents);

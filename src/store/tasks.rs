@@ -105,6 +105,23 @@ impl Store {
         stmt.query_map([status], row).at(self.path())?.collect::<rusqlite::Result<Vec<_>>>().at(self.path())
     }
 
+    /// The tasks in any of `statuses` (newest first), found through the
+    /// status index: a load's recovery looks for unsettled tasks without
+    /// reading every settled one an agent has kept.
+    pub fn task_list_in(&self, statuses: &[&str]) -> Result<Vec<Task>> {
+        let marks = (1..=statuses.len()).map(|i| format!("?{i}")).collect::<Vec<_>>().join(",");
+        let mut stmt = self
+            .conn()
+            .prepare(&format!(
+                "SELECT {COLS} FROM adf_tasks WHERE status IN ({marks}) ORDER BY created_at DESC, rowid DESC"
+            ))
+            .at(self.path())?;
+        stmt.query_map(rusqlite::params_from_iter(statuses), row)
+            .at(self.path())?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .at(self.path())
+    }
+
     /// Move a task to `status`, with its result or error. Terminal tasks
     /// are left alone (returns false).
     pub fn task_set(&mut self, id: &str, status: &str, result: Option<&str>, error: Option<&str>) -> Result<bool> {

@@ -79,7 +79,7 @@ impl Executor {
         }
         let mut running = 0;
         let mut cancelled = 0;
-        for t in self.store.task_list(None)? {
+        for t in self.store.task_list_in(&["running", "pending_approval"])? {
             if t.status == "running" {
                 self.store.task_set(
                     &t.id,
