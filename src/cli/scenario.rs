@@ -113,7 +113,10 @@ fn targets(s: Scenario) -> serde_json::Map<String, serde_json::Value> {
         Scenario::Overhead => {
             json!({"turn_p50_ms": {"max": 0.05}, "turn_p95_ms": {"max": 0.1}, "turn_p99_ms": {"max": 0.3}})
         }
-        Scenario::Loaded => json!({"idle_kb_per_agent": {"max": 20.0}, "woken_turn_max_ms": {"max": 2.0}}),
+        // No woken turn over 2 ms: its median is held too, so a regression
+        // shows even while the maximum (one slow wake in ten) misses.
+        Scenario::Loaded => json!({"idle_kb_per_agent": {"max": 20.0}, "woken_turn_p50_ms": {"max": 2.0},
+            "woken_turn_max_ms": {"max": 2.0}}),
         _ => json!({}),
     };
     v.as_object().cloned().unwrap_or_default()
