@@ -111,6 +111,28 @@ fn forget_pending(canon: &Path) {
     }
 }
 
+/// Mark envelope `i` of a file waiting for this install's runtime slot.
+fn mark_pending(canon: &Path, inst: &std::sync::Arc<Install>, i: usize) {
+    if let Ok(mut m) = PENDING.lock() {
+        let w = m
+            .get_or_insert_with(HashMap::new)
+            .entry(canon.to_path_buf())
+            .and_modify(|w| w.0 = inst.clone())
+            .or_insert_with(|| (inst.clone(), [false, false]));
+        w.1[i] = true;
+    }
+}
+
+/// Open an envelope with this install's keys: its runtime slot, else the
+/// owner's (a restored phrase); whether the owner's opened it.
+fn open_by(d: &Descriptor, name: &str, inst: &Install) -> Option<(Dek, bool)> {
+    if let Some(dek) = d.open_for(name, &inst.runtime_enc, "runtime", &inst.runtime_did) {
+        return Some((dek, false));
+    }
+    let owner = inst.owner.as_ref()?;
+    d.open_for(name, &owner.encryption, "owner", &inst.owner_did).map(|dek| (dek, true))
+}
+
 /// A file's DEK for an envelope, as kept (identity, else credentials).
 fn kept(canon: &Path, name: &str) -> Option<Dek> {
     let d = deks(canon);
@@ -247,9 +269,7 @@ impl Store {
             map.remove(canon);
         }
         let d = descriptor_in(self.conn(), name).ok()??;
-        let dek = d
-            .open_for(name, &inst.runtime_enc, "runtime", &inst.runtime_did)
-            .or_else(|| inst.owner.as_ref().and_then(|o| d.open_for(name, &o.encryption, "owner", &inst.owner_did)))?;
+        let (dek, _) = open_by(&d, name, &inst)?;
         set_dek(canon, name, Some(dek));
         Some(dek)
     }
@@ -291,38 +311,42 @@ impl Store {
     /// The unlock cascade for both envelopes with this install's keys.
     /// Returns the envelopes' states after it.
     pub fn unlock(&mut self, inst: &Install) -> Result<[EnvState; 2]> {
-        self.unlock_with(inst, true)
+        self.unlock_with(inst, true, None)
     }
 
     /// The cascade without writing (no runtime slot added): for readers
     /// such as `adf inspect` that must leave the file as it was.
     pub fn unlock_quietly(&mut self, inst: &Install) -> Result<[EnvState; 2]> {
-        self.unlock_with(inst, false)
+        self.unlock_with(inst, false, None)
     }
 
     /// `unlock`, leaving an envelope that this install's runtime slot
     /// names waiting, to be opened by the first read that needs it (a
     /// fleet's load). An envelope only the owner's slot opens is opened
     /// and adopted now, as `unlock` does.
-    /// Returns the states as `unlock` does (one read of each descriptor).
     pub fn unlock_lazily(&mut self, inst: &std::sync::Arc<Install>) -> Result<[EnvState; 2]> {
+        self.unlock_with(inst, true, Some(inst))
+    }
+
+    /// The cascade for both envelopes, with `write` (adopt an owner-opened
+    /// envelope) and `wait` (leave those this install's runtime slot names
+    /// waiting). The states come from the one descriptor read each takes.
+    fn unlock_with(
+        &mut self,
+        inst: &Install,
+        write: bool,
+        wait: Option<&std::sync::Arc<Install>>,
+    ) -> Result<[EnvState; 2]> {
         let mut states = [EnvState::Absent; 2];
         for (i, name) in [IDENTITY, CREDENTIALS].into_iter().enumerate() {
             let Some(d) = self.descriptor(name)? else { continue };
-            if !self.dek_known(name) {
-                let named =
-                    d.slots.iter().any(|s| matches!(s, Slot::Runtime(k) if k.recipient_did == inst.runtime_did));
-                if named {
-                    if let Ok(mut m) = PENDING.lock() {
-                        let w = m
-                            .get_or_insert_with(HashMap::new)
-                            .entry(self.canonical_path().to_path_buf())
-                            .or_insert_with(|| (inst.clone(), [false, false]));
-                        w.0 = inst.clone();
-                        w.1[i] = true;
-                    }
-                } else {
-                    self.unlock_one(name, d.clone(), inst, true)?;
+            // The eager cascade opens a waiting envelope here (`dek`).
+            let known = if wait.is_some() { self.dek_known(name) } else { self.dek(name).is_some() };
+            if !known {
+                let named = |s: &Slot| matches!(s, Slot::Runtime(k) if k.recipient_did == inst.runtime_did);
+                match wait.filter(|_| d.slots.iter().any(named)) {
+                    Some(arc) => mark_pending(self.canonical_path(), arc, i),
+                    None => self.unlock_one(name, d.clone(), inst, write)?,
                 }
             }
             states[i] = self.state_with(name, &d);
@@ -330,27 +354,12 @@ impl Store {
         Ok(states)
     }
 
-    fn unlock_with(&mut self, inst: &Install, write: bool) -> Result<[EnvState; 2]> {
-        for name in [IDENTITY, CREDENTIALS] {
-            if self.dek(name).is_some() {
-                continue;
-            }
-            let Some(d) = self.descriptor(name)? else { continue };
-            self.unlock_one(name, d, inst, write)?;
-        }
-        Ok([self.envelope(IDENTITY)?.state, self.envelope(CREDENTIALS)?.state])
-    }
-
     /// The cascade for one envelope: this install's runtime slot, else the
     /// owner's (then, with `write`, a runtime slot for this install).
     fn unlock_one(&mut self, name: &'static str, mut d: Descriptor, inst: &Install, write: bool) -> Result<()> {
-        if let Some(dek) = d.open_for(name, &inst.runtime_enc, "runtime", &inst.runtime_did) {
+        if let Some((dek, by_owner)) = open_by(&d, name, inst) {
             set_dek(self.canonical_path(), name, Some(dek));
-        } else if let Some(owner) = &inst.owner
-            && let Some(dek) = d.open_for(name, &owner.encryption, "owner", &inst.owner_did)
-        {
-            set_dek(self.canonical_path(), name, Some(dek));
-            if write && !self.is_read_only() {
+            if by_owner && write && !self.is_read_only() {
                 adopt(&mut d, inst, name, &dek).map_err(StoreError::Invalid)?;
                 let path = self.path().to_path_buf();
                 self.write(|tx| put_descriptor(tx, name, &d).at(&path))?;
