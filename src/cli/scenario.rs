@@ -235,6 +235,12 @@ fn run_in(dir: &std::path::Path, scenario: Scenario, p: &Params) -> anyhow::Resu
                 crate::providers::prices::Price { input: 3.0, output: 15.0, cache_read: None, cache_write: None };
             ex.set_prices([("mock".to_string(), price)].into_iter().collect());
         }
+        // Started as a runtime starts a loaded agent (`Fleet::load`, then
+        // the actor's first step), so the turns measured are turns: the
+        // session's first write, which begins the WAL with its syncs, is the
+        // start's, as it is for every agent the daemon or the app runs.
+        ex.prepare_loaded()?;
+        ex.on_start();
         executors.push(ex);
     }
     let stop = Arc::new(AtomicBool::new(false));
@@ -376,7 +382,8 @@ fn run_loaded(dir: &std::path::Path, p: &Params) -> anyhow::Result<Report> {
     let _guard = rt.enter();
     let load = |path: &std::path::Path| -> anyhow::Result<_> {
         let owner = waiting_owner();
-        let ex = Executor::new(Store::open(path)?, provider.clone(), bus.clone(), owner.clone())?;
+        let mut ex = Executor::new(Store::open(path)?, provider.clone(), bus.clone(), owner.clone())?;
+        ex.prepare_loaded()?;
         Ok(spawn(ex, owner))
     };
     let (h, t) = load(&paths[0])?;

@@ -167,27 +167,6 @@ pub fn spawn(ex: Executor, owner: Arc<Waiting>) -> (AgentHandle, tokio::task::Jo
     spawn_with(ex, owner, TIMER_TICK, Arc::new(AtomicBool::new(true)))
 }
 
-/// Run `f` on the executor on a blocking thread: file work that syncs (the
-/// start's first write: a new WAL and its folder) must not hold an async
-/// worker, which other agents' turns and the daemon's requests share (the
-/// load that spawned this actor is still being answered). `None` only
-/// when the runtime shuts down (the task is dropped then too); a panic in
-/// `f` is the actor's own.
-async fn off_workers(mut ex: Executor, f: impl FnOnce(&mut Executor) + Send + 'static) -> Option<Executor> {
-    match tokio::task::spawn_blocking(move || {
-        f(&mut ex);
-        ex
-    })
-    .await
-    {
-        Ok(ex) => Some(ex),
-        Err(e) => match e.try_into_panic() {
-            Ok(p) => std::panic::resume_unwind(p),
-            Err(_) => None,
-        },
-    }
-}
-
 /// Checkpoint the WAL when the writes since the last one made it due
 /// (`Store::defer_checkpoints`: the actor's connection makes none on its
 /// own), off the async threads, as it syncs the file. Every kind of work
@@ -235,13 +214,14 @@ pub fn spawn_with(
         AgentHandle { agent_id: ex.agent_id().to_string(), tx, lanes: dispatcher.as_ref().map(Arc::downgrade) };
     let task = tokio::spawn(async move {
         // The start's write (the first of the session: a new WAL and its
-        // syncs) runs on a blocking thread, so the async workers answering
-        // the load that spawned this actor are not held up by it.
+        // syncs) waits with `block_in_place` on this thread, as a park
+        // does: the async workers answering the load that spawned this
+        // actor go on without it, and what it allocates comes from the
+        // allocator arena this agent's turns and park use (200 idle agents
+        // in `adf bench daemon`: 24-28 KB each with the write on a
+        // blocking-pool thread, 23-25 KB here).
         if ex.has_start_work() {
-            ex = match off_workers(ex, Executor::on_start).await {
-                Some(ex) => ex,
-                None => return std::future::pending().await,
-            };
+            super::executor::blocking(|| ex.on_start());
         }
         let mut announced = false;
         let mut next: Option<String> = None;

@@ -335,6 +335,21 @@ impl Executor {
         self.seq_later || self.snapshot_on_start
     }
 
+    /// Make this executor what a runtime runs for a loaded agent
+    /// (`Fleet::load`, and the benchmarks that stand for it): what a crash
+    /// left is settled now, and the session's first write (the runtime
+    /// snapshot and the event counter's block, which begin the WAL with its
+    /// syncs) waits for the actor's start (`on_start`): after the load's
+    /// answer, before any turn.
+    pub(crate) fn prepare_loaded(&mut self) -> Result<(), StoreError> {
+        self.recover()?;
+        self.snapshot_on_start = true;
+        self.seq_later = true;
+        // Loaded agents mostly wait: keep only what the next turn needs.
+        self.store.release_memory();
+        Ok(())
+    }
+
     /// What the actor does first (`snapshot_on_start`).
     pub(crate) fn on_start(&mut self) {
         if std::mem::take(&mut self.seq_later)

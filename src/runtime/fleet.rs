@@ -387,13 +387,7 @@ impl Fleet {
         let owner = waiting_owner();
         let runner_provider = provider.clone();
         let mut ex = Executor::new(store, provider, self.bus.clone(), owner.clone()).map_err(|e| e.to_string())?;
-        ex.recover().map_err(|e| e.to_string())?;
-        // What this runtime applies to the agent, in the file, written as
-        // its actor starts (the load does not wait for it).
-        ex.snapshot_on_start = true;
-        ex.seq_later = true;
-        // Loaded agents mostly wait: keep only what the next turn needs.
-        ex.store.release_memory();
+        ex.prepare_loaded().map_err(|e| e.to_string())?;
         ex.stream_deltas(self.stream_deltas);
         let id = ex.agent_id().to_string();
         if let Some(other) = self.agents.get(&id) {
