@@ -219,9 +219,24 @@ async fn checkpoints_wait_for_the_actor_instead_of_a_commit() {
     // No commit checkpointed on its own: the WAL holds every frame.
     let wal = std::fs::metadata(side(&path, "-wal")).unwrap().len();
     assert!(wal >= 1000 * 4096, "WAL of {wal} bytes after {turns} turns");
+    let before = wal_header(&path);
+    let user_version = || -> i64 {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap()
+    };
+    let version = user_version();
     assert!(ex.store.checkpoint_if_due().unwrap());
     assert!(!ex.store.checkpoint_due());
     assert!(!ex.store.checkpoint_if_due().unwrap(), "nothing due right after");
+    // The checkpoint folded the whole WAL in and began its next generation
+    // at once (a new header, synced here), with one frame that changes
+    // nothing a reader sees: the next turn's commit appends to it instead
+    // of writing and syncing a header inside the turn.
+    let begun = wal_header(&path);
+    assert_ne!(begun, before, "the next generation began with the checkpoint");
+    assert_eq!(user_version(), version);
+    ex.chat("after the checkpoint").await.unwrap();
+    assert_eq!(wal_header(&path), begun, "the turn appended to the generation begun between turns");
     // The checkpointed pages are in the main file: a reader without the
     // WAL sees the turns.
     let c = rusqlite::Connection::open_with_flags(

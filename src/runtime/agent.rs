@@ -173,7 +173,7 @@ pub fn spawn(ex: Executor, owner: Arc<Waiting>) -> (AgentHandle, tokio::task::Jo
 /// passes here, not only turns: owner writes between turns once grew the
 /// WAL without bound (110 MB after a minute of `PUT`s) and left the kernel
 /// to throttle the writes as dirty pages piled up.
-fn checkpoint_if_due(ex: &mut Executor) {
+pub(crate) fn checkpoint_if_due(ex: &mut Executor) {
     if ex.store.checkpoint_due() {
         let store = &mut ex.store;
         if let Err(e) = super::executor::blocking(|| store.checkpoint_if_due()) {

@@ -95,18 +95,41 @@ impl Store {
     }
 
     /// Checkpoint the WAL (PASSIVE: readers are never waited for) once it
-    /// holds `WAL_CHECKPOINT_FRAMES` frames; `true` when it ran.
+    /// holds `WAL_CHECKPOINT_FRAMES` frames, and when that folded all of it
+    /// into the file, begin the WAL's next generation now (`begin_next_wal`);
+    /// `true` when the checkpoint ran.
     pub fn checkpoint_if_due(&mut self) -> Result<bool> {
         if !self.checkpoint_due() {
             return Ok(false);
         }
-        let done = self.conn().query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())).at(&self.path);
+        let done = self
+            .conn()
+            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| Ok((r.get::<_, i64>(0)?, r.get(1)?, r.get(2)?)))
+            .at(&self.path);
         // Tried: a failed checkpoint is tried again after as many frames
         // more, not after every piece of work.
         if let Some(f) = &self.wal_frames {
             f.store(0, std::sync::atomic::Ordering::Relaxed);
         }
-        done.map(|()| true)
+        let (busy, log, backfilled): (i64, i64, i64) = done?;
+        if busy == 0 && log > 0 && log == backfilled {
+            self.begin_next_wal()?;
+        }
+        Ok(true)
+    }
+
+    /// Begin the WAL's next generation with a commit that changes nothing a
+    /// reader sees (the file's user version written as it is: one frame of
+    /// its first page), right after a checkpoint that folded the whole WAL
+    /// into the file. SQLite begins a generation in the first commit after
+    /// such a checkpoint, writing the WAL's header and syncing it: here,
+    /// between pieces of the actor's work, instead of inside the next turn's
+    /// commit. When a reader elsewhere still holds the old generation, the
+    /// frame is appended and nothing else happens.
+    fn begin_next_wal(&mut self) -> Result<()> {
+        let conn = self.conn();
+        let v: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0)).at(&self.path)?;
+        conn.pragma_update(None, "user_version", v).at(&self.path)
     }
 
     /// Whether the connection is parked (closed until the next use).
