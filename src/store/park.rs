@@ -102,17 +102,13 @@ impl Store {
         if !self.checkpoint_due() {
             return Ok(false);
         }
-        let done = self
-            .conn()
-            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| Ok((r.get::<_, i64>(0)?, r.get(1)?, r.get(2)?)))
-            .at(&self.path);
+        let folded = checkpoint_whole(self.conn()).at(&self.path);
         // Tried: a failed checkpoint is tried again after as many frames
         // more, not after every piece of work.
         if let Some(f) = &self.wal_frames {
             f.store(0, std::sync::atomic::Ordering::Relaxed);
         }
-        let (busy, log, backfilled): (i64, i64, i64) = done?;
-        if busy == 0 && log > 0 && log == backfilled {
+        if folded? {
             self.begin_next_wal()?;
         }
         Ok(true)
@@ -200,6 +196,15 @@ impl Store {
     }
 }
 
+/// Checkpoint the WAL (PASSIVE: readers are never waited for); `true` when
+/// that folded every frame into the file, so the next commit begins the
+/// WAL's next generation (no reader kept a frame from the checkpoint).
+fn checkpoint_whole(conn: &Connection) -> rusqlite::Result<bool> {
+    let (busy, log, done): (i64, i64, i64) =
+        conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+    Ok(busy == 0 && log == done)
+}
+
 /// Bytes of the WAL a park begins: its header (32) and two frames, each a
 /// frame header (24) and a page.
 fn begun_wal(page: u64) -> u64 {
@@ -232,9 +237,7 @@ fn start_next_wal(conn: &Connection, path: &Path) -> bool {
         let other = format!("{head}{}", if mark.ends_with('x') { 'y' } else { 'x' });
         // The restart's commit cuts the file to what the new generation holds.
         conn.pragma_update(None, "journal_size_limit", 0)?;
-        let (busy, log, done): (i64, i64, i64) =
-            conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-        if busy != 0 || log != done {
+        if !checkpoint_whole(conn)? {
             return Ok(false);
         }
         conn.execute(SET, [&other])?;
