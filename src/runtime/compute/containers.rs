@@ -23,7 +23,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::engine::{self, Engine, Kind, State};
-use super::runner::{Done, Exec, Runner};
+use super::runner::{Done, Exec, RunError, Runner};
 use super::{External, OUTPUT_CAP, Settings, Target};
 
 /// The shared container's name (tools.md `fs_transfer`).
@@ -374,7 +374,7 @@ impl Containers {
 
     /// The agent's workspace and user in the shared container made ready:
     /// its uid (the first one free from its own) set in `p`.
-    async fn ready_shared(&self, r: &Runner, agent_id: &str, p: &mut Place) -> Result<(), String> {
+    async fn ready_shared(&self, r: &Runner, agent_id: &str, p: &mut Place) -> Result<(), RunError> {
         if let Some(uid) = self.shared_uids.lock().ok().and_then(|m| m.get(agent_id).copied()) {
             p.uid = uid;
             return Ok(());
@@ -390,11 +390,52 @@ impl Containers {
                     }
                     return Ok(());
                 }
-                Err(e) if e.contains("belongs to") => last = e,
+                Err(RunError::Failed(e)) if e.contains("belongs to") => last = e,
                 Err(e) => return Err(e),
             }
         }
-        Err(format!("no free uid for this agent in the shared container ({last})"))
+        Err(format!("no free uid for this agent in the shared container ({last})").into())
+    }
+
+    /// Run the command `make` builds for the place in a managed target, as
+    /// the agent's user, the container made ready first. When the cached
+    /// runner ended before it took the command (the container was killed
+    /// from outside and the runner had not noticed yet), nothing ran: the
+    /// command goes once more to a new runner in a container made ready
+    /// again. A command the runner took is never sent twice.
+    async fn run_managed(
+        &self,
+        engine: &Engine,
+        settings: &Settings,
+        agent_id: &str,
+        target: &Target,
+        mut p: Place,
+        make: impl Fn(&Place) -> Exec,
+    ) -> Result<(Place, Done), String> {
+        let mut again = true;
+        loop {
+            let r = self.managed(engine, settings, agent_id, &p, target).await?;
+            let tried = async {
+                if matches!(target, Target::Shared) {
+                    self.ready_shared(&r, agent_id, &mut p).await?;
+                }
+                self.note(agent_id, target, p.uid);
+                r.exec(&make(&p)).await
+            }
+            .await;
+            match tried {
+                Ok(d) => return Ok((p, d)),
+                Err(e) => {
+                    if !r.alive() {
+                        self.forget(&p.container);
+                    }
+                    if e == RunError::Untaken && std::mem::take(&mut again) {
+                        continue;
+                    }
+                    return Err(e.into());
+                }
+            }
+        }
     }
 
     /// Run a command in a container target.
@@ -410,13 +451,8 @@ impl Containers {
         if let Target::External(x) = target {
             return self.exec_external(&engine, x, target, command, timeout).await;
         }
-        let mut p = place(agent_id, target).ok_or("not a container target")?;
-        let r = self.managed(&engine, settings, agent_id, &p, target).await?;
-        if matches!(target, Target::Shared) {
-            self.ready_shared(&r, agent_id, &mut p).await?;
-        }
-        self.note(agent_id, target, p.uid);
-        let e = Exec {
+        let p = place(agent_id, target).ok_or("not a container target")?;
+        let make = |p: &Place| Exec {
             argv: vec!["bash".into(), "--noprofile".into(), "--norc".into(), "-c".into(), command.into()],
             cwd: p.workspace.clone(),
             uid: Some(p.uid),
@@ -427,15 +463,7 @@ impl Containers {
             timeout,
             nproc: AGENT_NPROC,
         };
-        let d = match r.exec(&e).await {
-            Ok(d) => d,
-            Err(err) => {
-                if !r.alive() {
-                    self.forget(&p.container);
-                }
-                return Err(err);
-            }
-        };
+        let (_, d) = self.run_managed(&engine, settings, agent_id, target, p, make).await?;
         Ok(result(target, &engine, &d, timeout))
     }
 
@@ -473,30 +501,35 @@ impl Containers {
         // One runner per container and user: another alias of the same
         // container may run as someone else.
         let key = format!("external:{}:{}:{}", engine.name(), x.container, x.user.as_deref().unwrap_or(""));
-        let runner = match self.cached(&key) {
-            Some(r) => Some(r),
-            None => match Runner::start(&engine, &x.container, x.user.as_deref()).await {
-                Ok(r) => {
-                    if let Ok(mut m) = self.runners.lock() {
-                        m.insert(key.clone(), r.clone());
-                    }
-                    Some(r)
-                }
-                Err(_) => None,
-            },
+        let e = Exec {
+            argv: vec!["sh".into(), "-c".into(), command.into()],
+            cwd: x.workspace.clone().unwrap_or_default(),
+            cap: OUTPUT_CAP,
+            timeout,
+            ..Default::default()
         };
-        let d = match runner {
-            Some(r) => {
-                let e = Exec {
-                    argv: vec!["sh".into(), "-c".into(), command.into()],
-                    cwd: x.workspace.clone().unwrap_or_default(),
-                    cap: OUTPUT_CAP,
-                    timeout,
-                    ..Default::default()
-                };
-                r.exec(&e).await?
+        // A cached runner that ended before it took the command ran
+        // nothing: the command goes once more, to a new one.
+        let mut again = true;
+        let d = loop {
+            let runner = match self.cached(&key) {
+                Some(r) => Some(r),
+                None => match Runner::start(&engine, &x.container, x.user.as_deref()).await {
+                    Ok(r) => {
+                        if let Ok(mut m) = self.runners.lock() {
+                            m.insert(key.clone(), r.clone());
+                        }
+                        Some(r)
+                    }
+                    Err(_) => None,
+                },
+            };
+            let Some(r) = runner else { break exec_once(&engine, x, command, timeout).await? };
+            match r.exec(&e).await {
+                Ok(d) => break d,
+                Err(RunError::Untaken) if std::mem::take(&mut again) => self.forget(&key),
+                Err(err) => return Err(err.into()),
             }
-            None => exec_once(&engine, x, command, timeout).await?,
         };
         Ok(result(target, &engine, &d, timeout))
     }
@@ -567,12 +600,7 @@ impl Containers {
         files: &[(PathBuf, Vec<u8>)],
     ) -> Result<(), String> {
         let engine = engine_for(settings).await?;
-        let mut p = place(agent_id, target).ok_or("external containers are not transfer endpoints")?;
-        let r = self.managed(&engine, settings, agent_id, &p, target).await?;
-        if matches!(target, Target::Shared) {
-            self.ready_shared(&r, agent_id, &mut p).await?;
-        }
-        self.note(agent_id, target, p.uid);
+        let p = place(agent_id, target).ok_or("external containers are not transfer endpoints")?;
         let mut b = tar::Builder::new(Vec::new());
         for (path, bytes) in files {
             let mut h = tar::Header::new_gnu();
@@ -585,7 +613,7 @@ impl Containers {
         if archive.len() > TRANSFER_CAP {
             return Err(format!("the transfer is over {} MiB", TRANSFER_CAP >> 20));
         }
-        let e = Exec {
+        let make = |p: &Place| Exec {
             // The image's own tar, not one the agent put on its PATH.
             argv: ["/usr/bin/tar", "-x", "-f", "-", "--no-same-owner", "--no-same-permissions", "-C", &p.workspace]
                 .map(String::from)
@@ -594,12 +622,12 @@ impl Containers {
             uid: Some(p.uid),
             gid: Some(p.uid),
             env: environment(agent_id, &p.workspace, &p.user),
-            stdin: Some(archive),
+            stdin: Some(archive.clone()),
             cap: 64 << 10,
             timeout: Duration::from_secs(120),
             nproc: AGENT_NPROC,
         };
-        let d = r.exec(&e).await?;
+        let (_, d) = self.run_managed(&engine, settings, agent_id, target, p, make).await?;
         if d.exit_code != 0 {
             return Err(format!("writing in the container failed: {}", String::from_utf8_lossy(&d.stderr).trim()));
         }
@@ -617,13 +645,9 @@ impl Containers {
         src: &Path,
     ) -> Result<Vec<(PathBuf, Vec<u8>)>, String> {
         let engine = engine_for(settings).await?;
-        let mut p = place(agent_id, target).ok_or("external containers are not transfer endpoints")?;
-        let r = self.managed(&engine, settings, agent_id, &p, target).await?;
-        if matches!(target, Target::Shared) {
-            self.ready_shared(&r, agent_id, &mut p).await?;
-        }
+        let p = place(agent_id, target).ok_or("external containers are not transfer endpoints")?;
         let s = src.to_string_lossy().into_owned();
-        let e = Exec {
+        let make = |p: &Place| Exec {
             argv: ["/usr/bin/tar", "-c", "-f", "-", "-C", &p.workspace, "--", &s].map(String::from).to_vec(),
             cwd: p.workspace.clone(),
             uid: Some(p.uid),
@@ -634,7 +658,7 @@ impl Containers {
             timeout: Duration::from_secs(120),
             nproc: AGENT_NPROC,
         };
-        let d = r.exec(&e).await?;
+        let (_, d) = self.run_managed(&engine, settings, agent_id, target, p, make).await?;
         if d.exit_code != 0 {
             let err = String::from_utf8_lossy(&d.stderr);
             return Err(if err.contains("No such file") {

@@ -216,6 +216,10 @@ def main():
             say({"id": None, "error": "not JSON: %s" % e})
             continue
         op = req.get("op")
+        # Taken: said before anything starts, so a host whose runner ends
+        # before this line knows the request never ran.
+        if req.get("id") is not None:
+            say({"id": req["id"], "took": True})
         if op == "exec":
             threading.Thread(target=run, args=(req,), daemon=True).start()
         elif op == "kill":

@@ -5,6 +5,12 @@
 //! costs a fork. A call dropped before its answer tells the runner to kill
 //! the command's process group. When the runner ends, every waiting call
 //! gets that as its error and the next call starts a new one.
+//!
+//! The runner says when it took a request, before it starts anything. A
+//! call whose runner ended before that ran nothing ([`RunError::Untaken`]),
+//! so the caller may send it again to a new runner: a container killed from
+//! outside costs its next command no error. A call the runner took is never
+//! sent again.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -20,7 +26,43 @@ use super::engine::Engine;
 
 const SCRIPT: &str = include_str!("runner.py");
 
-type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Value>>>>;
+/// A call waiting for its answer, and whether the runner took it.
+struct Waiting {
+    tx: oneshot::Sender<Value>,
+    took: bool,
+}
+
+type Pending = Arc<Mutex<HashMap<u64, Waiting>>>;
+
+/// Why a call to the runner failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RunError {
+    /// The runner ended (or could not be written to) before it took the
+    /// request: nothing of it ran, and it may be sent to a new runner.
+    #[error("the command runner ended before it took the command")]
+    Untaken,
+    /// Anything else, the runner's own error included.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl From<String> for RunError {
+    fn from(e: String) -> Self {
+        RunError::Failed(e)
+    }
+}
+
+impl From<&str> for RunError {
+    fn from(e: &str) -> Self {
+        RunError::Failed(e.to_string())
+    }
+}
+
+impl From<RunError> for String {
+    fn from(e: RunError) -> Self {
+        e.to_string()
+    }
+}
 
 pub struct Runner {
     /// Lines to the runner, written in order by one task (a destructor can
@@ -117,14 +159,21 @@ impl Runner {
                 while let Ok(Some(l)) = lines.next_line().await {
                     let Ok(v) = serde_json::from_str::<Value>(&l) else { continue };
                     let Some(id) = v["id"].as_str().and_then(|s| s.parse::<u64>().ok()) else { continue };
-                    if let Some(tx) = pending.lock().ok().and_then(|mut p| p.remove(&id)) {
-                        let _ = tx.send(v);
+                    let Ok(mut p) = pending.lock() else { break };
+                    if v["took"] == true {
+                        if let Some(w) = p.get_mut(&id) {
+                            w.took = true;
+                        }
+                    } else if let Some(w) = p.remove(&id) {
+                        let _ = w.tx.send(v);
                     }
                 }
                 alive.store(false, Ordering::SeqCst);
-                // Waiting calls see their sender dropped.
+                // Each waiting call learns whether its request was taken.
                 if let Ok(mut p) = pending.lock() {
-                    p.clear();
+                    for (_, w) in p.drain() {
+                        let _ = w.tx.send(json!({"ended": true, "took": w.took}));
+                    }
                 }
             });
             // Its stderr is read so a chatty runner never blocks on it.
@@ -153,29 +202,42 @@ impl Runner {
     }
 
     /// Send a request and wait for its answer (at most `limit`).
-    async fn call(&self, mut req: Value, limit: Duration, guard: &mut KillOnDrop<'_>) -> Result<Value, String> {
+    async fn call(&self, mut req: Value, limit: Duration, guard: &mut KillOnDrop<'_>) -> Result<Value, RunError> {
+        if !self.alive() {
+            return Err(RunError::Untaken);
+        }
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         req["id"] = json!(id.to_string());
         let (tx, rx) = oneshot::channel();
-        self.pending.lock().map_err(|_| "runner poisoned")?.insert(id, tx);
+        self.pending.lock().map_err(|_| "runner poisoned")?.insert(id, Waiting { tx, took: false });
         if req["op"] == "exec" {
             guard.id = Some(id);
         }
-        self.lines.send(format!("{req}\n")).map_err(|_| "the command runner is gone".to_string())?;
+        if self.lines.send(format!("{req}\n")).is_err() {
+            guard.id = None;
+            return Err(RunError::Untaken);
+        }
         let v = tokio::time::timeout(limit, rx)
             .await
-            .map_err(|_| "the command runner did not answer in time".to_string())?
-            .map_err(|_| "the command runner ended".to_string())?;
+            .map_err(|_| "the command runner did not answer in time")?
+            .map_err(|_| "the command runner ended")?;
         guard.id = None;
+        if v["ended"] == true {
+            return Err(if v["took"] == true {
+                RunError::Failed("the command runner ended while the command ran".into())
+            } else {
+                RunError::Untaken
+            });
+        }
         match v["error"].as_str() {
-            Some(e) => Err(e.to_string()),
+            Some(e) => Err(RunError::Failed(e.to_string())),
             None => Ok(v),
         }
     }
 
     /// Run one command; killed with its group at its timeout or when this
     /// future is dropped.
-    pub async fn exec(&self, e: &Exec) -> Result<Done, String> {
+    pub async fn exec(&self, e: &Exec) -> Result<Done, RunError> {
         let b64 = base64::engine::general_purpose::STANDARD;
         let env: serde_json::Map<String, Value> = e.env.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
         // No env or cwd: the container's own (an external container).
@@ -208,7 +270,7 @@ impl Runner {
 
     /// Make a folder owned by `uid` with `mode` (and a passwd line for
     /// `user` when given).
-    pub async fn prepare(&self, path: &str, uid: u32, gid: u32, mode: u32, user: Option<&str>) -> Result<(), String> {
+    pub async fn prepare(&self, path: &str, uid: u32, gid: u32, mode: u32, user: Option<&str>) -> Result<(), RunError> {
         let mut guard = KillOnDrop { runner: self, id: None };
         let req = json!({"op": "prepare", "path": path, "uid": uid, "gid": gid, "mode": mode, "name": user});
         self.call(req, Duration::from_secs(30), &mut guard).await.map(|_| ())
@@ -216,9 +278,66 @@ impl Runner {
 
     /// Kill every process of a user (an agent of the shared container
     /// stopped); how many there were.
-    pub async fn kill_user(&self, uid: u32) -> Result<u64, String> {
+    pub async fn kill_user(&self, uid: u32) -> Result<u64, RunError> {
         let mut guard = KillOnDrop { runner: self, id: None };
         let v = self.call(json!({"op": "killuid", "uid": uid}), Duration::from_secs(30), &mut guard).await?;
         Ok(v["killed"].as_u64().unwrap_or(0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::compute::engine::Kind;
+
+    /// An "engine" whose `exec -i CONTAINER …` runs `body` on this machine.
+    fn fake(dir: &std::path::Path, body: &str) -> Engine {
+        let program = dir.join("engine");
+        std::fs::write(&program, format!("#!/bin/sh\nshift 3\n{body}\n")).unwrap();
+        std::fs::set_permissions(&program, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        Engine { kind: Kind::Podman, program, global: Vec::new(), version: "test".into() }
+    }
+
+    fn command(argv: &[&str], timeout: Duration) -> Exec {
+        Exec { argv: argv.iter().map(|s| s.to_string()).collect(), cap: 1 << 16, timeout, ..Default::default() }
+    }
+
+    #[tokio::test]
+    async fn a_runner_that_ends_before_taking_a_command_ran_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        // Ready, then gone as the first request arrives: nothing was taken.
+        let e = fake(dir.path(), "echo '{\"ready\":true}'; read l; exit 0");
+        let r = Runner::start(&e, "c", None).await.unwrap();
+        let err = r.exec(&command(&["true"], Duration::from_secs(5))).await.unwrap_err();
+        assert_eq!(err, RunError::Untaken);
+        assert!(!r.alive());
+        // A call on a runner known to be gone is not sent at all.
+        assert_eq!(r.exec(&command(&["true"], Duration::from_secs(5))).await.unwrap_err(), RunError::Untaken);
+    }
+
+    #[tokio::test]
+    async fn a_runner_that_ends_after_taking_a_command_is_a_failure_not_a_retry() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = fake(dir.path(), "echo '{\"ready\":true}'; read l; echo '{\"id\":\"1\",\"took\":true}'; exit 0");
+        let r = Runner::start(&e, "c", None).await.unwrap();
+        let err = r.exec(&command(&["true"], Duration::from_secs(5))).await.unwrap_err();
+        assert_eq!(err, RunError::Failed("the command runner ended while the command ran".into()));
+    }
+
+    #[tokio::test]
+    async fn the_real_runner_says_it_took_a_command_before_running_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = fake(dir.path(), "exec \"$@\"");
+        let r = Runner::start(&e, "c", None).await.unwrap();
+        let d = r.exec(&command(&["sh", "-c", "echo hi; exit 3"], Duration::from_secs(10))).await.unwrap();
+        assert_eq!((d.exit_code, d.stdout.as_slice()), (3, b"hi\n".as_slice()));
+        // The runner killed while its command runs: the call fails and is
+        // not marked as safe to send again.
+        let mark = dir.path().join("started");
+        let script = format!("touch {}; kill -9 $PPID; sleep 2", mark.display());
+        let err = r.exec(&command(&["sh", "-c", &script], Duration::from_secs(20))).await.unwrap_err();
+        assert!(mark.exists(), "the command started");
+        assert_eq!(err, RunError::Failed("the command runner ended while the command ran".into()));
+        assert!(!r.alive());
     }
 }
