@@ -52,7 +52,9 @@ const OWN: &[(i64, &str)] = &[(1, include_str!("../../migrations/adfrs_001_schem
 /// Create every table of a new file (inside the caller's transaction).
 pub fn create(conn: &Connection) -> rusqlite::Result<()> {
     conn.execute_batch(BASE)?;
-    migrate_own(conn)
+    migrate_own(conn)?;
+    // Written in most turns: made now, so no turn changes the schema.
+    super::spend::create_table(conn)
 }
 
 /// The file's ADF schema version: `adf_schema_version`, else legacy

@@ -1,7 +1,12 @@
 //! What an agent and each of its loops spent, per UTC day (issue 19), so
-//! budgets survive restarts: `adfrs_spend`, made by the first call that
-//! spends, one row per (scope, day) with dollars, tokens and calls. Scopes
-//! are `agent` and `loop:<name>`.
+//! budgets survive restarts: `adfrs_spend`, one row per (scope, day) with
+//! dollars, tokens and calls. Scopes are `agent` and `loop:<name>`.
+//!
+//! A file adf makes has the table from the start, so its first spend
+//! changes no schema: a schema change expires every prepared statement of
+//! every connection to the file, and the agent's first turns would prepare
+//! theirs twice. A file made elsewhere (the reference's) gets it with its
+//! first spend, once.
 
 use rusqlite::params;
 use serde::{Deserialize, Serialize};
@@ -35,17 +40,28 @@ pub fn today() -> String {
 /// Spend waiting for the store's next write: (scope, day, usd, tokens).
 pub(crate) type Pending = (String, String, f64, u64);
 
+const UPSERT: &str = "INSERT INTO adfrs_spend(scope, day, usd, tokens, calls) VALUES (?1, ?2, ?3, ?4, 1)
+         ON CONFLICT(scope, day) DO UPDATE SET usd = usd + excluded.usd,
+           tokens = tokens + excluded.tokens, calls = calls + 1";
+
+/// Make the table in a new file (inside the caller's transaction).
+pub(crate) fn create_table(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(DDL)
+}
+
 /// Write deferred spend inside the caller's transaction.
 pub(crate) fn apply(tx: &rusqlite::Connection, pending: &[Pending]) -> rusqlite::Result<()> {
     if pending.is_empty() {
         return Ok(());
     }
-    tx.prepare_cached(DDL)?.execute([])?;
-    let mut up = tx.prepare_cached(
-        "INSERT INTO adfrs_spend(scope, day, usd, tokens, calls) VALUES (?1, ?2, ?3, ?4, 1)
-         ON CONFLICT(scope, day) DO UPDATE SET usd = usd + excluded.usd,
-           tokens = tokens + excluded.tokens, calls = calls + 1",
-    )?;
+    let mut up = match tx.prepare_cached(UPSERT) {
+        Ok(st) => st,
+        Err(e) if super::error::no_such_table(&e) => {
+            create_table(tx)?;
+            tx.prepare_cached(UPSERT)?
+        }
+        Err(e) => return Err(e),
+    };
     for (scope, day, usd, tokens) in pending {
         up.execute(params![scope, day, usd, *tokens as i64])?;
     }
@@ -132,5 +148,44 @@ impl Store {
             s.tokens_total += tokens;
         }
         Ok(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::NewAgent;
+
+    fn schema_version(s: &Store) -> i64 {
+        s.conn().query_row("PRAGMA schema_version", [], |r| r.get(0)).unwrap()
+    }
+
+    #[test]
+    fn a_new_files_first_spend_changes_no_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut s, _) = Store::create(dir.path().join("a.adf"), &NewAgent::default()).unwrap();
+        let before = schema_version(&s);
+        s.spend_add(&["agent", "loop:main"], 0.25, 1_000).unwrap();
+        s.spend_add(&["agent"], 0.5, 10).unwrap();
+        assert_eq!(schema_version(&s), before, "the table was there from the start");
+        let spent = s.spent_read("agent", &today()).unwrap();
+        assert_eq!((spent.usd_day, spent.tokens_day, spent.tokens_total), (0.75, 1_010, 1_010));
+        s.close().unwrap();
+    }
+
+    #[test]
+    fn a_file_without_the_table_gets_it_with_its_first_spend() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.adf");
+        let (s, _) = Store::create(&path, &NewAgent::default()).unwrap();
+        s.conn().execute_batch("DROP TABLE adfrs_spend").unwrap();
+        s.close().unwrap();
+        let mut s = Store::open(&path).unwrap();
+        assert_eq!(s.spent("agent").unwrap(), Spent::default(), "no table reads as nothing spent");
+        s.spend_add(&["agent"], 1.5, 7).unwrap();
+        s.spend_add(&["agent"], 0.5, 3).unwrap();
+        let spent = s.spent_read("agent", &today()).unwrap();
+        assert_eq!((spent.usd_total, spent.tokens_total), (2.0, 10));
+        s.close().unwrap();
     }
 }
