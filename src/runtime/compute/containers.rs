@@ -411,7 +411,7 @@ impl Containers {
         target: &Target,
         mut p: Place,
         make: impl Fn(&Place) -> Exec,
-    ) -> Result<(Place, Done), String> {
+    ) -> Result<Done, String> {
         let mut again = true;
         loop {
             let r = self.managed(engine, settings, agent_id, &p, target).await?;
@@ -424,7 +424,7 @@ impl Containers {
             }
             .await;
             match tried {
-                Ok(d) => return Ok((p, d)),
+                Ok(d) => return Ok(d),
                 Err(e) => {
                     if !r.alive() {
                         self.forget(&p.container);
@@ -463,7 +463,7 @@ impl Containers {
             timeout,
             nproc: AGENT_NPROC,
         };
-        let (_, d) = self.run_managed(&engine, settings, agent_id, target, p, make).await?;
+        let d = self.run_managed(&engine, settings, agent_id, target, p, make).await?;
         Ok(result(target, &engine, &d, timeout))
     }
 
@@ -627,7 +627,7 @@ impl Containers {
             timeout: Duration::from_secs(120),
             nproc: AGENT_NPROC,
         };
-        let (_, d) = self.run_managed(&engine, settings, agent_id, target, p, make).await?;
+        let d = self.run_managed(&engine, settings, agent_id, target, p, make).await?;
         if d.exit_code != 0 {
             return Err(format!("writing in the container failed: {}", String::from_utf8_lossy(&d.stderr).trim()));
         }
@@ -658,7 +658,7 @@ impl Containers {
             timeout: Duration::from_secs(120),
             nproc: AGENT_NPROC,
         };
-        let (_, d) = self.run_managed(&engine, settings, agent_id, target, p, make).await?;
+        let d = self.run_managed(&engine, settings, agent_id, target, p, make).await?;
         if d.exit_code != 0 {
             let err = String::from_utf8_lossy(&d.stderr);
             return Err(if err.contains("No such file") {
