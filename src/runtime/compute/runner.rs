@@ -26,9 +26,10 @@ use super::engine::Engine;
 
 const SCRIPT: &str = include_str!("runner.py");
 
-/// A call waiting for its answer, and whether the runner took it.
+/// A call waiting for its answer (or for why it has none), and whether
+/// the runner took it.
 struct Waiting {
-    tx: oneshot::Sender<Value>,
+    tx: oneshot::Sender<Result<Value, RunError>>,
     took: bool,
 }
 
@@ -165,14 +166,18 @@ impl Runner {
                             w.took = true;
                         }
                     } else if let Some(w) = p.remove(&id) {
-                        let _ = w.tx.send(v);
+                        let _ = w.tx.send(Ok(v));
                     }
                 }
                 alive.store(false, Ordering::SeqCst);
                 // Each waiting call learns whether its request was taken.
                 if let Ok(mut p) = pending.lock() {
                     for (_, w) in p.drain() {
-                        let _ = w.tx.send(json!({"ended": true, "took": w.took}));
+                        let _ = w.tx.send(Err(if w.took {
+                            RunError::Failed("the command runner ended while the command ran".into())
+                        } else {
+                            RunError::Untaken
+                        }));
                     }
                 }
             });
@@ -222,13 +227,7 @@ impl Runner {
             .map_err(|_| "the command runner did not answer in time")?
             .map_err(|_| "the command runner ended")?;
         guard.id = None;
-        if v["ended"] == true {
-            return Err(if v["took"] == true {
-                RunError::Failed("the command runner ended while the command ran".into())
-            } else {
-                RunError::Untaken
-            });
-        }
+        let v = v?;
         match v["error"].as_str() {
             Some(e) => Err(RunError::Failed(e.to_string())),
             None => Ok(v),
